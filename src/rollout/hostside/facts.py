@@ -1,0 +1,355 @@
+"""Print one JSON object of facts about this host, read fresh. Never fails as a whole.
+
+Run on the host by the controller:  python3 - --root /data < facts.py
+
+A piece that cannot be read becomes null (and its error is listed under "errors").
+Big files (exits.jsonl) are only read from their end, a bounded number of bytes.
+Standard library only; runs on python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+HUGE_LIMIT = 1 << 60
+TAIL_BYTES = 256 * 1024
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_int(path: str) -> int | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def read_kv(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (read_text(path) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            with contextlib.suppress(ValueError):
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+def proc_stat(proc: str, pid: int) -> list[str] | None:
+    text = read_text(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields if len(fields) >= 20 else None
+
+
+def proc_cmdline(proc: str, pid: int) -> list[str]:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            return [a for a in f.read().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return []
+
+
+def start_epoch(proc: str, starttime: int) -> float | None:
+    for line in (read_text(f"{proc}/stat") or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1]) + starttime / os.sysconf("SC_CLK_TCK")
+            except (ValueError, OSError):
+                return None
+    return None
+
+
+def pidfile(path: str) -> tuple[int, int | None, str] | None:
+    text = read_text(path)
+    if not text:
+        return None
+    parts = text.split()
+    try:
+        pid = int(parts[0])
+    except (ValueError, IndexError):
+        return None
+    starttime: int | None = None
+    if len(parts) > 1:
+        with contextlib.suppress(ValueError):
+            starttime = int(parts[1])
+    return pid, starttime, " ".join(parts[2:])
+
+
+def process_state(proc: str, pid: int, starttime: int | None, exe: str) -> tuple[str, str | None]:
+    """(running|zombie|gone, note). A different start time, or a cmdline without exe: gone."""
+    fields = proc_stat(proc, pid)
+    if fields is None:
+        return "gone", None
+    if starttime is None:
+        return "gone", "pidfile has no start time"
+    if fields[19] != str(starttime):
+        return "gone", f"pid {pid} reused (start time {fields[19]}, pidfile {starttime})"
+    if fields[0] in ("Z", "X", "x"):
+        return "zombie", f"parent PID {fields[1]}"
+    if exe and not any(exe in a for a in proc_cmdline(proc, pid)):
+        return "gone", f"pid {pid} cmdline does not contain {exe}"
+    return "running", None
+
+
+def cgroup(cgroup_root: str) -> dict[str, Any]:
+    v1 = os.path.join(cgroup_root, "memory")
+    if os.path.exists(os.path.join(v1, "memory.usage_in_bytes")):
+        limit = read_int(os.path.join(v1, "memory.limit_in_bytes"))
+        if limit is not None and limit >= HUGE_LIMIT:
+            limit = None
+        oc = read_kv(os.path.join(v1, "memory.oom_control"))
+        return {
+            "version": 1,
+            "memory": {
+                "usage": read_int(os.path.join(v1, "memory.usage_in_bytes")),
+                "limit": limit,
+                "source": "cgroup-v1",
+            },
+            "oom": {
+                "failcnt": read_int(os.path.join(v1, "memory.failcnt")),
+                "oom_kill": oc.get("oom_kill"),
+                "under_oom": oc.get("under_oom"),
+            },
+        }
+    if os.path.exists(os.path.join(cgroup_root, "memory.current")) or os.path.exists(
+        os.path.join(cgroup_root, "cgroup.controllers")
+    ):
+        ev = read_kv(os.path.join(cgroup_root, "memory.events"))
+        limit = read_int(os.path.join(cgroup_root, "memory.max"))
+        return {
+            "version": 2,
+            "memory": {
+                "usage": read_int(os.path.join(cgroup_root, "memory.current")),
+                "limit": limit if limit is None or limit < HUGE_LIMIT else None,
+                "source": "cgroup-v2",
+            },
+            "oom": {"oom": ev.get("oom"), "oom_kill": ev.get("oom_kill")},
+        }
+    return {"version": None, "memory": {"usage": None, "limit": None, "source": None}, "oom": None}
+
+
+def meminfo(proc: str) -> dict[str, Any]:
+    vals: dict[str, int] = {}
+    for line in (read_text(f"{proc}/meminfo") or "").splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2:
+            with contextlib.suppress(ValueError):
+                mult = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
+                vals[parts[0]] = int(parts[1]) * mult
+    return {"total": vals.get("MemTotal"), "available": vals.get("MemAvailable")}
+
+
+def tail_lines(path: str, max_bytes: int = TAIL_BYTES) -> tuple[list[str], bool]:
+    """The last complete lines within max_bytes of the end; True when that is the whole file."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        start = max(0, size - max_bytes)
+        f.seek(start)
+        data = f.read(size - start)
+    lines = data.decode(errors="replace").splitlines()
+    if start > 0 and lines:
+        lines = lines[1:]  # the first one is probably cut
+    return [ln for ln in lines if ln.strip()], start == 0
+
+
+def parse_jsonl(lines: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+class Facts:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.root: str = args.root
+        self.dir = os.path.join(args.root, "rollout")
+        self.proc: str = args.proc
+        self.cgroup_root: str = args.cgroup_root
+        self.errors: dict[str, str] = {}
+        self.now = time.time()
+
+    def safe(self, key: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # a missing piece becomes null, never a failure
+            self.errors[key] = f"{type(e).__name__}: {e}"
+            return None
+
+    def daemon(self) -> dict[str, Any]:
+        pf = pidfile(os.path.join(self.dir, "daemon.pid"))
+        if pf is None:
+            return {"pid": None, "starttime": None, "exe": None, "state": "none",
+                    "note": None, "started_at": None, "uptime_secs": None}
+        pid, starttime, exe = pf
+        state, note = process_state(self.proc, pid, starttime, exe)
+        started = start_epoch(self.proc, starttime) if starttime is not None else None
+        return {
+            "pid": pid,
+            "starttime": starttime,
+            "exe": exe or None,
+            "state": state,
+            "note": note,
+            "started_at": started if state == "running" else None,
+            "uptime_secs": round(self.now - started, 1) if started and state == "running" else None,
+        }
+
+    def supervisor(self) -> dict[str, Any]:
+        pf = pidfile(os.path.join(self.dir, "supervisor.pid"))
+        alive = False
+        pid = None
+        if pf is not None:
+            pid = pf[0]
+            alive = process_state(self.proc, pid, pf[1], "")[0] == "running"
+        doc: Any = None
+        text = read_text(os.path.join(self.dir, "supervisor.json"))
+        if text:
+            with contextlib.suppress(ValueError):
+                doc = json.loads(text)
+        if not isinstance(doc, dict):
+            doc = None
+        return {
+            "pid": pid,
+            "alive": alive,
+            "state": doc.get("state") if doc else None,
+            "since": doc.get("since") if doc else None,
+            "updated": doc.get("updated") if doc else None,
+            "status": doc,
+        }
+
+    def current(self) -> str | None:
+        try:
+            return os.path.basename(os.readlink(os.path.join(self.root, "current")).rstrip("/"))
+        except FileNotFoundError:
+            return None
+
+    def releases(self) -> list[dict[str, Any]]:
+        base = os.path.join(self.root, "releases")
+        if not os.path.isdir(base):
+            return []
+        out: list[dict[str, Any]] = []
+        for name in sorted(os.listdir(base)):
+            path = os.path.join(base, name)
+            if os.path.isdir(path):
+                exe = os.path.join(path, "cuzk-daemon")
+                out.append({
+                    "id": name,
+                    "mtime": os.path.getmtime(path),
+                    "has_daemon": os.path.isfile(exe),
+                    "has_bench": os.path.isfile(os.path.join(path, "cuzk-bench")),
+                })
+        out.sort(key=lambda r: float(r["mtime"]))
+        return out
+
+    def disk(self) -> dict[str, Any]:
+        st = os.statvfs(self.root)
+        return {"free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
+
+    def writable(self) -> bool:
+        if not os.path.isdir(self.root):
+            return False
+        try:
+            fd, path = tempfile.mkstemp(prefix=".rollout-write-test.", dir=self.root)
+        except OSError:
+            return False
+        os.close(fd)
+        os.unlink(path)
+        return True
+
+    def exits(self) -> dict[str, Any]:
+        path = os.path.join(self.dir, "exits.jsonl")
+        if not os.path.exists(path):
+            return {"last_exit": None, "restarts_last_hour": 0, "exits_last_hour": 0,
+                    "count_complete": True}
+        lines, whole = tail_lines(path)
+        recs = parse_jsonl(lines)
+        hour = [r for r in recs if isinstance(r.get("time"), (int, float))
+                and r["time"] >= self.now - 3600]
+        oldest_in_hour = bool(recs) and len(hour) == len(recs)
+        return {
+            "last_exit": recs[-1] if recs else None,
+            "restarts_last_hour": sum(1 for r in hour if not r.get("held")),
+            "exits_last_hour": len(hour),
+            # the bounded read may not reach back an hour: then the counts are lower bounds
+            "count_complete": whole or not oldest_in_hour,
+        }
+
+    def last_start(self) -> Any:
+        path = os.path.join(self.dir, "starts.jsonl")
+        if not os.path.exists(path):
+            return None
+        recs = parse_jsonl(tail_lines(path, 64 * 1024)[0])
+        return recs[-1] if recs else None
+
+    def collect(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": self.now, "root": self.root}
+        out["hostname"] = self.safe("hostname", socket.gethostname)
+        out["python"] = self.safe("python", platform.python_version)
+        out["cgroup"] = self.safe("cgroup", lambda: cgroup(self.cgroup_root))
+        out["meminfo"] = self.safe("meminfo", lambda: meminfo(self.proc))
+        out["daemon"] = self.safe("daemon", self.daemon)
+        out["supervisor"] = self.safe("supervisor", self.supervisor)
+        out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
+        out["current_release"] = self.safe("current_release", self.current)
+        out["releases"] = self.safe("releases", self.releases)
+        out["disk"] = self.safe("disk", self.disk)
+        out["root_writable"] = self.safe("root_writable", self.writable)
+        ex = self.safe("exits", self.exits) or {}
+        out["last_exit"] = ex.get("last_exit")
+        out["restarts_last_hour"] = ex.get("restarts_last_hour")
+        out["exits_last_hour"] = ex.get("exits_last_hour")
+        out["exit_counts_complete"] = ex.get("count_complete")
+        out["last_start"] = self.safe("last_start", self.last_start)
+        out["errors"] = self.errors
+        return out
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="host facts as one JSON object")
+    p.add_argument("--root", default="/data")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
+    p.add_argument("--proc", default="/proc")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        out = Facts(parse_args(argv)).collect()
+    except SystemExit:
+        raise
+    except Exception as e:  # last resort: still one JSON object
+        out = {"time": time.time(), "errors": {"facts": f"{type(e).__name__}: {e}"}}
+    print(json.dumps(out, sort_keys=True, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
