@@ -1,0 +1,35 @@
+"""The lab fleet: local Docker containers that look like rented GPU hosts (see docs/lab.md)."""
+
+from rollout.lab.engine import ensure_engine
+from rollout.lab.fleet import (
+    bench_lab_up,
+    down,
+    exec_on,
+    lab_dir,
+    pause_host,
+    restart_host,
+    start_sshd,
+    status,
+    stop_sshd,
+    unpause_host,
+    up,
+)
+from rollout.lab.image import build_prover_image, ensure_base_image, ensure_host_image
+
+__all__ = [
+    "bench_lab_up",
+    "build_prover_image",
+    "down",
+    "ensure_base_image",
+    "ensure_engine",
+    "ensure_host_image",
+    "exec_on",
+    "lab_dir",
+    "pause_host",
+    "restart_host",
+    "start_sshd",
+    "status",
+    "stop_sshd",
+    "unpause_host",
+    "up",
+]

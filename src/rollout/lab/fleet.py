@@ -1,0 +1,286 @@
+"""Bring the lab fleet up and down, and poke at its hosts (for tests and fault drills)."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import NotFound
+from docker.models.containers import Container
+from docker.utils import parse_bytes
+
+from rollout.errors import EnvironmentProblem, TransportError, UserError
+from rollout.lab.engine import ensure_engine
+from rollout.lab.image import HOST_REPO, ensure_host_image
+from rollout.lab.keys import HostKey, ensure_client_key, known_hosts_line, new_host_key
+
+LABEL = "rollout.lab"
+NETWORK = "rollout-lab"
+ADDRESS = "127.0.0.1"
+FIRST_PORT = 22001
+SSH_WAIT_S = 30.0
+MAX_HOSTS = 64
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str
+    port: int
+    memory: str
+
+    @property
+    def container(self) -> str:
+        return f"rollout-lab-{self.name}"
+
+    @property
+    def volume(self) -> str:
+        return f"rollout-lab-{self.name}-data"
+
+
+def lab_dir() -> Path:
+    """Where the lab keeps its inventory and keys: $ROLLOUT_LAB_DIR, else ./lab."""
+    return Path(os.environ.get("ROLLOUT_LAB_DIR") or Path.cwd() / "lab").absolute()
+
+
+# -- ports, files --------------------------------------------------------------------------
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ADDRESS, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_odd_ports(count: int, start: int = FIRST_PORT) -> list[int]:
+    ports: list[int] = []
+    port = start | 1
+    while len(ports) < count:
+        if port > 65535:
+            raise EnvironmentProblem(f"no {count} free odd ports on {ADDRESS} from {start}")
+        if _port_is_free(port):
+            ports.append(port)
+        port += 2
+    return ports
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def inventory_text(hosts: Sequence[LabHost]) -> str:
+    lines = [
+        "# Lab fleet written by `inv lab.up`.",
+        "defaults:",
+        "  user: root",
+        "  key_file: keys/id_ed25519",
+        "  known_hosts: known_hosts",
+        "  host_key_policy: strict",
+        "hosts:",
+    ]
+    for host in hosts:
+        lines += [
+            f"  - name: {host.name}",
+            f"    address: {ADDRESS}",
+            f"    port: {host.port}",
+            "    groups: [lab]",
+            f"    vars: {{memory_limit: {host.memory}}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _secrets_tar(key: HostKey, authorized_key: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, data, mode in (
+            ("root/.ssh/authorized_keys", authorized_key.encode(), 0o600),
+            ("etc/ssh/ssh_host_ed25519_key", key.private, 0o600),
+            ("etc/ssh/ssh_host_ed25519_key.pub", key.public.encode() + b"\n", 0o644),
+        ):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# -- containers ----------------------------------------------------------------------------
+def _remove_leftovers(client: docker.DockerClient) -> None:
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        container.remove(force=True, v=True)
+    for volume in client.volumes.list(filters={"label": LABEL}):
+        volume.remove(force=True)
+    for network in client.networks.list(names=[NETWORK]):
+        network.remove()
+
+
+def _start_host(
+    client: docker.DockerClient, image: str, host: LabHost, index: int, authorized_key: str
+) -> HostKey:
+    key = new_host_key(host.name)
+    labels = {LABEL: "1", f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
+    client.volumes.create(host.volume, labels=labels)
+    container = client.containers.create(
+        image, name=host.container, hostname=host.name, labels=labels, detach=True,
+        mem_limit=host.memory, memswap_limit=host.memory, shm_size=host.memory,
+        ports={"22/tcp": (ADDRESS, host.port)}, network=NETWORK,
+        volumes={host.volume: {"bind": "/data", "mode": "rw"}},
+    )  # fmt: skip
+    container.put_archive("/", _secrets_tar(key, authorized_key))
+    container.start()
+    return key
+
+
+def wait_for_ssh(port: int, timeout: float = SSH_WAIT_S) -> None:
+    """Wait until sshd itself answers (docker-proxy accepts before sshd listens)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((ADDRESS, port), timeout=2) as sock:
+                if sock.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TransportError(f"lab sshd on {ADDRESS}:{port} did not answer within {timeout:.0f} s")
+
+
+def up(hosts: int = 3, memory: str = "512m") -> Path:
+    """Start `hosts` fresh lab hosts and write `<lab dir>/fleet.yaml`; return its path."""
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise UserError(f"--hosts must be between 1 and {MAX_HOSTS}, got {hosts}")
+    try:
+        parse_bytes(memory)
+    except docker.errors.DockerException as exc:
+        raise UserError(f"--memory {memory!r} is not a size like 512m or 2g") from exc
+    client = ensure_engine()
+    image = ensure_host_image(client)
+    _remove_leftovers(client)
+    client.networks.create(NETWORK, driver="bridge", labels={LABEL: "1"})
+    lab = lab_dir()
+    authorized = ensure_client_key(lab).with_suffix(".pub").read_text()
+    planned = [
+        LabHost(f"lab-{i}", port, memory) for i, port in enumerate(free_odd_ports(hosts), 1)
+    ]
+    with ThreadPoolExecutor(max_workers=min(8, hosts)) as pool:
+        keys = list(
+            pool.map(lambda h: _start_host(client, image, h[1], h[0], authorized),
+                     enumerate(planned, 1))
+        )  # fmt: skip
+        list(pool.map(lambda h: wait_for_ssh(h.port), planned))
+    known = [known_hosts_line(ADDRESS, h.port, k) for h, k in zip(planned, keys, strict=True)]
+    _write_atomic(lab / "known_hosts", "\n".join(known) + "\n")
+    fleet = lab / "fleet.yaml"
+    _write_atomic(fleet, inventory_text(planned))
+    return fleet
+
+
+def down() -> None:
+    """Remove every container, volume, network and host image tag the lab created."""
+    client = ensure_engine()
+    _remove_leftovers(client)
+    for image in client.images.list(name=HOST_REPO):
+        for tag in image.tags:
+            if tag.startswith(HOST_REPO + ":"):
+                client.images.remove(tag, noprune=False)
+    lab = lab_dir()
+    for name in ("fleet.yaml", "known_hosts"):
+        (lab / name).unlink(missing_ok=True)
+
+
+def _describe(container: Container) -> dict[str, Any]:
+    labels = container.labels
+    bindings = container.attrs["HostConfig"].get("PortBindings") or {}
+    port = (bindings.get("22/tcp") or [{}])[0].get("HostPort")
+    return {
+        "name": labels.get(f"{LABEL}.name", container.name),
+        "container": container.name,
+        "state": container.status,
+        "address": ADDRESS,
+        "port": int(port) if port else None,
+        "memory_limit": container.attrs["HostConfig"].get("Memory") or None,
+        "index": int(labels.get(f"{LABEL}.index", "0")),
+    }
+
+
+def status() -> list[dict[str, Any]]:
+    """One dict per lab host: name, container, state, address, port, memory_limit."""
+    client = ensure_engine()
+    found = client.containers.list(all=True, filters={"label": LABEL})
+    return sorted((_describe(c) for c in found), key=lambda d: (d["index"], d["name"]))
+
+
+# -- poking at one host --------------------------------------------------------------------
+def _container(name: str) -> Container:
+    client = ensure_engine()
+    cname = name if name.startswith("rollout-lab-") else f"rollout-lab-{name}"
+    try:
+        return client.containers.get(cname)
+    except NotFound as exc:
+        raise UserError(f"no lab host {name!r} (is the lab up?)") from exc
+
+
+def exec_on(
+    name: str, cmd: str | Sequence[str], environment: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run `cmd` (a shell string or an argv) on a lab host with docker exec."""
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    result = _container(name).exec_run(argv, environment=environment)
+    return int(result.exit_code), result.output.decode(errors="replace")
+
+
+def restart_host(name: str) -> None:
+    """Restart a host's container (its /data volume survives) and wait for its sshd."""
+    container = _container(name)
+    container.restart(timeout=5)
+    container.reload()
+    port = _describe(container)["port"]
+    if port:
+        wait_for_ssh(port)
+
+
+def pause_host(name: str) -> None:
+    """Freeze every process of a host: SSH connects but never answers (a hung host)."""
+    _container(name).pause()
+
+
+def unpause_host(name: str) -> None:
+    _container(name).unpause()
+
+
+def stop_sshd(name: str) -> None:
+    """Kill a host's sshd (the container keeps running): connections are refused/reset."""
+    exec_on(name, "pkill -x sshd || true")
+
+
+def start_sshd(name: str) -> None:
+    container = _container(name)
+    code, out = exec_on(name, "/usr/sbin/sshd")
+    if code != 0:
+        raise EnvironmentProblem(f"could not start sshd on {name}: {out.strip()}")
+    container.reload()
+    port = _describe(container)["port"]
+    if port:
+        wait_for_ssh(port)
+
+
+def bench_lab_up(hosts: int = 8) -> float:
+    """Seconds `up(hosts)` takes once the base image is cached. Replaces any running lab."""
+    ensure_host_image(ensure_engine())
+    started = time.monotonic()
+    up(hosts)
+    elapsed = time.monotonic() - started
+    down()
+    return elapsed
+
+
