@@ -1,0 +1,215 @@
+"""The playbook: what to build, how to roll it out, how to check it.
+
+Loading parses the YAML first (keeping lines), then renders its strings with Jinja2.
+Variables, in increasing precedence: playbook `vars`, inventory host vars (only in
+`Playbook.for_host`), `--set KEY=VALUE` overrides.
+
+Runtime templates are left as written (after a syntax check) and rendered by the
+engine with `render.render_runtime` / `render.evaluate_condition` and
+`Playbook.template_context(host, release_dir=...)`: `validate.command`, each step's
+`when`, and the contents of the `daemon.config_template` file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PrivateAttr
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from rollout.errors import ConfigError, Location, UserError
+
+from .inventory import Host
+from .render import render_tree, resolve_vars
+from .sections import BuildSpec, DaemonSpec, ReleaseSpec, RollingSpec, Section, ValidateSpec
+from .steps import Scope, StepSpec
+from .yamlfile import KeyPath, YamlDoc, dotted_key, load_yaml, to_plain, validate
+
+DEFAULT_PLAYBOOK = Path(__file__).resolve().parent.parent / "resources/playbooks/rollout.yaml"
+RESERVED_NAMES = frozenset(
+    {"host", "release_dir", "release_id", "rolling", "release", "build", "daemon", "validate"}
+)
+"""Names of the template context that variables may not take."""
+RUNTIME_TEMPLATES = ("validate.command", "steps[].when", "daemon.config_template")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Playbook(Section):
+    """A rollout playbook."""
+
+    name: str = Field(default="rollout", description="Name shown in reports.")
+    vars: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Template variables. Overridden by inventory host vars, then by --set.",
+    )
+    rolling: RollingSpec = Field(default_factory=RollingSpec, description="Batches and aborts.")
+    release: ReleaseSpec = Field(default_factory=ReleaseSpec, description="Releases on hosts.")
+    build: BuildSpec = Field(description="How the release is built.")
+    daemon: DaemonSpec = Field(default_factory=DaemonSpec, description="The cuzk daemon.")
+    validation: ValidateSpec = Field(
+        default_factory=ValidateSpec, alias="validate", description="The validation proof."
+    )
+    steps: list[StepSpec] = Field(min_length=1, description="The steps, in order.")
+
+    _source: PlaybookSource | None = PrivateAttr(default=None)
+    _host: str | None = PrivateAttr(default=None)
+
+    @property
+    def path(self) -> Path | None:
+        return None if self._source is None else self._source.doc.path
+
+    @property
+    def host_name(self) -> str | None:
+        """The host this playbook was rendered for (`for_host`), or None."""
+        return self._host
+
+    def steps_in(self, scope: Scope) -> list[StepSpec]:
+        return [step for step in self.steps if step.scope == scope]
+
+    def step(self, name: str) -> StepSpec:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+    def for_host(self, host: Host) -> Playbook:
+        """This playbook rendered again with `host.vars` between its vars and --set."""
+        if self._source is None:
+            return self
+        return self._source.render(host.vars, host.name)
+
+    def location(self, *path: str | int) -> Location:
+        """Where a key is in the playbook file: `location("validate", "command")`."""
+        if self._source is None:
+            return Location("<playbook>", None, dotted_key(path))
+        return self._source.doc.location(path)
+
+    def template_context(self, host: Host | None = None, **extra: Any) -> dict[str, Any]:
+        """Names for runtime templates: vars, the sections (`daemon`, `release`, `build`,
+        `rolling`, `validate`) as plain data, `host` when given, then `extra`
+        (the engine's `release_dir`, `release_id`, ...)."""
+        context = dict(self.vars)
+        context |= self.model_dump(mode="json", by_alias=True, exclude={"vars", "steps", "name"})
+        if host is not None:
+            context["host"] = host.as_context()
+        return context | extra
+
+
+@dataclass(frozen=True)
+class PlaybookSource:
+    """A parsed playbook file before rendering, kept for per-host rendering."""
+
+    doc: YamlDoc
+    overrides: Mapping[str, Any]
+
+    def render(
+        self, host_vars: Mapping[str, Any] | None = None, host: str | None = None
+    ) -> Playbook:
+        try:
+            playbook = self._render({**(host_vars or {}), **self.overrides})
+        except ConfigError as exc:
+            if host is None:
+                raise
+            raise ConfigError(f"(for host {host}) {exc.message}", exc.location) from exc
+        playbook._source, playbook._host = self, host
+        return playbook
+
+    def _render(self, fixed_vars: Mapping[str, Any]) -> Playbook:
+        root = self.doc.root
+        if not isinstance(root, Mapping):
+            raise ConfigError("a playbook must be a mapping of keys", self.doc.location(()))
+        variables = resolve_vars(self._raw_vars(root), fixed_vars, self.doc.location)
+        data = {
+            key: render_tree(node, variables, self.doc.location, _runtime_kind, (key,))
+            for key, node in ((to_plain(k), v) for k, v in root.items())
+            if key != "vars"
+        }
+        data["vars"] = variables
+        playbook = validate(Playbook, data, self.doc, base_dir=self.doc.base_dir)
+        _check_playbook(playbook, self.doc)
+        return playbook
+
+    def _raw_vars(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
+        raw = root.get("vars")
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            where = self.doc.location(("vars",))
+            raise ConfigError("vars must be a mapping of names to values", where)
+        for name in raw:
+            _check_var_name(str(name), self.doc.location(("vars", str(name))))
+        return raw
+
+
+def load_playbook(
+    path: Path | str = DEFAULT_PLAYBOOK, overrides: Mapping[str, Any] | None = None
+) -> Playbook:
+    """Read, render (playbook vars + overrides) and validate a playbook."""
+    return PlaybookSource(load_yaml(path, "playbook"), dict(overrides or {})).render()
+
+
+def parse_set_options(options: Iterable[str]) -> dict[str, Any]:
+    """`["pool=64", "version=v2"]` -> `{"pool": 64, "version": "v2"}` (values are YAML)."""
+    out: dict[str, Any] = {}
+    for option in options:
+        name, sep, value = option.partition("=")
+        if not sep:
+            raise UserError(f"--set {option!r}: expected KEY=VALUE")
+        _check_var_name(name.strip(), Location(f"--set {option}"))
+        out[name.strip()] = _yaml_scalar(value)
+    return out
+
+
+def _yaml_scalar(text: str) -> Any:
+    if not text.strip():
+        return text
+    try:
+        value = YAML(typ="safe", pure=True).load(text)
+    except YAMLError:
+        return text
+    return value if isinstance(value, str | int | float | bool | list | dict) else text
+
+
+def _check_var_name(name: str, where: Location) -> None:
+    if not _IDENTIFIER.match(name):
+        raise ConfigError(f"variable name {name!r} is not an identifier", where)
+    if name in RESERVED_NAMES:
+        raise ConfigError(f"variable name {name!r} is reserved for the template context", where)
+
+
+def _runtime_kind(path: KeyPath) -> str | None:
+    if path == ("validate", "command"):
+        return "template"
+    if len(path) == 3 and path[0] == "steps" and path[2] == "when":
+        return "expression"
+    return None
+
+
+def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
+    seen: dict[str, int] = {}
+    for index, step in enumerate(playbook.steps):
+        if step.name in seen:
+            first = doc.line_of(("steps", seen[step.name], "name"))
+            raise ConfigError(
+                f"duplicate step name {step.name!r} (first on line {first})",
+                doc.location(("steps", index, "name")),
+            )
+        seen[step.name] = index
+    scopes = [step.scope for step in playbook.steps]
+    if "host" in scopes and "controller" in scopes[scopes.index("host") :]:
+        index = scopes.index("controller", scopes.index("host"))
+        raise ConfigError(
+            "build and extract steps run once on the controller and must come before host steps",
+            doc.location(("steps", index, "kind")),
+        )
+    missing = [n for n in playbook.release.executables if n not in playbook.build.image_paths]
+    if missing:
+        raise ConfigError(
+            f"no image path for executable(s) {', '.join(missing)}",
+            doc.location(("build", "image_paths")),
+        )

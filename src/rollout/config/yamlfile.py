@@ -1,0 +1,175 @@
+"""Read YAML with line numbers, and turn validation errors into ConfigErrors that name
+the file, the line and the dotted key (`fleet.yaml:7: hosts[1].port: ...`)."""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from rollout.errors import ConfigError, Location
+
+KeyPath = tuple[str | int, ...]
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class YamlDoc:
+    """A parsed YAML file. `root` is ruamel's round-trip data, which knows its lines."""
+
+    path: Path
+    root: Any
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder that relative paths in this file are relative to."""
+        return self.path.absolute().parent
+
+    def line_of(self, path: KeyPath) -> int | None:
+        """1-based line of the key at `path`, or of its nearest parent that exists."""
+        node, line = self.root, None
+        for seg in path:
+            if isinstance(node, CommentedMap) and seg in node:
+                line = node.lc.key(seg)[0]
+            elif isinstance(node, CommentedSeq) and isinstance(seg, int) and 0 <= seg < len(node):
+                line = node.lc.item(seg)[0]
+            else:
+                break
+            node = node[seg]
+        return None if line is None else line + 1
+
+    def location(self, path: KeyPath) -> Location:
+        return Location(str(self.path), self.line_of(path), dotted_key(path) or None)
+
+
+def load_yaml(path: Path | str, what: str) -> YamlDoc:
+    """Parse `path`; a missing file or bad YAML raises ConfigError (with the line)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file not found", Location(str(file))) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} file: {exc}", Location(str(file))) from None
+    try:
+        root = YAML(typ="rt").load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "syntax error"
+        raise ConfigError(f"invalid YAML: {problem}", Location(str(file), line)) from None
+    except YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", Location(str(file))) from None
+    return YamlDoc(file, CommentedMap() if root is None else root)
+
+
+def dotted_key(path: KeyPath) -> str:
+    """('hosts', 1, 'port') -> 'hosts[1].port'."""
+    out = ""
+    for seg in path:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        else:
+            out += f".{seg}" if out else str(seg)
+    return out
+
+
+def to_plain(node: Any) -> Any:
+    """Round-trip data -> plain dict/list/str/int/float/bool (ruamel subclasses dropped)."""
+    if isinstance(node, Mapping):
+        return {to_plain(k): to_plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [to_plain(v) for v in node]
+    for plain in (bool, int, float, str):
+        if isinstance(node, plain):
+            return plain(node)
+    return node
+
+
+def validate(model: type[ModelT], data: Any, doc: YamlDoc, **context: Any) -> ModelT:
+    """Validate plain `data` (parsed from `doc`) against `model`; errors name file and line."""
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise config_error(exc, model, data, doc) from None
+
+
+def config_error(
+    exc: ValidationError, model: type[BaseModel], data: Any, doc: YamlDoc
+) -> ConfigError:
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = _data_path(data, err["loc"])
+        problems.append((doc.location(path), _message(err, model, path)))
+    (where, message), *rest = problems
+    message += "".join(f"\n  also {loc}: {msg}" for loc, msg in rest)
+    return ConfigError(message, where)
+
+
+def _data_path(data: Any, loc: tuple[str | int, ...]) -> KeyPath:
+    """The part of pydantic's `loc` that names keys in the data (drops union tags)."""
+    path: list[str | int] = []
+    node = data
+    for seg in loc:
+        if isinstance(node, Mapping) and not isinstance(seg, int):
+            path.append(seg)
+            node = node.get(seg)
+        elif isinstance(node, list) and isinstance(seg, int):
+            path.append(seg)
+            node = node[seg] if seg < len(node) else None
+        else:
+            break
+    return tuple(path)
+
+
+def _message(err: ErrorDetails, model: type[BaseModel], path: KeyPath) -> str:
+    if err["type"] == "missing":
+        return "missing required key"
+    if err["type"] == "extra_forbidden":
+        known = _fields_at(model, path[:-1])
+        close = difflib.get_close_matches(str(path[-1]), known, n=1) if path else []
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown key{hint}; expected one of: {', '.join(known)}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def _fields_at(model: type[BaseModel], path: KeyPath) -> list[str]:
+    """Names of the keys allowed at `path` in `model` (for 'did you mean')."""
+    tp: Any = model
+    for seg in path:
+        tp = _child_type(tp, seg)
+    tp = _model_in(tp)
+    if tp is None:
+        return []
+    return [field.alias or name for name, field in tp.model_fields.items()]
+
+
+def _child_type(tp: Any, seg: str | int) -> Any:
+    model = _model_in(tp)
+    if model is not None:
+        for name, field in model.model_fields.items():
+            if seg in (name, field.alias):
+                return field.annotation
+        return None
+    origin, args = get_origin(tp), get_args(tp)
+    if isinstance(seg, int) and origin in (list, tuple, Sequence) and args:
+        return args[0]
+    if origin in (dict, Mapping) and len(args) == 2:
+        return args[1]
+    return None
+
+
+def _model_in(tp: Any) -> type[BaseModel] | None:
+    """`tp` itself, or the model inside `X | None`, when it is a pydantic model."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return next((m for m in map(_model_in, get_args(tp)) if m is not None), None)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
