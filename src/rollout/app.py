@@ -1,0 +1,120 @@
+"""Application services: what the commands do, wired from config, plan, engine and sinks.
+
+The CLI (rollout.cli) parses flags and calls these; the engine never imports the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rollout.config.inventory import Host, load_inventory
+from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
+from rollout.console import ConsoleSink, print_summary
+from rollout.engine import Engine, RunSummary
+from rollout.events import EventBus, JsonLinesSink
+from rollout.plan import Plan, make_plan
+from rollout.transport.ssh import SshTarget, SshTransport
+
+
+def default_playbook() -> Path:
+    local = Path("playbooks/rollout.yaml")
+    return local if local.exists() else DEFAULT_PLAYBOOK
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("ROLLOUT_RUNS_DIR", "runs"))
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rollout" / "artifacts"
+
+
+def connect(host: Host) -> SshTransport:
+    target = SshTarget(host.name, host.address, host.port, host.user, host.key_file,
+                       host.known_hosts, host.host_key_policy, host.connect_timeout)
+    transport = SshTransport(target)
+    transport.run("true", timeout=host.connect_timeout + 5).check()
+    return transport
+
+
+@dataclass
+class RolloutRequest:
+    hosts: str
+    playbook: str | None = None
+    sets: tuple[str, ...] = ()
+    limit: str | None = None
+    dry_run: bool = False
+    json_path: str | None = None
+    verbose: bool = False
+
+
+def load_plan(req: RolloutRequest) -> Plan:
+    inventory = load_inventory(req.hosts)
+    playbook = load_playbook(req.playbook or default_playbook(), parse_set_options(req.sets))
+    return make_plan(playbook, inventory, req.limit)
+
+
+@contextmanager
+def _json_stream(path: str | None) -> Iterator[IO[str] | None]:
+    if path is None:
+        yield None
+    elif path == "-":
+        yield sys.stdout
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            yield f
+
+
+def make_bus(plan: Plan, json_stream: IO[str] | None, verbose: bool) -> EventBus:
+    bus = EventBus(plan.run_id)
+    bus.subscribe(JsonLinesSink.to_path(runs_dir() / f"{plan.run_id}.jsonl", durable=True))
+    if json_stream is not None:
+        bus.subscribe(JsonLinesSink(json_stream))
+    bus.subscribe(ConsoleSink(verbose=verbose))
+    return bus
+
+
+@contextmanager
+def _interrupts(flag: threading.Event) -> Iterator[None]:
+    """First Ctrl-C: start no new hosts, let hosts in flight reach a safe point."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag.is_set():
+            raise KeyboardInterrupt
+        flag.set()
+        print("\ninterrupt: no new hosts will start; finishing hosts in flight "
+              "(Ctrl-C again to abort at once)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_rollout(req: RolloutRequest) -> RunSummary:
+    plan = load_plan(req)
+    if req.dry_run:
+        from rollout.dryrun import dry_run
+
+        dry_run(plan, connect)
+        return RunSummary(plan.run_id, {}, aborted=None)
+    interrupted = threading.Event()
+    with _json_stream(req.json_path) as stream, _interrupts(interrupted):
+        bus = make_bus(plan, stream, req.verbose)
+        summary = Engine(plan, bus, connect, cache_dir(), interrupted).run()
+    print_summary(summary)
+    return summary

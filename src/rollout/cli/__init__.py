@@ -1,0 +1,24 @@
+"""The command line: invoke tasks, also installed as the `rollout` command.
+
+The engine never imports this package; tasks stay thin and call rollout.app.
+"""
+
+from __future__ import annotations
+
+from invoke.collection import Collection
+from invoke.program import Program
+
+from rollout import __version__
+from rollout.cli import lab_tasks, rollout_tasks
+
+namespace = Collection(
+    rollout_tasks.rollout, rollout_tasks.drain, rollout_tasks.start, rollout_tasks.stop,
+    rollout_tasks.validate, rollout_tasks.status, rollout_tasks.docs,
+)
+namespace.add_collection(lab_tasks.ns)
+
+program = Program(namespace=namespace, version=__version__, name="rollout", binary="rollout")
+
+
+def main() -> None:
+    program.run()

@@ -1,0 +1,35 @@
+"""Turn rollout's typed errors into a clear message and the exit code they promise."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from invoke.exceptions import Exit
+
+from rollout.errors import RolloutError, UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reports_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            raise Exit(f"error: {e}", e.exit_code) from e
+        except RolloutError as e:
+            raise Exit(f"error: {e}", e.exit_code) from e
+        except KeyboardInterrupt:
+            raise Exit("interrupted", 130) from None
+        except Exit:
+            raise
+        except Exception as e:  # a bug in rollout: say so, with the trace
+            traceback.print_exc(file=sys.stderr)
+            raise Exit(f"internal error (a bug in rollout, please report it): {e}", 70) from e
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,113 @@
+"""`inv rollout`, the single-step commands and status."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from rollout import app, single
+from rollout.cli.errors import reports_errors
+from rollout.errors import UserError
+
+HOSTS_HELP = "Inventory file (fleet.yaml). Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
+PLAYBOOK_HELP = "Playbook file. Default: playbooks/rollout.yaml, else the built-in one."
+
+
+def hosts_file(hosts: str | None) -> str:
+    path = hosts or os.environ.get("ROLLOUT_HOSTS") or "lab/fleet.yaml"
+    if not Path(path).exists():
+        hint = " (bring up the lab with `inv lab.up`)" if path == "lab/fleet.yaml" else ""
+        raise UserError(f"inventory {path} does not exist{hint}")
+    return path
+
+
+@task(
+    iterable=["set_"],
+    help={
+        "hosts": HOSTS_HELP,
+        "playbook": PLAYBOOK_HELP,
+        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e.",
+        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "dry_run": "Read facts and print each host's plan; change nothing.",
+        "json_": "Write every event as a JSON line to this file ('-' for stdout).",
+        "verbose": "Also print each step's start.",
+    },
+)
+@reports_errors
+def rollout(c: Context, hosts: str | None = None, playbook: str | None = None,
+            set_: list[str] | None = None, limit: str | None = None, dry_run: bool = False,
+            json_: str | None = None, verbose: bool = False) -> None:
+    """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
+    request = app.RolloutRequest(hosts_file(hosts), playbook, tuple(set_ or ()), limit,
+                                 dry_run, json_, verbose)
+    summary = app.run_rollout(request)
+    if summary.exit_code:
+        raise Exit(code=summary.exit_code)
+
+
+def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None) -> None:
+    results = single.run_steps(hosts_file(hosts), playbook, host, kinds)
+    if any(r.failed for r in results):
+        raise Exit(code=1)
+
+
+SINGLE_HELP = {"host": "Host name from the inventory.", "hosts": HOSTS_HELP,
+               "playbook": PLAYBOOK_HELP}
+
+
+@task(help=SINGLE_HELP)
+@reports_errors
+def drain(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+    """Hold the supervisor, stop the daemon, wait until it is gone and its memory is back."""
+    _single(("stop", "drain"), host, hosts, playbook)
+
+
+@task(help=SINGLE_HELP)
+@reports_errors
+def stop(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+    """Hold the supervisor and stop the daemon (SIGTERM, then SIGKILL after the grace)."""
+    _single(("stop",), host, hosts, playbook)
+
+
+@task(help=SINGLE_HELP)
+@reports_errors
+def start(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+    """Release the hold so the supervisor starts the current release; wait until ready."""
+    _single(("supervise", "start", "ready"), host, hosts, playbook)
+
+
+@task(help=SINGLE_HELP)
+@reports_errors
+def validate(c: Context, host: str, hosts: str | None = None,
+             playbook: str | None = None) -> None:
+    """Submit a validation proof; succeed only on its COMPLETED line."""
+    _single(("validate",), host, hosts, playbook)
+
+
+@task(help={"hosts": HOSTS_HELP, "playbook": PLAYBOOK_HELP,
+            "json_": "Print JSON instead of a table.",
+            "limit": "Only these hosts: comma-separated names, groups or globs."})
+@reports_errors
+def status(c: Context, hosts: str | None = None, playbook: str | None = None,
+           json_: bool = False, limit: str | None = None) -> None:
+    """Per host: daemon state, release, memory used and limit."""
+    code = single.status(hosts_file(hosts), playbook, limit, as_json=json_)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"output": "Write to this file instead of stdout."})
+@reports_errors
+def docs(c: Context, output: str | None = None) -> None:
+    """Print the reference of every inventory and playbook option."""
+    from rollout.config.docs import options_markdown
+
+    text = options_markdown()
+    if output:
+        Path(output).write_text(text)
+    else:
+        print(text)

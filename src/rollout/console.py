@@ -1,0 +1,77 @@
+"""The console rendering of the event stream: live lines per host, a summary table."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rollout.events import Event
+
+if TYPE_CHECKING:
+    from rollout.engine import RunSummary
+
+_STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
+          "validated": "bold green", "rolled_back": "bold yellow", "unreachable": "bold red",
+          "not_started": "dim"}
+
+
+class ConsoleSink:
+    """Prints one line per step end, retry and host end, prefixed with the host."""
+
+    def __init__(self, console: Console | None = None, verbose: bool = False) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self.verbose = verbose
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line:
+            self.console.print(line)
+
+    def _line(self, e: Event) -> str | None:
+        who = f"[bold]{e.host or 'controller':<12}[/bold]"
+        if e.kind == "step_end":
+            style = _STYLE.get(e.status or "", "")
+            secs = e.data.get("duration", 0)
+            return f"{who} {e.step:<10} [{style}]{e.status:<8}[/{style}] {e.reason} ({secs:.1f}s)"
+        if e.kind == "step_start" and self.verbose:
+            return f"{who} {e.step:<10} ..."
+        if e.kind == "retry":
+            return f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: {e.reason}"
+        if e.kind == "batch_start":
+            return f"[bold]--- batch {e.data['index'] + 1}: {', '.join(e.data['hosts'])}[/bold]"
+        if e.kind == "host_end":
+            style = _STYLE.get(e.status or "", "")
+            return f"{who} [{style}]{(e.status or '').upper()}[/{style}] {e.reason}"
+        if e.kind == "note":
+            return f"{who} {e.reason}"
+        return None
+
+
+def summary_table(summary: RunSummary) -> Table:
+    table = Table(title=f"rollout {summary.run_id}")
+    for column in ("host", "result", "release", "reason"):
+        table.add_column(column)
+    for outcome in summary.outcomes.values():
+        style = _STYLE.get(outcome.status, "")
+        table.add_row(outcome.host, f"[{style}]{outcome.status}[/{style}]",
+                      outcome.release or "-", outcome.reason)
+    return table
+
+
+def print_summary(summary: RunSummary, console: Console | None = None) -> None:
+    console = console or Console(stderr=True)
+    console.print(summary_table(summary))
+    if summary.aborted:
+        console.print(f"[bold red]aborted:[/bold red] {summary.aborted}")
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> None:
+    table = Table(title=title or None)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(row.get(c, "-")) for c in columns))
+    Console(file=sys.stdout, width=160).print(table)

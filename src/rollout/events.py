@@ -1,0 +1,113 @@
+"""Results and events as plain data, and the sinks that render them.
+
+The console view, the JSON lines and the run journal are all renderings of one stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any
+
+
+class Status(StrEnum):
+    OK = "ok"
+    CHANGED = "changed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+@dataclass
+class StepResult:
+    """What one step did on one host (or on the controller)."""
+
+    status: Status
+    reason: str
+    data: dict[str, Any] = field(default_factory=dict)
+    output: str = ""
+    attempts: int = 1
+    duration: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.FAILED
+
+
+def changed(reason: str, **data: Any) -> StepResult:
+    return StepResult(Status.CHANGED, reason, data)
+
+
+def ok(reason: str, **data: Any) -> StepResult:
+    return StepResult(Status.OK, reason, data)
+
+
+def skipped(reason: str, **data: Any) -> StepResult:
+    return StepResult(Status.SKIPPED, reason, data)
+
+
+def failed(reason: str, output: str = "", **data: Any) -> StepResult:
+    return StepResult(Status.FAILED, reason, data, output=output)
+
+
+@dataclass
+class Event:
+    kind: str  # run_start, batch_start, step_start, step_end, host_end, run_end, note
+    run_id: str
+    host: str | None = None
+    step: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str, sort_keys=True)
+
+
+Sink = Callable[[Event], None]
+
+
+class EventBus:
+    """Fans every event out to the sinks, one event at a time, from any thread."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._sinks: list[Sink] = []
+        self._lock = threading.Lock()
+        self.history: list[Event] = []
+
+    def subscribe(self, sink: Sink) -> None:
+        self._sinks.append(sink)
+
+    def emit(self, kind: str, **fields: Any) -> Event:
+        event = Event(kind=kind, run_id=self.run_id, **fields)
+        with self._lock:
+            self.history.append(event)
+            for sink in self._sinks:
+                sink(event)
+        return event
+
+
+class JsonLinesSink:
+    """Writes events as JSON lines; `durable` fsyncs each line (the run journal)."""
+
+    def __init__(self, stream: IO[str], durable: bool = False) -> None:
+        self.stream = stream
+        self.durable = durable
+
+    @classmethod
+    def to_path(cls, path: Path, durable: bool = False) -> JsonLinesSink:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(path.open("a", encoding="utf-8"), durable)
+
+    def __call__(self, event: Event) -> None:
+        self.stream.write(event.to_json() + "\n")
+        self.stream.flush()
+        if self.durable:
+            os.fsync(self.stream.fileno())

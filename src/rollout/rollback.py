@@ -1,0 +1,68 @@
+"""Per-host automatic rollback: back to the release the host had, started and validated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from rollout.events import StepResult
+from rollout.steps import HOST_STEPS
+from rollout.steps.base import HostContext
+from rollout.steps.release import current_release, point_current_at
+
+RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
+
+_UNTOUCHED = {"supervise", "upload", "config", "preflight", "lock"}
+_BACK_ON = ("stop", "drain", "start", "ready", "validate")
+
+
+@dataclass(frozen=True)
+class _Once:
+    attempts: int = 1
+    on: tuple[str, ...] = ()
+    backoff: float = 1.0
+    max_backoff: float = 1.0
+    jitter: float = 0.0
+
+
+@dataclass(frozen=True)
+class RollbackStep:
+    name: str
+    kind: str
+    timeout: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    retry: _Once = _Once()
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    ok: bool
+    reason: str
+    release: str | None
+
+
+def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackResult:
+    failed_kind = cause.split(" ", 1)[0]
+    previous = ctx.notes.get("previous_release", current_release(ctx))
+    if failed_kind in _UNTOUCHED or "stopped" not in ctx.notes:
+        return RollbackResult(False, "host untouched: still on its previous release", previous)
+    if not previous or (ctx.release and previous == ctx.release.id):
+        return RollbackResult(False, "NO PREVIOUS RELEASE: host left stopped and held",
+                              current_release(ctx))
+    for kind in _BACK_ON:
+        if kind == "start" and current_release(ctx) != previous:
+            point_current_at(ctx, previous)
+        spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
+        result = run_step(ctx, spec, partial(HOST_STEPS[kind], ctx, spec.params))
+        if result.failed:
+            return RollbackResult(False, f"ROLLBACK FAILED at {kind}: {result.reason}",
+                                  current_release(ctx))
+    return RollbackResult(True, f"rolled back to {previous}, validated", previous)
+
+
+def _timeout(ctx: HostContext, kind: str) -> float | None:
+    daemon = ctx.settings.daemon
+    return {"drain": float(daemon.drain.deadline) + 60,
+            "ready": float(daemon.ready_timeout) + 30}.get(kind)

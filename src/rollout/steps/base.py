@@ -1,0 +1,126 @@
+"""What a step gets to work with, and how it talks to its host."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rollout.config.render import render_runtime
+from rollout.errors import StepFailed
+from rollout.events import StepResult
+from rollout.hostside import script_text
+from rollout.layout import Layout
+from rollout.transport.base import RunResult, Transport
+
+
+class StepTimeout(StepFailed):
+    """A step ran past its deadline."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    local_path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """A set of executables extracted from one image, named by their combined digest."""
+
+    id: str
+    image: str
+    version: str
+    artifacts: tuple[Artifact, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "image": self.image, "version": self.version,
+            "artifacts": {a.name: {"sha256": a.sha256, "size": a.size} for a in self.artifacts},
+        }
+
+
+@dataclass
+class HostContext:
+    """One host's connection, settings and the notes its steps leave for each other."""
+
+    host: Any  # rollout.config.inventory.Host
+    transport: Transport
+    layout: Layout
+    settings: Any  # the playbook rendered for this host (rollout.config.playbook.Playbook)
+    release: Release | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    deadline: float | None = None
+    log: Callable[[str], None] = lambda _msg: None
+
+    @property
+    def name(self) -> str:
+        return str(self.host.name)
+
+    @property
+    def host_vars(self) -> dict[str, Any]:
+        return dict(self.host.vars)
+
+    def template_context(self, **extra: Any) -> dict[str, Any]:
+        release_id = self.release.id if self.release else None
+        release_dir = self.layout.release_dir(release_id) if release_id else self.layout.current
+        return self.settings.template_context(  # type: ignore[no-any-return]
+            self.host, release_dir=release_dir, release_id=release_id, **extra)
+
+    def render(self, template: str, **extra: Any) -> str:
+        """Render a runtime template (validate.command) for this host."""
+        return render_runtime(template, self.template_context(**extra),
+                              self.settings.location("validate", "command"))
+
+    def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:
+        """Render the user's template file if given, else rollout's built-in one."""
+        if path is None:
+            text = (resources.files("rollout") / "resources" / "templates" / builtin).read_text()
+            where = None
+        else:
+            text = Path(path).read_text()
+            where = self.settings.location("daemon", "config_template")
+        return render_runtime(text, self.template_context(**extra), where)
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise StepTimeout("step deadline passed", retryable=True)
+        return left
+
+    def sh(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+        left = self.remaining()
+        if left is not None:
+            timeout = min(timeout, left) if timeout else left
+        result = self.transport.run(command, timeout=timeout, stdin=stdin)
+        if result.exit_code == 124 and "(timed out)" in result.stderr:
+            raise StepTimeout(f"timed out: {command[:80]}", retryable=True)
+        return result
+
+    def script(self, name: str, *args: object, timeout: float | None = None) -> tuple[int, Any]:
+        """Run a host-side script from rollout.hostside; returns (exit code, parsed JSON)."""
+        argv = " ".join(shlex.quote(str(a)) for a in args)
+        result = self.sh(f"python3 - {argv}", timeout=timeout, stdin=script_text(name))
+        try:
+            return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as e:
+            raise StepFailed(
+                f"{name} on host gave no JSON (exit {result.exit_code}): "
+                f"{(result.stderr or result.stdout).strip()[-400:]}"
+            ) from e
+
+    def facts(self) -> dict[str, Any]:
+        _, data = self.script("facts", "--root", self.layout.root, timeout=30)
+        return data if isinstance(data, dict) else {}
+
+
+StepFn = Callable[[HostContext, dict[str, Any]], StepResult]

@@ -1,0 +1,158 @@
+"""The daemon's life on a host: supervisor, stop, drain, start, ready."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.events import StepResult, changed, ok, skipped
+from rollout.hostside import script_text
+from rollout.layout import q
+from rollout.steps.base import HostContext
+
+
+def _supervisor_conf(ctx: HostContext, params: dict[str, Any]) -> str:
+    daemon = ctx.settings.daemon
+    launcher = params.get("launcher") or ctx.host_vars.get("daemon_launcher") or ""
+    conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher)}
+    return json.dumps(conf, indent=2, sort_keys=True) + "\n"
+
+
+def _write_if_changed(ctx: HostContext, path: str, text: str) -> bool:
+    want = hashlib.sha256(text.encode()).hexdigest()
+    have = ctx.sh(f"sha256sum -- {q(path)} 2>/dev/null").stdout.split()[:1]
+    if have == [want]:
+        return False
+    ctx.sh(f"cat > {q(path)}.new && mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
+    return True
+
+
+def supervisor_alive(ctx: HostContext) -> bool:
+    supervisor = ctx.facts().get("supervisor") or {}
+    return bool(supervisor.get("alive"))
+
+
+def start_supervisor(ctx: HostContext) -> None:
+    lay = ctx.layout
+    ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize").check()
+
+
+def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    """Install the supervisor and its settings; (re)start it if either changed."""
+    lay = ctx.layout
+    ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
+    script_changed = _write_if_changed(ctx, lay.supervisor, script_text("supervisor"))
+    conf_changed = _write_if_changed(ctx, lay.supervisor_conf, _supervisor_conf(ctx, params))
+    alive = supervisor_alive(ctx)
+    if alive and not (script_changed or conf_changed):
+        return skipped("supervisor running, script and settings unchanged")
+    if alive:
+        ctx.sh(f"kill -TERM $(cut -d' ' -f1 {q(lay.state_dir)}/supervisor.pid)")
+        ctx.sh(f"for i in $(seq 50); do [ -e {q(lay.state_dir)}/supervisor.lock ] && "
+               f"flock -n {q(lay.state_dir)}/supervisor.lock true && break; sleep 0.1; done")
+    start_supervisor(ctx)
+    what = "restarted (script or settings changed)" if alive else "started"
+    return changed(f"supervisor {what}")
+
+
+def set_hold(ctx: HostContext) -> None:
+    ctx.sh(f"mkdir -p -- {q(ctx.layout.state_dir)} && touch -- {q(ctx.layout.hold)}").check()
+
+
+def release_hold(ctx: HostContext) -> None:
+    ctx.sh(f"rm -f -- {q(ctx.layout.hold)}").check()
+
+
+def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    daemon = ctx.settings.daemon
+    set_hold(ctx)
+    sig = params.get("signal", daemon.stop_signal)
+    grace = params.get("grace", daemon.stop_grace)
+    code, out = ctx.script("stop", "--root", ctx.layout.root, "--signal", sig, "--grace", grace,
+                           timeout=float(grace) + 30)
+    ctx.notes["stopped"] = out
+    if out.get("outcome") == "none":
+        return skipped("hold set; no daemon pidfile, nothing to stop", **out)
+    if out.get("outcome") == "already-dead":
+        return skipped(f"hold set; daemon {out['pid']} already {out['state']}", **out)
+    if code != 0:
+        raise StepFailed(f"daemon {out.get('pid')} survived {sig} and SIGKILL", retryable=False)
+    how = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
+    return changed(f"hold set; daemon {out['pid']} stopped ({how})", **out)
+
+
+def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    d = ctx.settings.daemon.drain
+    stopped = ctx.notes.get("stopped") or {}
+    args: list[object] = ["--root", ctx.layout.root, "--deadline", params.get("deadline", d.deadline),
+                          "--threshold", params.get("memory_threshold", d.memory_threshold),
+                          "--zombie-grace", params.get("zombie_grace", d.zombie_grace)]
+    if stopped.get("pid"):
+        args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
+    code, out = ctx.script("drain", *args, timeout=float(d.deadline) + 30)
+    if out.get("outcome") != "drained":
+        mem = out.get("memory") or {}
+        raise StepFailed(
+            f"drain deadline ({d.deadline}s) passed: memory {mem.get('usage')} of "
+            f"{mem.get('limit')} still in use", retryable=False, output=json.dumps(out))
+    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
+    waited = out["ended"] - out["started"]
+    return ok(f"old daemon gone and memory back after {waited:.1f}s{note}", **out)
+
+
+def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
+    pidfile = q(ctx.layout.daemon_pid)
+    loop = (f"for i in $(seq {int(seconds * 10)}); do "
+            f"grep -qF -- {q(release_dir)} {pidfile} 2>/dev/null && cat {pidfile} && exit 0; "
+            f"sleep 0.1; done; exit 1")
+    r = ctx.sh(loop, timeout=seconds + 10)
+    if not r.ok:
+        tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
+        raise StepFailed(f"supervisor did not start the daemon within {seconds:.0f}s",
+                         output=tail)
+    return r.stdout.strip()
+
+
+def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    lay = ctx.layout
+    target = ctx.sh(f"readlink -f -- {q(lay.current)}").stdout.strip()
+    if not target:
+        raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
+    held = ctx.sh(f"test -e {q(lay.hold)}").ok
+    running = ctx.facts().get("daemon") or {}
+    if not held and running.get("state") == "running" and target in str(running.get("exe")):
+        return skipped(f"daemon {running.get('pid')} already runs {target}")
+    release_hold(ctx)
+    if not supervisor_alive(ctx):
+        start_supervisor(ctx)
+    pidline = _wait_daemon_of(ctx, target, float(params.get("wait", 30)))
+    return changed(f"hold released; supervisor started daemon {pidline.split()[0]}",
+                   pidfile=pidline)
+
+
+def _status_url(status_listen: str) -> str:
+    host, _, port = status_listen.rpartition(":")
+    if host in ("0.0.0.0", "", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}/status"
+
+
+def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    daemon = ctx.settings.daemon
+    seconds = float(params.get("timeout", daemon.ready_timeout))
+    url = _status_url(daemon.status_listen)
+    loop = (f"for i in $(seq {int(seconds * 5)}); do "
+            f"curl -fsS --max-time 1 {q(url)} && exit 0; sleep 0.2; done; exit 1")
+    r = ctx.sh(loop, timeout=seconds + 10)
+    if not r.ok:
+        raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
+    try:
+        status = json.loads(r.stdout)
+    except ValueError as e:
+        raise StepFailed(f"{url} answered with something that is not JSON: {r.stdout[:200]}") from e
+    version = status.get("version")
+    return ok(f"status port answers (version {version}, up {status.get('uptime_secs')}s)",
+              status=status)

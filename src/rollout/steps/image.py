@@ -1,0 +1,120 @@
+"""Controller steps: build the prover image, extract its executables."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import BuildError, DockerException, ImageNotFound
+
+from rollout.errors import EnvironmentProblem, StepFailed
+from rollout.events import StepResult, changed, skipped
+from rollout.steps.base import Artifact, Release
+
+
+@dataclass
+class ControllerContext:
+    """The controller's side of a run: the build settings and what build and extract made."""
+
+    build: Any  # the playbook's build section
+    version: str
+    cache_dir: Path
+    image: str | None = None
+    release: Release | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    _client: docker.DockerClient | None = None
+
+    def docker(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = docker.from_env(version="auto")
+                self._client.ping()
+            except DockerException as e:
+                raise EnvironmentProblem(f"the Docker engine does not answer: {e}") from e
+        return self._client
+
+
+def context_digest(context: Path, dockerfile: Path, args: dict[str, str]) -> str:
+    """Content hash of everything that goes into a build: the tag names these inputs."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    h.update(dockerfile.read_bytes())
+    for key in sorted(args):
+        h.update(f"{key}={args[key]}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
+    spec = ctx.build
+    context, dockerfile = Path(spec.context), Path(spec.dockerfile)
+    args = {k: str(v) for k, v in (spec.args or {}).items()}
+    tag = f"{spec.image}:{context_digest(context, dockerfile, args)}"
+    client = ctx.docker()
+    try:
+        image = client.images.get(tag)
+        ctx.image = tag
+        return skipped(f"image {tag} for these inputs exists ({image.short_id})", image=tag)
+    except ImageNotFound:
+        pass
+    try:
+        image, _logs = client.images.build(
+            path=str(context), dockerfile=str(dockerfile.resolve()), buildargs=args, tag=tag,
+            rm=True, forcerm=True,
+        )
+    except BuildError as e:
+        lines = [str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log]
+        raise StepFailed(f"docker build failed: {e.msg}", retryable=False,
+                         output="".join(lines)[-3000:]) from e
+    ctx.image = tag
+    return changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)
+
+
+def _read_from_image(client: docker.DockerClient, image: str, path: str) -> bytes:
+    container = client.containers.create(image, command=["true"])
+    try:
+        stream, _stat = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise StepFailed(f"{path} in {image} is not a file", retryable=False)
+            data = tar.extractfile(member)
+            assert data is not None
+            return data.read()
+    finally:
+        container.remove(force=True)
+
+
+def extract(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
+    """Copy the executables out of the image without running it; record sha256 and size."""
+    if ctx.image is None:
+        raise StepFailed("no image: the build step has not run", retryable=False)
+    client = ctx.docker()
+    image_id = client.images.get(ctx.image).id.split(":")[-1][:16]
+    out_dir = ctx.cache_dir / image_id
+    artifacts = []
+    fresh = False
+    for name, path in ctx.build.image_paths.items():
+        local = out_dir / name
+        if not local.exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            tmp = local.with_suffix(".partial")
+            tmp.write_bytes(_read_from_image(client, ctx.image, path))
+            os.chmod(tmp, 0o755)
+            tmp.replace(local)
+            fresh = True
+        data = local.read_bytes()
+        artifacts.append(Artifact(name, str(local), hashlib.sha256(data).hexdigest(), len(data)))
+    combined = hashlib.sha256("".join(f"{a.name}={a.sha256};" for a in artifacts).encode())
+    ctx.release = Release(combined.hexdigest()[:12], ctx.image, ctx.version, tuple(artifacts))
+    summary = ", ".join(f"{a.name} {a.sha256[:12]} {a.size}B" for a in artifacts)
+    data = {"release": ctx.release.to_dict()}
+    if not fresh:
+        return skipped(f"executables of {ctx.image} already extracted: {summary}", **data)
+    return changed(f"extracted release {ctx.release.id}: {summary}", **data)

@@ -1,0 +1,104 @@
+"""Put a release on a host, point current at it, prune old ones."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.events import StepResult, changed, skipped
+from rollout.layout import q
+from rollout.steps.base import HostContext, Release
+
+_RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+def _sha256s(ctx: HostContext, directory: str, names: list[str]) -> dict[str, str]:
+    files = " ".join(q(n) for n in names)
+    r = ctx.sh(f"cd {q(directory)} 2>/dev/null && sha256sum -- {files} 2>/dev/null")
+    sums: dict[str, str] = {}
+    for line in r.stdout.splitlines():
+        digest, _, name = line.partition("  ")
+        sums[name.strip()] = digest
+    return sums
+
+
+def _mismatches(ctx: HostContext, directory: str, release: Release) -> list[str]:
+    found = _sha256s(ctx, directory, [a.name for a in release.artifacts])
+    return [a.name for a in release.artifacts if found.get(a.name) != a.sha256]
+
+
+def _need_release(ctx: HostContext) -> Release:
+    if ctx.release is None:
+        raise StepFailed("no release to deploy: the extract step has not run", retryable=False)
+    return ctx.release
+
+
+def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    release = _need_release(ctx)
+    dest = ctx.layout.release_dir(release.id)
+    if not _mismatches(ctx, dest, release):
+        return skipped(f"release {release.id} already on host, sha256 matches", release=release.id)
+    partial = f"{ctx.layout.releases}/.partial-{release.id}-{uuid.uuid4().hex[:8]}"
+    ctx.sh(f"mkdir -p {q(partial)}").check()
+    try:
+        for artifact in release.artifacts:
+            ctx.transport.put(artifact.local_path, f"{partial}/{artifact.name}")
+        names = " ".join(q(a.name) for a in release.artifacts)
+        ctx.sh(f"cd {q(partial)} && chmod 0755 -- {names}").check()
+        bad = _mismatches(ctx, partial, release)
+        if bad:
+            raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
+        meta = json.dumps(release.to_dict(), indent=2)
+        ctx.sh(f"cat > {q(partial)}/RELEASE.json", stdin=meta).check()
+        ctx.sh(f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}").check()
+    finally:
+        ctx.sh(f"rm -rf -- {q(partial)}")
+    size = sum(a.size for a in release.artifacts)
+    return changed(f"uploaded release {release.id} ({size} bytes), sha256 verified on host",
+                   release=release.id, bytes=size)
+
+
+def current_release(ctx: HostContext) -> str | None:
+    r = ctx.sh(f"readlink -- {q(ctx.layout.current)}")
+    target = r.stdout.strip()
+    return target.rsplit("/", 1)[-1] if r.ok and target else None
+
+
+def point_current_at(ctx: HostContext, release_id: str) -> None:
+    """Atomically repoint current: a new symlink renamed over the old one."""
+    tmp = f"{ctx.layout.current}.new"
+    target = f"releases/{release_id}"
+    ctx.sh(f"ln -sfn -- {q(target)} {q(tmp)} && mv -T -- {q(tmp)} {q(ctx.layout.current)}").check()
+
+
+def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    release = _need_release(ctx)
+    before = current_release(ctx)
+    ctx.notes.setdefault("previous_release", before)
+    if before == release.id:
+        return skipped(f"current already points at {release.id}", release=release.id)
+    if _mismatches(ctx, ctx.layout.release_dir(release.id), release):
+        raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
+    point_current_at(ctx, release.id)
+    return changed(f"current: {before or 'none'} -> {release.id}", previous=before,
+                   release=release.id)
+
+
+def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    keep = int(params.get("keep", ctx.settings.release.keep))
+    r = ctx.sh(f"ls -1t -- {q(ctx.layout.releases)} 2>/dev/null").stdout.split()
+    releases = [name for name in r if _RELEASE_ID.match(name)]
+    protected = {current_release(ctx), ctx.notes.get("previous_release")}
+    kept = [rid for rid in releases if rid in protected]
+    for rid in releases:
+        if len(kept) < keep and rid not in kept:
+            kept.append(rid)
+    doomed = [rid for rid in releases if rid not in kept]
+    if not doomed:
+        return skipped(f"{len(releases)} release(s) on host, keeping up to {keep}")
+    paths = " ".join(q(ctx.layout.release_dir(rid)) for rid in doomed)
+    ctx.sh(f"rm -rf -- {paths}").check()
+    return changed(f"pruned {len(doomed)} old release(s), kept {len(kept)}", pruned=doomed)

@@ -1,0 +1,135 @@
+"""SSH transport over fabric: one connection per host, reused by every step.
+
+Host keys: only the inventory's known_hosts file is trusted. An unknown key is refused
+unless the policy is `accept-new`, which records it. A changed key is always refused.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut
+
+from rollout.errors import HostKeyError, TransportError
+from rollout.transport.base import RunResult, Transport
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    name: str
+    address: str
+    port: int
+    user: str
+    key_file: Path | None
+    known_hosts: Path
+    host_key_policy: str = "strict"
+    connect_timeout: float = 10.0
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """Record an unknown key in the inventory's known_hosts (OpenSSH's accept-new)."""
+
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        with self.known_hosts.open("a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class _Refuse(paramiko.MissingHostKeyPolicy):
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise HostKeyError(
+            f"unknown host key for {hostname} ({key.get_name()}): not in {self.known_hosts}. "
+            "Add it there, or set host_key_policy: accept-new in the inventory."
+        )
+
+
+class SshTransport(Transport):
+    def __init__(self, target: SshTarget) -> None:
+        self.name = target.name
+        self.target = target
+        self._conn: Connection | None = None
+
+    def _connection(self) -> Connection:
+        if self._conn is None or not self._conn.is_connected:
+            self._conn = self._open()
+        return self._conn
+
+    def _open(self) -> Connection:
+        t = self.target
+        kwargs: dict[str, object] = {"look_for_keys": False, "allow_agent": False}
+        if t.key_file is not None:
+            kwargs["key_filename"] = str(t.key_file)
+        conn = Connection(
+            host=t.address, user=t.user, port=t.port,
+            connect_timeout=int(t.connect_timeout), connect_kwargs=kwargs,
+        )
+        if t.known_hosts.exists():
+            conn.client.load_host_keys(str(t.known_hosts))
+        policy_cls = _AcceptNew if t.host_key_policy == "accept-new" else _Refuse
+        conn.client.set_missing_host_key_policy(policy_cls(t.known_hosts))
+        try:
+            conn.open()
+        except HostKeyError:
+            raise
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyError(
+                f"host key for {t.address}:{t.port} CHANGED (got {e.key.get_name()} "
+                f"{e.key.get_base64()[:24]}...). Refusing to connect. If the instance was "
+                f"recreated, remove its old line from {t.known_hosts}."
+            ) from e
+        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
+            raise TransportError(f"cannot reach {t.user}@{t.address}:{t.port}: {e}") from e
+        transport = conn.client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        return conn
+
+    def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+        conn = self._connection()
+        in_stream: io.StringIO | bool = io.StringIO(stdin) if stdin is not None else False
+        try:
+            r = conn.run(
+                command, hide=True, warn=True, in_stream=in_stream,
+                timeout=int(timeout) + 1 if timeout else None,
+            )
+        except CommandTimedOut as e:
+            return RunResult(command, 124, e.result.stdout, e.result.stderr + "\n(timed out)")
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._drop()
+            raise TransportError(f"{self.name}: connection lost: {e}") from e
+        return RunResult(command, r.exited, r.stdout, r.stderr)
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        try:
+            self._connection().put(local_path, remote_path)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._drop()
+            raise TransportError(f"{self.name}: upload of {local_path} failed: {e}") from e
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        try:
+            self._connection().get(remote_path, local_path)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._drop()
+            raise TransportError(f"{self.name}: download of {remote_path} failed: {e}") from e
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def close(self) -> None:
+        self._drop()
