@@ -172,7 +172,9 @@ def _yaml_scalar(text: str) -> Any:
         value = YAML(typ="safe", pure=True).load(text)
     except YAMLError:
         return text
-    return value if isinstance(value, str | int | float | bool | list | dict) else text
+    if isinstance(value, list | dict):
+        return value if text.lstrip()[0] in "[{" else text
+    return value if isinstance(value, str | int | float | bool) else text
 
 
 def _check_var_name(name: str, where: Location) -> None:

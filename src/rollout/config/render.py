@@ -19,7 +19,7 @@ from itertools import chain, islice
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined, TemplateError, Undefined, UndefinedError
-from jinja2.nativetypes import NativeEnvironment
+from jinja2.nativetypes import NativeEnvironment, NativeTemplate
 
 from rollout.errors import ConfigError, Location
 
@@ -36,6 +36,13 @@ def _native_concat(values: Iterable[Any]) -> Any:
 
 class _NativeEnvironment(NativeEnvironment):
     concat = staticmethod(_native_concat)
+
+
+class _NativeTemplate(NativeTemplate):
+    environment_class = _NativeEnvironment
+
+
+_NativeEnvironment.template_class = _NativeTemplate
 
 
 _NATIVE = _NativeEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)

@@ -206,6 +206,11 @@ class InputSpec(Section):
         pattern=r"^[0-9a-fA-F]{64}$",
         description="Expected sha256; null: not checked.",
     )
+    source: LocalPath | None = Field(
+        default=None,
+        description="Local file staged to `path` when the host lacks it or its sha256 "
+        "differs (relative to the playbook file); null: the host must already have it.",
+    )
 
 
 class ValidateSpec(Section):

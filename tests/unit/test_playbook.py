@@ -1,0 +1,296 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollout.config.docs import options_markdown
+from rollout.config.inventory import Host
+from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.render import evaluate_condition, render_runtime
+from rollout.config.sections import parse_size
+from rollout.config.steps import FailureClass, RetryPolicy, StepKind
+from rollout.errors import ConfigError, Location, UserError
+
+PLAYBOOK = """\
+name: test
+vars:
+  version: v1
+  image: lab/prover
+  tag: "{{ image }}:{{ version }}"
+  pool: 8
+rolling:
+  serial: [1, "50%"]
+build:
+  dockerfile: ../docker/Dockerfile
+  context: ../docker
+  tag: "{{ tag }}"
+  args: {VERSION: "{{ version }}"}
+  image_paths: {cuzk-daemon: /bin/d, cuzk-bench: /bin/b}
+validate:
+  command: "{{ release_dir }}/cuzk-bench -a http://{{ daemon.listen }} --v {{ version }}"
+steps:
+  - {name: build, kind: build}
+  - {name: upload, kind: upload, retry: {attempts: 3, on: [transport]}}
+  - name: validate
+    kind: validate
+    params: {pool: "{{ pool }}", label: "pool-{{ pool }}"}
+    when: "version != 'v0'"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "plays" / "play.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str, **overrides: object) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_playbook(write(tmp_path, text), overrides)
+    return info.value
+
+
+def where(err: ConfigError) -> tuple[int | None, str | None]:
+    assert isinstance(err.location, Location)
+    return err.location.line, err.location.key
+
+
+def host(**vars: object) -> Host:
+    return Host("lab-1", "127.0.0.1", 22001, "root", None, Path("/k"), "strict", 10, ("lab",), vars)
+
+
+def test_default_playbook_loads() -> None:
+    playbook = load_playbook()
+    assert playbook.path == DEFAULT_PLAYBOOK
+    assert [s.kind for s in playbook.steps][:2] == [StepKind.BUILD, StepKind.EXTRACT]
+    assert [s.name for s in playbook.steps_in("controller")] == ["build", "extract"]
+    assert playbook.build.dockerfile.name == "lab-prover.Dockerfile"
+    assert playbook.build.dockerfile.is_absolute()
+    assert playbook.build.tag == "rollout-lab/prover:v1"
+    assert playbook.rolling.serial == [1, "100%"]
+    assert playbook.step("validate").retry.retries(FailureClass.TIMEOUT)
+    assert not playbook.step("validate").retry.retries(FailureClass.TRANSPORT)
+
+
+def test_load_renders_with_vars(tmp_path: Path) -> None:
+    playbook = load_playbook(write(tmp_path, PLAYBOOK))
+    assert playbook.build.tag == "lab/prover:v1"
+    assert playbook.build.args == {"VERSION": "v1"}
+    assert playbook.build.dockerfile == tmp_path / "docker/Dockerfile"
+    params = playbook.step("validate").params
+    assert params == {"pool": 8, "label": "pool-8"}  # a single expression keeps its type
+    assert playbook.step("upload").scope == "host"
+    assert playbook.step("build").scope == "controller"
+
+
+def test_runtime_templates_are_left_for_the_engine(tmp_path: Path) -> None:
+    playbook = load_playbook(write(tmp_path, PLAYBOOK))
+    assert playbook.validation.command.startswith("{{ release_dir }}")
+    context = playbook.template_context(host(), release_dir="/data/releases/r1")
+    command = render_runtime(playbook.validation.command, context)
+    assert command == "/data/releases/r1/cuzk-bench -a http://127.0.0.1:9820 --v v1"
+    assert evaluate_condition(playbook.step("validate").when, context) is True
+    assert render_runtime("{{ host.name }} {{ release.root }}", context) == "lab-1 /data"
+
+
+def test_runtime_template_error_names_location(tmp_path: Path) -> None:
+    playbook = load_playbook(write(tmp_path, PLAYBOOK))
+    with pytest.raises(ConfigError, match="'release_dir' is undefined") as info:
+        render_runtime(
+            playbook.validation.command,
+            playbook.template_context(),
+            playbook.location("validate", "command"),
+        )
+    assert where(info.value) == (16, "validate.command")
+
+
+def test_overrides_win_and_keep_yaml_types(tmp_path: Path) -> None:
+    overrides = parse_set_options(["version=v2", "pool=64"])
+    assert overrides == {"version": "v2", "pool": 64}
+    playbook = load_playbook(write(tmp_path, PLAYBOOK), overrides)
+    assert playbook.build.tag == "lab/prover:v2"  # vars that use version see the override
+    assert playbook.step("validate").params["pool"] == 64
+
+
+def test_for_host_merges_host_vars_between_vars_and_overrides(tmp_path: Path) -> None:
+    playbook = load_playbook(write(tmp_path, PLAYBOOK), {"version": "v3"})
+    per_host = playbook.for_host(host(pool=16, version="v9", image="other/img"))
+    assert per_host.host_name == "lab-1"
+    assert per_host.step("validate").params["pool"] == 16
+    assert per_host.build.tag == "other/img:v3"  # --set beats host vars
+    assert playbook.step("validate").params["pool"] == 8  # the original is unchanged
+
+
+def test_for_host_error_names_the_host(tmp_path: Path) -> None:
+    playbook = load_playbook(write(tmp_path, PLAYBOOK))
+    with pytest.raises(ConfigError, match=r"\(for host lab-1\)") as info:
+        playbook.for_host(host(pool="many", version=[1]))
+    assert info.value.location is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["a=1"], {"a": 1}),
+        (["a=1.5", "b=true", "c=hello"], {"a": 1.5, "b": True, "c": "hello"}),
+        (["a="], {"a": ""}),
+        (["a=x=y"], {"a": "x=y"}),
+        (["a=[1, 2]"], {"a": [1, 2]}),
+        (["a=: bad"], {"a": ": bad"}),
+    ],
+)
+def test_parse_set_options(options: list[str], expected: dict[str, object]) -> None:
+    assert parse_set_options(options) == expected
+
+
+@pytest.mark.parametrize("option", ["novalue", "bad name=1", "host=x"])
+def test_parse_set_options_errors(option: str) -> None:
+    with pytest.raises(UserError):
+        parse_set_options([option])
+
+
+def test_unknown_key(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace('  tag: "{{ tag }}"', "  tags: x"))
+    assert where(err) == (12, "build.tags")
+    assert "did you mean 'tag'" in err.message
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK + "extra: 1\n")
+    assert where(err) == (24, "extra")
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("attempts: 3", "attempts: many"))
+    assert where(err) == (19, "steps[1].retry.attempts")
+    assert "valid integer" in err.message
+
+
+def test_bad_serial(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace('[1, "50%"]', '[1, "lots"]'))
+    assert where(err) == (8, "rolling.serial")
+    assert "'lots'" in err.message
+
+
+def test_unknown_step_kind(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("kind: upload", "kind: uplod"))
+    assert where(err) == (19, "steps[1].kind")
+    assert "'build'" in err.message
+
+
+def test_unknown_retry_class(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("on: [transport]", "on: [weather]"))
+    assert where(err) == (19, "steps[1].retry.on[0]")
+
+
+def test_template_error_names_line_and_key(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace('{VERSION: "{{ version }}"}', '{V: "{{ nope }}"}'))
+    assert where(err) == (13, "build.args.V")
+    assert "'nope' is undefined" in err.message
+
+
+def test_template_error_in_vars(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("{{ image }}:", "{{ imag }}:"))
+    assert where(err) == (5, "vars.tag")
+
+
+def test_template_syntax_error_in_runtime_template(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("{{ daemon.listen }}", "{{ daemon.listen }"))
+    assert where(err) == (16, "validate.command")
+    assert "template error" in err.message
+
+
+def test_bad_when_expression(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("version != 'v0'", "version !="))
+    assert where(err) == (23, "steps[2].when")
+
+
+def test_cyclic_vars(tmp_path: Path) -> None:
+    text = PLAYBOOK.replace("  pool: 8\n", "  pool: 8\n  a: '{{ b }}'\n  b: '{{ a }}'\n")
+    err = error_of(tmp_path, text)
+    assert where(err) == (7, "vars.a")
+
+
+def test_reserved_var_name(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("  pool: 8", "  daemon: 8"))
+    assert where(err) == (6, "vars.daemon")
+
+
+def test_duplicate_step_name(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("name: upload", "name: build"))
+    assert where(err) == (19, "steps[1].name")
+    assert "duplicate step name 'build'" in err.message
+
+
+def test_controller_step_after_host_step(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK + "  - {name: extract, kind: extract}\n")
+    assert where(err) == (24, "steps[3].kind")
+
+
+def test_executable_without_image_path(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace(", cuzk-bench: /bin/b", ""))
+    assert where(err) == (14, "build.image_paths")
+    assert "cuzk-bench" in err.message
+
+
+def test_missing_required_section(tmp_path: Path) -> None:
+    text = PLAYBOOK.split("build:")[0] + "steps:" + PLAYBOOK.split("steps:")[1]
+    err = error_of(tmp_path, text.replace("{{ release_dir }}", "x"))
+    assert err.location is not None and err.location.key == "build"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="playbook file not found"):
+        load_playbook(tmp_path / "missing.yaml")
+
+
+def test_bad_yaml(tmp_path: Path) -> None:
+    err = error_of(tmp_path, PLAYBOOK.replace("  pool: 8", "  pool: [8"))
+    assert err.location is not None and err.location.line is not None
+    assert err.location.line >= 6
+    assert "invalid YAML" in err.message
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    err = error_of(tmp_path, "- a\n- b\n")
+    assert "mapping" in err.message
+
+
+def test_retry_delay() -> None:
+    policy = RetryPolicy(attempts=5, backoff=2, multiplier=3, max_backoff=30)
+    assert [policy.delay(n) for n in (1, 2, 3, 4)] == [2, 6, 18, 30]
+
+
+def test_evaluate_condition() -> None:
+    assert evaluate_condition(True, {}) is True
+    assert evaluate_condition("{{ n > 2 }}", {"n": 3}) is True
+    assert evaluate_condition("'lab' in host.groups", {"host": {"groups": ["gpu"]}}) is False
+    with pytest.raises(ConfigError, match="'n' is undefined"):
+        evaluate_condition("n > 2", {})
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("64MiB", 64 * 2**20), ("5GB", 5 * 10**9), ("100", 100), ("1.5 GiB", 3 * 2**29)],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_options_reference_lists_every_option() -> None:
+    text = options_markdown()
+    for key in (
+        "hosts[].host_key_policy",
+        "rolling.serial",
+        "steps[].retry.on",
+        "daemon.drain.deadline",
+    ):
+        assert f"`{key}`" in text
+
+
+def test_single_expression_of_a_string_stays_a_string(tmp_path: Path) -> None:
+    text = PLAYBOOK.replace("  pool: 8", "  pool: '1.0'")
+    playbook = load_playbook(write(tmp_path, text))
+    assert playbook.step("validate").params["pool"] == "1.0"
