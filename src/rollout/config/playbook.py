@@ -2,7 +2,8 @@
 
 Loading parses the YAML first (keeping lines), then renders its strings with Jinja2.
 Variables, in increasing precedence: playbook `vars`, inventory host vars (only in
-`Playbook.for_host`), `--set KEY=VALUE` overrides.
+`Playbook.for_host`), `--set KEY=VALUE` overrides. At load time only the variables
+are in scope (not `daemon`, `host`, ...); a var used per host needs a default in `vars`.
 
 Runtime templates are left as written (after a syntax check) and rendered by the
 engine with `render.render_runtime` / `render.evaluate_condition` and
