@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.config.batches import max_fail_exceeded
+from rollout.config.render import evaluate_condition
 from rollout.errors import RolloutError, StepFailed, TransportError
 from rollout.events import EventBus, Status, StepResult
 from rollout.layout import Layout
@@ -140,6 +141,11 @@ class Engine:
             transport.close()
         return results
 
+    def _emit_skip(self, host: str, spec: Any, reason: str) -> None:
+        self.bus.emit("step_start", host=host, step=spec.name, data={"kind": spec.kind})
+        self.bus.emit("step_end", host=host, step=spec.name, status="skipped", reason=reason,
+                      data={"attempts": 0, "duration": 0.0})
+
     def _note(self, host: str, message: str) -> None:
         self.bus.emit("note", host=host, reason=message)
 
@@ -151,8 +157,10 @@ class Engine:
         steps: dict[str, str] = {}
         assert ctx.release is not None
         for spec in self.plan.host_steps:
-            fn = HOST_STEPS[spec.kind]
-            result = self._run_step(ctx, spec, partial(fn, ctx, spec.params))
+            if not evaluate_condition(spec.when, ctx.template_context()):
+                self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
+                continue
+            result = self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
             steps[spec.name] = result.status.value
             if result.failed:
                 return self._after_failure(ctx, spec.kind, result, steps)

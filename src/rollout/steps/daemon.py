@@ -66,8 +66,26 @@ def release_hold(ctx: HostContext) -> None:
     ctx.sh(f"rm -f -- {q(ctx.layout.hold)}").check()
 
 
+def _runs_release(ctx: HostContext) -> dict[str, Any] | None:
+    """The daemon's facts when it already runs the release being rolled out."""
+    if ctx.release is None:
+        return None
+    facts = ctx.facts()
+    daemon = facts.get("daemon") or {}
+    release_dir = ctx.layout.release_dir(ctx.release.id)
+    if (facts.get("current_release") == ctx.release.id and daemon.get("state") == "running"
+            and release_dir in str(daemon.get("exe")) and not facts.get("held")):
+        return daemon
+    return None
+
+
 def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     daemon = ctx.settings.daemon
+    running = _runs_release(ctx)
+    if running is not None:
+        ctx.notes["already_running"] = True
+        return skipped(f"daemon {running.get('pid')} already runs release "
+                       f"{ctx.release.id if ctx.release else ''}: nothing to stop")
     set_hold(ctx)
     sig = params.get("signal", daemon.stop_signal)
     grace = params.get("grace", daemon.stop_grace)
@@ -86,6 +104,8 @@ def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
 
 def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     d = ctx.settings.daemon.drain
+    if ctx.notes.get("already_running"):
+        return skipped("daemon was not stopped: it already runs this release")
     stopped = ctx.notes.get("stopped") or {}
     args: list[object] = ["--root", ctx.layout.root, "--deadline", params.get("deadline", d.deadline),
                           "--threshold", params.get("memory_threshold", d.memory_threshold),

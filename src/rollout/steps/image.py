@@ -51,14 +51,22 @@ def context_digest(context: Path, dockerfile: Path, args: dict[str, str]) -> str
     return h.hexdigest()[:16]
 
 
+def _repository(tag: str) -> str:
+    """`registry:5000/name:tag` -> `registry:5000/name`."""
+    last = tag.rsplit("/", 1)[-1]
+    return tag.rsplit(":", 1)[0] if ":" in last else tag
+
+
 def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
     spec = ctx.build
     context, dockerfile = Path(spec.context), Path(spec.dockerfile)
     args = {k: str(v) for k, v in (spec.args or {}).items()}
-    tag = f"{spec.image}:{context_digest(context, dockerfile, args)}"
+    repository = _repository(spec.tag)
+    tag = f"{repository}:c-{context_digest(context, dockerfile, args)}"
     client = ctx.docker()
     try:
         image = client.images.get(tag)
+        image.tag(repository, spec.tag.rsplit(":", 1)[-1] if spec.tag != repository else None)
         ctx.image = tag
         return skipped(f"image {tag} for these inputs exists ({image.short_id})", image=tag)
     except ImageNotFound:
@@ -66,8 +74,9 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
     try:
         image, _logs = client.images.build(
             path=str(context), dockerfile=str(dockerfile.resolve()), buildargs=args, tag=tag,
-            rm=True, forcerm=True,
+            target=spec.target, rm=True, forcerm=True,
         )
+        image.tag(repository, spec.tag.rsplit(":", 1)[-1] if spec.tag != repository else None)
     except BuildError as e:
         lines = [str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log]
         raise StepFailed(f"docker build failed: {e.msg}", retryable=False,

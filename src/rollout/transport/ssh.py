@@ -6,7 +6,7 @@ unless the policy is `accept-new`, which records it. A changed key is always ref
 
 from __future__ import annotations
 
-import io
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,9 @@ class SshTarget:
     known_hosts: Path
     host_key_policy: str = "strict"
     connect_timeout: float = 10.0
+
+
+_MAX_INLINE = 96 * 1024
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
@@ -52,6 +55,14 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
             f"unknown host key for {hostname} ({key.get_name()}): not in {self.known_hosts}. "
             "Add it there, or set host_key_policy: accept-new in the inventory."
         )
+
+
+def _with_stdin(command: str, stdin: str) -> str:
+    """Feed stdin inside the command line: no interactive stdin stream over the channel."""
+    if len(stdin) > _MAX_INLINE:
+        raise TransportError(f"stdin of {len(stdin)} bytes is too large to send inline")
+    encoded = base64.b64encode(stdin.encode()).decode()
+    return f"printf %s {encoded} | base64 -d | {{ {command}\n}}"
 
 
 class SshTransport(Transport):
@@ -97,10 +108,10 @@ class SshTransport(Transport):
 
     def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
         conn = self._connection()
-        in_stream: io.StringIO | bool = io.StringIO(stdin) if stdin is not None else False
+        remote = command if stdin is None else _with_stdin(command, stdin)
         try:
             r = conn.run(
-                command, hide=True, warn=True, in_stream=in_stream,
+                remote, hide=True, warn=True, in_stream=False,
                 timeout=int(timeout) + 1 if timeout else None,
             )
         except CommandTimedOut as e:
