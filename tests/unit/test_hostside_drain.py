@@ -15,6 +15,7 @@ from typing import Any
 from rollout.hostside import drain as drain_mod
 
 DRAIN = Path(drain_mod.__file__)
+PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
 
 def stat_of(pid: int) -> list[str]:
@@ -49,7 +50,7 @@ def later(delay: float, fn: Callable[[], object], stamps: dict[str, float], key:
 
 
 def run_drain(root: Path, *args: str, timeout: float = 10) -> tuple[int, dict[str, Any]]:
-    p = subprocess.run([sys.executable, str(DRAIN), "--root", str(root), *args],
+    p = subprocess.run([PYTHON, str(DRAIN), "--root", str(root), *args],
                        capture_output=True, text=True, timeout=timeout)
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout + p.stderr

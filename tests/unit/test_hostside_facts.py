@@ -16,6 +16,7 @@ import pytest
 from rollout.hostside import facts as facts_mod
 
 FACTS = Path(facts_mod.__file__)
+PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
     "current_release", "releases", "disk", "root_writable", "last_exit", "restarts_last_hour",
@@ -28,7 +29,7 @@ def starttime(pid: int) -> int:
 
 
 def run_facts(*args: str) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, str(FACTS), *args], capture_output=True, text=True,
+    p = subprocess.run([PYTHON, str(FACTS), *args], capture_output=True, text=True,
                        timeout=10)
     assert p.returncode == 0, p.stderr
     out: dict[str, Any] = json.loads(p.stdout)

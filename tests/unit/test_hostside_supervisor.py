@@ -19,6 +19,8 @@ from rollout.hostside import supervisor as sup_mod
 
 SUPERVISOR = Path(sup_mod.__file__)
 RELEASE = "abc123def456"
+# run the host scripts under another interpreter, e.g. a python3.9 like the oldest hosts'
+PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
 FAKE_DAEMON = """#!{python}
 import os, sys, time
@@ -116,7 +118,7 @@ class Host:
         return self.root / "rollout" / name
 
     def start(self, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
-        args = [sys.executable, str(SUPERVISOR), "--root", str(self.root),
+        args = [PYTHON, str(SUPERVISOR), "--root", str(self.root),
                 "--cgroup-root", str(self.cg), "--daemon-args", "-c /data/zk/cuzk.toml",
                 "--backoff-initial", "0.1", *extra]
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

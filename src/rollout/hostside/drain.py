@@ -124,6 +124,17 @@ def proc_state(proc: str, pid: int, starttime: int | None) -> tuple[str, int | N
     return "running", ppid
 
 
+def read_starttime(proc: str, pid: int) -> int | None:
+    text = read_text(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def thin(samples: list[list[Any]], keep: int = 50) -> list[list[Any]]:
     n = len(samples)
     if n <= keep:
@@ -147,6 +158,9 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
     mem: dict[str, Any] = {}
     outcome = "deadline"
     state = "running"
+    if args.starttime is None:  # pin the process seen now: a later reuse of the pid is "gone"
+        found = read_starttime(args.proc, args.pid)
+        args.starttime = found if found is not None else -1
     while True:
         t = time.time()
         state, ppid = proc_state(args.proc, args.pid, args.starttime)

@@ -261,7 +261,7 @@ class Supervisor:
         self.state = ""
         self.since = now()
         self.reason: str | None = None
-        self.next_start = 0.0
+        self.next_start = 0.0  # time.monotonic(): a wall-clock jump must not stall restarts
         self.failures = 0
         self.restarts: list[float] = []
         self.stop_requested = False
@@ -310,7 +310,9 @@ class Supervisor:
             "restarts": self.restarts,
             "consecutive_failures": self.failures,
             "next_start_at": (
-                self.next_start if self.state in ("backoff", "crash-looping") else None
+                now() + max(0.0, self.next_start - time.monotonic())
+                if self.state in ("backoff", "crash-looping")
+                else None
             ),
             "supervisor_pid": os.getpid(),
             "updated": now(),
@@ -548,14 +550,14 @@ class Supervisor:
         self.restarts = [t for t in self.restarts if t >= died - window]
         bmax = float(self.cfg["backoff_max"])
         if len(self.restarts) >= int(self.cfg["crash_loop_restarts"]):
-            self.next_start = now() + bmax
+            self.next_start = time.monotonic() + bmax
             self.set_state(
                 "crash-looping",
                 f"{len(self.restarts)} exits within {window:g} s; next try in {bmax:g} s",
             )
         else:
             delay = min(float(self.cfg["backoff_initial"]) * 2 ** (self.failures - 1), bmax)
-            self.next_start = now() + delay
+            self.next_start = time.monotonic() + delay
             self.set_state("backoff", f"restart in {delay:g} s")
         self.write_json()
 
@@ -573,7 +575,7 @@ class Supervisor:
         if not os.path.exists(self.daemon_path()):
             self.set_state("stopped", f"no daemon executable at {self.daemon_path()}")
             return
-        if now() < self.next_start:
+        if time.monotonic() < self.next_start:
             if self.state not in ("backoff", "crash-looping"):
                 self.set_state("backoff")
             return
