@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.conftest import LabFleet
-from tests.lab.rollout_helpers import (
+from .conftest import LabFleet
+from .rollout_helpers import (
     FAST_KNOBS,
     host_snapshot,
     jsonl,

@@ -1,0 +1,47 @@
+"""`inv bench`: speed targets as a benchmark you run, never as a timed test."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from rollout import app, lab
+from rollout.cli.errors import reports_errors
+
+FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
+
+
+def _timed_rollout(fleet: Path, version: str) -> float:
+    request = app.RolloutRequest(str(fleet), None, (f"version={version}", f"lab_knobs={FAST}"))
+    started = time.monotonic()
+    summary = app.run_rollout(request)
+    if summary.exit_code:
+        raise SystemExit(f"benchmark rollout {version} failed")
+    return time.monotonic() - started
+
+
+@task(help={"hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
+            "output": "Also write the figures as JSON to this file."})
+@reports_errors
+def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
+    """Measure lab.up for N hosts (cached base image) and a 3-host rollout, v1 then v2."""
+    figures: dict[str, float] = {}
+    figures[f"lab_up_{hosts}_hosts_s"] = round(lab.bench_lab_up(hosts), 2)
+    fleet = lab.up(3)
+    os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))
+    try:
+        figures["rollout_3_hosts_first_s"] = round(_timed_rollout(fleet, "bench-1"), 2)
+        figures["rollout_3_hosts_next_s"] = round(_timed_rollout(fleet, "bench-2"), 2)
+        figures["rollout_3_hosts_rerun_s"] = round(_timed_rollout(fleet, "bench-2"), 2)
+    finally:
+        lab.down()
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if output:
+        Path(output).write_text(text + "\n")
