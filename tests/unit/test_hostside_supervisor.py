@@ -146,7 +146,11 @@ class Host:
             return {}
 
     def cleanup(self) -> None:
-        (self.root / "test-over").write_text("")
+        (self.root / "test-over").write_text("")  # stand-in daemons exit by themselves
+        self.path("hold").write_text("")
+        if any(p.poll() is None for p in self.procs):
+            with contextlib.suppress(AssertionError):  # let the supervisor reap them first
+                wait_for(lambda: read_pidfile(self.root) is None, 1.0)
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
