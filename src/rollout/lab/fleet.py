@@ -29,6 +29,7 @@ ADDRESS = "127.0.0.1"
 FIRST_PORT = 22001
 SSH_WAIT_S = 30.0
 MAX_HOSTS = 64
+SSHD_STOPPED_FLAG = "/run/lab-sshd-stopped"  # lab-init does not restart sshd while it exists
 
 
 @dataclass(frozen=True)
@@ -233,8 +234,15 @@ def _container(name: str) -> Container:
 def exec_on(
     name: str, cmd: str | Sequence[str], environment: dict[str, str] | None = None
 ) -> tuple[int, str]:
-    """Run `cmd` (a shell string or an argv) on a lab host with docker exec."""
-    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    """Run `cmd` (a shell string or an argv) on a lab host with docker exec.
+
+    Like a command run over SSH, it runs with oom_score_adj 500 (see lab-init).
+    """
+    reset = "echo 500 > /proc/self/oom_score_adj; "
+    if isinstance(cmd, str):
+        argv = ["/bin/sh", "-c", reset + cmd]
+    else:
+        argv = ["/bin/sh", "-c", reset + 'exec "$@"', "sh", *cmd]
     result = _container(name).exec_run(argv, environment=environment)
     return int(result.exit_code), result.output.decode(errors="replace")
 
@@ -260,12 +268,12 @@ def unpause_host(name: str) -> None:
 
 def stop_sshd(name: str) -> None:
     """Kill a host's sshd (the container keeps running): connections are refused/reset."""
-    exec_on(name, "pkill -x sshd || true")
+    exec_on(name, f"touch {SSHD_STOPPED_FLAG}; pkill -x sshd || true")
 
 
 def start_sshd(name: str) -> None:
     container = _container(name)
-    code, out = exec_on(name, "/usr/sbin/sshd")
+    code, out = exec_on(name, f"rm -f {SSHD_STOPPED_FLAG}; pgrep -x sshd || /usr/sbin/sshd")
     if code != 0:
         raise EnvironmentProblem(f"could not start sshd on {name}: {out.strip()}")
     container.reload()
