@@ -3,10 +3,8 @@ helper that installs and drives the stand-in cuzk on a lab host (through docker 
 
 from __future__ import annotations
 
-import io
 import json
 import shlex
-import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
