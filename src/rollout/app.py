@@ -5,20 +5,23 @@ The CLI (rollout.cli) parses flags and calls these; the engine never imports the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.console import ConsoleSink, print_summary
-from rollout.engine import Engine, RunSummary
+from rollout.engine import Engine, EngineOptions, RunSummary
+from rollout.errors import UserError
+from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.events import EventBus, JsonLinesSink
 from rollout.plan import Plan, make_plan
 from rollout.transport.ssh import SshTarget, SshTransport
@@ -55,12 +58,21 @@ class RolloutRequest:
     dry_run: bool = False
     json_path: str | None = None
     verbose: bool = False
+    lock_wait: float = 0.0
+    break_lock: bool = False
+    resume: str | None = None
+
+    def replayable(self) -> dict[str, Any]:
+        """What a resumed run needs to rebuild the same plan."""
+        return {"hosts": str(Path(self.hosts).resolve()), "limit": self.limit,
+                "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
+                "sets": list(self.sets)}
 
 
-def load_plan(req: RolloutRequest) -> Plan:
+def load_plan(req: RolloutRequest, run_id: str | None = None) -> Plan:
     inventory = load_inventory(req.hosts)
     playbook = load_playbook(req.playbook or default_playbook(), parse_set_options(req.sets))
-    return make_plan(playbook, inventory, req.limit)
+    return make_plan(playbook, inventory, req.limit, run_id)
 
 
 @contextmanager
@@ -106,15 +118,39 @@ def _interrupts(flag: threading.Event) -> Iterator[None]:
 
 
 def run_rollout(req: RolloutRequest) -> RunSummary:
-    plan = load_plan(req)
+    done: frozenset[str] = frozenset()
+    if req.resume:
+        req, done = resume_request(req)
+    plan = load_plan(req, req.resume)
     if req.dry_run:
         from rollout.dryrun import dry_run
 
         dry_run(plan, connect)
         return RunSummary(plan.run_id, {}, aborted=None)
-    interrupted = threading.Event()
-    with _json_stream(req.json_path) as stream, _interrupts(interrupted):
+    holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
+    options = EngineOptions(holder, LockPolicy(req.lock_wait, req.break_lock,
+                                               plan.playbook.rolling.lock_stale_after), done)
+    with (fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
+          _json_stream(req.json_path) as stream, _interrupts(options.interrupted)):
         bus = make_bus(plan, stream, req.verbose)
-        summary = Engine(plan, bus, connect, cache_dir(), interrupted).run()
+        summary = Engine(plan, bus, connect, cache_dir(), options).run(req.replayable())
     print_summary(summary)
     return summary
+
+
+def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]:
+    """The request of the journaled run, and the hosts it already validated."""
+    assert req.resume is not None
+    journal = runs_dir() / f"{req.resume}.jsonl"
+    if not journal.exists():
+        raise UserError(f"no journal {journal} for run {req.resume}")
+    events = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    start = next((e for e in events if e["kind"] == "run_start"), None)
+    if start is None or not start["data"].get("request"):
+        raise UserError(f"{journal} has no run_start event: cannot resume {req.resume}")
+    old = start["data"]["request"]
+    done = frozenset(e["host"] for e in events
+                     if e["kind"] == "host_end" and e["status"] == "validated")
+    resumed = replace(req, hosts=old["hosts"], playbook=old["playbook"],
+                      sets=tuple(old["sets"]), limit=old["limit"])
+    return resumed, done

@@ -13,12 +13,13 @@ from typing import Any
 
 from rollout.config.batches import max_fail_exceeded
 from rollout.config.render import evaluate_condition
-from rollout.errors import RolloutError, StepFailed, TransportError
+from rollout.errors import LockHeld, RolloutError
 from rollout.events import EventBus, Status, StepResult
 from rollout.layout import Layout
+from rollout.locks import Holder, LockPolicy, acquire_host_lock, as_dict, release_host_lock
 from rollout.plan import Plan
 from rollout.retry import failure_class, run_with_retry
-from rollout.rollback import roll_back_host
+from rollout.rollback import RollbackStep, roll_back_host
 from rollout.steps import HOST_STEPS, image
 from rollout.steps.base import HostContext, Release
 from rollout.transport.base import Transport
@@ -29,7 +30,7 @@ Connect = Callable[[Any], Transport]
 @dataclass
 class HostOutcome:
     host: str
-    status: str  # validated, failed, rolled_back, unreachable, not_started
+    status: str  # validated, failed, rolled_back, skipped, locked, unreachable, not_started
     reason: str
     release: str | None = None
     steps: dict[str, str] = field(default_factory=dict)
@@ -52,25 +53,34 @@ class RunSummary:
         return 0 if ok and not self.aborted and self.outcomes else 1
 
 
+@dataclass
+class EngineOptions:
+    holder: Holder | None = None  # who takes the host locks; None: no locks
+    locks: LockPolicy = field(default_factory=LockPolicy)
+    done_hosts: frozenset[str] = frozenset()  # a resumed run: hosts already validated
+    interrupted: threading.Event = field(default_factory=threading.Event)
+
+
 class Engine:
     def __init__(self, plan: Plan, bus: EventBus, connect: Connect, cache_dir: Path,
-                 interrupted: threading.Event | None = None) -> None:
+                 options: EngineOptions | None = None) -> None:
         self.plan = plan
         self.bus = bus
         self.connect = connect
         self.cache_dir = cache_dir
-        self.interrupted = interrupted or threading.Event()
+        self.options = options or EngineOptions()
 
-    def run(self) -> RunSummary:
+    def run(self, request: dict[str, Any] | None = None) -> RunSummary:
         plan = self.plan
-        self.bus.emit("run_start", data=plan.describe())
+        self.bus.emit("run_start", data={**plan.describe(), "request": request or {}})
         summary = RunSummary(plan.run_id, {})
-        release = self._controller_steps()
-        summary.release = release
-        if release is None:
+        summary.release = self._controller_steps()
+        if summary.release is None:
             summary.aborted = "controller steps failed"
         else:
-            self._batches(release, summary)
+            self._batches(summary.release, summary)
+        if summary.aborted and plan.playbook.rolling.rollback_on_abort == "all":
+            self._revert_done_hosts(summary)
         for name in plan.host_names:
             summary.outcomes.setdefault(
                 name, HostOutcome(name, "not_started", summary.aborted or "not reached"))
@@ -92,8 +102,9 @@ class Engine:
     def _batches(self, release: Release, summary: RunSummary) -> None:
         rolling = self.plan.playbook.rolling
         for index, batch in enumerate(self.plan.batches):
-            if self.interrupted.is_set():
-                summary.aborted = "interrupted: no new hosts started"
+            if self.options.interrupted.is_set():
+                summary.aborted = (f"interrupted: no new hosts started; resume with "
+                                   f"`rollout --resume {self.plan.run_id}`")
                 return
             self.bus.emit("batch_start", data={"index": index, "hosts": batch})
             with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
@@ -111,30 +122,111 @@ class Engine:
             if rolling.pause_between_batches and index + 1 < len(self.plan.batches):
                 time.sleep(float(rolling.pause_between_batches))
 
+    def _context(self, name: str, transport: Transport, release: Release | None) -> HostContext:
+        return HostContext(host=self.plan.host(name), transport=transport,
+                           layout=Layout(self.plan.root), settings=self.plan.settings_for(name),
+                           release=release, log=partial(self._note, name))
+
     def _host(self, name: str, release: Release) -> HostOutcome:
-        host = self.plan.host(name)
         try:
-            transport = self.connect(host)
+            transport = self.connect(self.plan.host(name))
         except RolloutError as e:
-            return self._unreachable(name, e)
-        ctx = HostContext(host=host, transport=transport, layout=Layout(self.plan.root),
-                          settings=self.plan.settings_for(name), release=release, log=partial(self._note, name))
+            return self._end(HostOutcome(name, "unreachable", str(e)))
+        ctx = self._context(name, transport, release)
+        holder = self.options.holder
         try:
+            if holder is not None:
+                locked = self._lock(ctx, holder)
+                if locked is not None:
+                    return self._end(locked)
+            if name in self.options.done_hosts and self._still_validated(ctx):
+                return self._end(HostOutcome(name, "validated", "already validated on release "
+                                             f"{release.id} by this run (resumed)", release.id))
             return self._host_steps(ctx)
+        except RolloutError as e:  # a dropped connection between steps, a lock we lost
+            return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
         finally:
+            if holder is not None:
+                _quietly(release_host_lock, ctx, holder)
             transport.close()
+
+    def _lock(self, ctx: HostContext, holder: Holder) -> HostOutcome | None:
+        spec = RollbackStep("lock", "lock")
+
+        def take() -> StepResult:
+            acquire_host_lock(ctx, holder, self.options.locks, partial(self._broke, ctx.name))
+            return StepResult(Status.OK, f"host lock taken for run {holder.run_id}")
+
+        result = self._run_step(ctx, spec, take)
+        if result.failed:
+            return HostOutcome(ctx.name, "locked", result.reason)
+        return None
+
+    def _broke(self, host: str, holder: Holder) -> None:
+        self.bus.emit("lock_broken", host=host, reason=f"broke stale lock of {holder.describe()}",
+                      data={"holder": as_dict(holder)})
+
+    def _still_validated(self, ctx: HostContext) -> bool:
+        facts = ctx.facts()
+        daemon = facts.get("daemon") or {}
+        return bool(ctx.release and facts.get("current_release") == ctx.release.id
+                    and daemon.get("state") == "running" and not facts.get("held"))
+
+    def _host_steps(self, ctx: HostContext) -> HostOutcome:
+        steps: dict[str, str] = {}
+        assert ctx.release is not None
+        for spec in self.plan.host_steps:
+            if not evaluate_condition(spec.when, ctx.template_context()):
+                self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
+                continue
+            result = self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
+            steps[spec.name] = result.status.value
+            if result.failed:
+                return self._after_failure(ctx, spec.kind.value, result, steps)
+        return self._end(HostOutcome(ctx.name, "validated", f"running release {ctx.release.id}, "
+                                     "validation passed", ctx.release.id, steps))
+
+    def _after_failure(self, ctx: HostContext, kind: str, result: StepResult,
+                       steps: dict[str, str]) -> HostOutcome:
+        cause = f"{kind} failed: {result.reason}"
+        if kind == "preflight":
+            return self._end(HostOutcome(ctx.name, "skipped", f"{cause}; host untouched",
+                                         None, steps), cause)
+        rolled = roll_back_host(ctx, cause, self._run_step)
+        status = "rolled_back" if rolled.ok else "failed"
+        return self._end(HostOutcome(ctx.name, status, f"{cause}; {rolled.reason}",
+                                     rolled.release, steps), cause)
+
+    def _end(self, outcome: HostOutcome, cause: str | None = None) -> HostOutcome:
+        self.bus.emit("host_end", host=outcome.host, status=outcome.status,
+                      reason=outcome.reason, data={"release": outcome.release, "cause": cause})
+        return outcome
+
+    def _revert_done_hosts(self, summary: RunSummary) -> None:
+        """rollback_on_abort: all: hosts that reached the new release go back too."""
+        for outcome in summary.outcomes.values():
+            if not outcome.succeeded:
+                continue
+            transport = self.connect(self.plan.host(outcome.host))
+            try:
+                ctx = self._context(outcome.host, transport, summary.release)
+                ctx.notes["stopped"] = {}
+                rolled = roll_back_host(ctx, "abort: rollback_on_abort is all", self._run_step)
+                status = "rolled_back" if rolled.ok else "failed"
+                summary.outcomes[outcome.host] = self._end(HostOutcome(
+                    outcome.host, status, rolled.reason, rolled.release, outcome.steps))
+            finally:
+                transport.close()
 
     def run_steps_on(self, name: str, specs: list[Any]) -> list[StepResult]:
         """Run some steps on one host, outside a rollout (the single-step commands)."""
-        host = self.plan.host(name)
-        transport = self.connect(host)
-        ctx = HostContext(host=host, transport=transport, layout=Layout(self.plan.root),
-                          settings=self.plan.settings_for(name), log=partial(self._note, name))
+        transport = self.connect(self.plan.host(name))
+        ctx = self._context(name, transport, None)
         results = []
         try:
             for spec in specs:
-                results.append(self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx,
-                                                                  spec.params)))
+                results.append(self._run_step(ctx, spec,
+                                              partial(HOST_STEPS[spec.kind], ctx, spec.params)))
                 if results[-1].failed:
                     break
         finally:
@@ -149,41 +241,10 @@ class Engine:
     def _note(self, host: str, message: str) -> None:
         self.bus.emit("note", host=host, reason=message)
 
-    def _unreachable(self, name: str, error: Exception) -> HostOutcome:
-        self.bus.emit("host_end", host=name, status="unreachable", reason=str(error))
-        return HostOutcome(name, "unreachable", str(error))
-
-    def _host_steps(self, ctx: HostContext) -> HostOutcome:
-        steps: dict[str, str] = {}
-        assert ctx.release is not None
-        for spec in self.plan.host_steps:
-            if not evaluate_condition(spec.when, ctx.template_context()):
-                self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
-                continue
-            result = self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
-            steps[spec.name] = result.status.value
-            if result.failed:
-                return self._after_failure(ctx, spec.kind, result, steps)
-        outcome = HostOutcome(ctx.name, "validated", f"running release {ctx.release.id}, "
-                              "validation passed", ctx.release.id, steps)
-        self.bus.emit("host_end", host=ctx.name, status=outcome.status, reason=outcome.reason,
-                      data={"release": ctx.release.id})
-        return outcome
-
-    def _after_failure(self, ctx: HostContext, kind: str, result: StepResult,
-                       steps: dict[str, str]) -> HostOutcome:
-        cause = f"{kind} failed: {result.reason}"
-        rolled = roll_back_host(ctx, cause, self._run_step)
-        status = "rolled_back" if rolled.ok else "failed"
-        reason = f"{cause}; {rolled.reason}"
-        self.bus.emit("host_end", host=ctx.name, status=status, reason=reason,
-                      data={"release": rolled.release, "cause": cause})
-        return HostOutcome(ctx.name, status, reason, rolled.release, steps)
-
     def _run_step(self, ctx: HostContext | None, spec: Any,
                   call: Callable[[], StepResult]) -> StepResult:
         host = ctx.name if ctx else None
-        self.bus.emit("step_start", host=host, step=spec.name, data={"kind": spec.kind})
+        self.bus.emit("step_start", host=host, step=spec.name, data={"kind": str(spec.kind)})
         started = time.monotonic()
 
         def attempt() -> StepResult:
@@ -198,7 +259,7 @@ class Engine:
         try:
             result, attempts = run_with_retry(attempt, spec.retry, on_retry)
             result.attempts = attempts
-        except (StepFailed, TransportError, RolloutError) as e:
+        except RolloutError as e:
             output = getattr(e, "output", "") or getattr(e, "stderr", "")
             result = StepResult(Status.FAILED, str(e), {"failure": failure_class(e)},
                                 output=str(output)[-3000:], attempts=spec.retry.attempts)
@@ -211,3 +272,10 @@ class Engine:
                                                   "duration": result.duration,
                                                   "output": result.output[-2000:]})
         return result
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except RolloutError:
+        pass

@@ -18,7 +18,7 @@ from .rollout_helpers import (
 )
 
 pytestmark = pytest.mark.lab
-STEPS = ["supervise", "upload", "config", "stop", "drain", "switch", "start", "ready",
+STEPS = ["preflight", "supervise", "upload", "config", "stop", "drain", "switch", "start", "ready",
          "validate", "prune"]
 
 

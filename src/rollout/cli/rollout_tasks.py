@@ -35,15 +35,21 @@ def hosts_file(hosts: str | None) -> str:
         "dry_run": "Read facts and print each host's plan; change nothing.",
         "json_": "Write every event as a JSON line to this file ('-' for stdout).",
         "verbose": "Also print each step's start.",
+        "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
+        "break_lock": "Break a stale host lock (holder gone, older than "
+                      "rolling.lock_stale_after); the break is logged.",
+        "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
     },
 )
 @reports_errors
 def rollout(c: Context, hosts: str | None = None, playbook: str | None = None,
             set_: list[str] | None = None, limit: str | None = None, dry_run: bool = False,
-            json_: str | None = None, verbose: bool = False) -> None:
+            json_: str | None = None, verbose: bool = False, lock_wait: float = 0.0,
+            break_lock: bool = False, resume: str | None = None) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
-    request = app.RolloutRequest(hosts_file(hosts), playbook, tuple(set_ or ()), limit,
-                                 dry_run, json_, verbose)
+    inventory = hosts or "" if resume else hosts_file(hosts)
+    request = app.RolloutRequest(inventory, playbook, tuple(set_ or ()), limit, dry_run, json_,
+                                 verbose, lock_wait, break_lock, resume)
     summary = app.run_rollout(request)
     if summary.exit_code:
         raise Exit(code=summary.exit_code)

@@ -99,6 +99,13 @@ class RollingSpec(Section):
         "every host of the run back to its previous release.",
     )
 
+    lock_stale_after: float = Field(
+        default=3600,
+        gt=0,
+        description="Seconds after which a host lock whose holder is gone counts as stale "
+        "(then --break-lock may break it).",
+    )
+
     @field_validator("serial", mode="before")
     @classmethod
     def _serial(cls, value: Any) -> list[BatchSize]:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class StepKind(StrEnum):
     BUILD = "build"
     EXTRACT = "extract"
+    PREFLIGHT = "preflight"
     SUPERVISE = "supervise"
     UPLOAD = "upload"
     CONFIG = "config"

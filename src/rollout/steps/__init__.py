@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from rollout.steps import config, daemon, release, validate
+from rollout.steps import config, daemon, preflight, release, validate
 from rollout.steps.base import StepFn
 
 HOST_STEPS: dict[str, StepFn] = {
+    "preflight": preflight.preflight,
     "supervise": daemon.supervise,
     "upload": release.upload,
     "config": config.config,

@@ -112,6 +112,8 @@ def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
                           "--zombie-grace", params.get("zombie_grace", d.zombie_grace)]
     if stopped.get("pid"):
         args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
+    else:
+        args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
     code, out = ctx.script("drain", *args, timeout=float(d.deadline) + 30)
     if out.get("outcome") != "drained":
         mem = out.get("memory") or {}

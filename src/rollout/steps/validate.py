@@ -32,7 +32,7 @@ def ensure_input(ctx: HostContext) -> str:
                          retryable=False)
     partial = f"{spec.path}.partial"
     ctx.sh(f"mkdir -p -- {q(spec.path.rsplit('/', 1)[0])}").check()
-    ctx.transport.put(str(source), partial)
+    ctx.transport.put(str(source), partial, resume=True)
     if _sha256_on_host(ctx, partial) != want:
         ctx.sh(f"rm -f -- {q(partial)}")
         raise StepFailed(f"staged validation input {spec.path}: sha256 mismatch")

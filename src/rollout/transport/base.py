@@ -35,8 +35,8 @@ class Transport(ABC):
         """Run a shell command on the host; never raises for a non-zero exit."""
 
     @abstractmethod
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Copy a local file to the host."""
+    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+        """Copy a local file to the host. `resume`: append to what a partial copy left."""
 
     @abstractmethod
     def get(self, remote_path: str, local_path: str) -> None:

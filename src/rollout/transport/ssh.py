@@ -7,6 +7,9 @@ unless the policy is `accept-new`, which records it. A changed key is always ref
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,12 +124,25 @@ class SshTransport(Transport):
             raise TransportError(f"{self.name}: connection lost: {e}") from e
         return RunResult(command, r.exited, r.stdout, r.stderr)
 
-    def put(self, local_path: str, remote_path: str) -> None:
+    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         try:
-            self._connection().put(local_path, remote_path)
+            self._put(local_path, remote_path, resume)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.name}: upload of {local_path} failed: {e}") from e
+
+    def _put(self, local_path: str, remote_path: str, resume: bool) -> None:
+        sftp = self._connection().sftp()
+        start = 0
+        if resume:
+            with contextlib.suppress(OSError):
+                start = sftp.stat(remote_path).st_size or 0
+            if start > os.path.getsize(local_path):
+                start = 0
+        with open(local_path, "rb") as src, sftp.open(remote_path, "ab" if start else "wb") as dst:
+            dst.set_pipelined(True)
+            src.seek(start)
+            shutil.copyfileobj(src, dst, 1 << 20)
 
     def get(self, remote_path: str, local_path: str) -> None:
         try:
