@@ -184,9 +184,12 @@ class Standin:
         return self.sh("ls /dev/shm")[1].split()
 
     def cleanup(self) -> None:
-        self.sh("pkill -KILL -x lab-late-reaper; pkill -KILL -x cuzk-daemon; "
-                "pkill -KILL -x lab-pool-keeper; sleep 0.2; rm -rf /dev/shm/lab-srs-pool.* "
-                f"{ZK}")
+        """Kill every process but PID 1, sshd and this shell (daemons, keepers, reapers,
+        anything a rollout test left behind), then free the pool and our files."""
+        self.sh("for pid in $(ps -eo pid=,comm= | awk -v me=$$ "
+                "'$1 != 1 && $1 != me && $2 != \"sshd\" {print $1}'); do "
+                "kill -KILL $pid 2>/dev/null; done; sleep 0.2; "
+                f"rm -rf /dev/shm/lab-srs-pool.* {ZK}")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,142 @@
+"""The lab fleet itself: reachable with plain OpenSSH from its inventory, isolated hosts,
+memory limits visible in the cgroup files, clean teardown, and fast start-up."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from ruamel.yaml import YAML
+
+from rollout import lab
+from rollout.errors import TransportError
+from rollout.lab.fleet import wait_for_ssh
+
+from .conftest import LabFleet
+
+pytestmark = pytest.mark.lab
+CGROUP_LIMIT = (
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+)
+
+
+def inventory(fleet: LabFleet) -> dict[str, Any]:
+    data: dict[str, Any] = YAML(typ="safe").load(fleet.fleet_path.read_text())
+    return data
+
+
+def ssh(fleet_path: Path, entry: dict[str, Any], defaults: dict[str, Any], command: str,
+        timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    base = fleet_path.parent
+    argv = [
+        "ssh", "-i", str(base / defaults["key_file"]),
+        "-o", f"UserKnownHostsFile={base / defaults['known_hosts']}",
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+        "-p", str(entry["port"]), f"{defaults['user']}@{entry['address']}", command,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_inventory_is_in_the_users_format(lab_fleet: LabFleet) -> None:
+    data = inventory(lab_fleet)
+    assert lab_fleet.fleet_path.read_text().startswith("# Lab fleet written by `inv lab.up`.\n")
+    assert data["defaults"] == {"user": "root", "key_file": "keys/id_ed25519",
+                                "known_hosts": "known_hosts", "host_key_policy": "strict"}
+    assert [h["name"] for h in data["hosts"]] == ["lab-1", "lab-2", "lab-3"]
+    for host in data["hosts"]:
+        assert host["address"] == "127.0.0.1" and host["port"] % 2 == 1
+        assert host["groups"] == ["lab"] and host["vars"] == {"memory_limit": "512m"}
+    known = (lab_fleet.fleet_path.parent / "known_hosts").read_text().splitlines()
+    expected = [f"[127.0.0.1]:{h['port']}" for h in data["hosts"]]
+    assert [line.split()[0] for line in known] == expected
+    assert all(line.split()[1] == "ssh-ed25519" for line in known)
+
+
+def test_each_host_reached_with_plain_openssh(lab_fleet: LabFleet) -> None:
+    data = inventory(lab_fleet)
+    for entry in data["hosts"]:
+        done = ssh(lab_fleet.fleet_path, entry, data["defaults"],
+                   f"hostname > /data/whoami && {CGROUP_LIMIT}")
+        assert done.returncode == 0, done.stderr
+        assert int(done.stdout.split()[0]) == 512 << 20
+    for entry in data["hosts"]:
+        done = ssh(lab_fleet.fleet_path, entry, data["defaults"],
+                   "cat /data/whoami; pgrep -x cuzk-daemon || echo no-daemon; "
+                   "cat /proc/1/comm; command -v curl python3 ps")
+        lines = done.stdout.split()
+        assert lines[0] == entry["name"]  # its own /data
+        assert lines[1] == "no-daemon"
+        assert lines[2] == "lab-init"  # PID 1 is not a daemon's parent
+        assert len(lines) == 6
+
+
+def test_password_login_is_refused(lab_fleet: LabFleet) -> None:
+    entry = inventory(lab_fleet)["hosts"][0]
+    known = lab_fleet.fleet_path.parent / "known_hosts"
+    done = subprocess.run(
+        ["ssh", "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
+         "-o", "BatchMode=yes", "-o", "PreferredAuthentications=password",
+         "-o", "IdentitiesOnly=yes", "-p", str(entry["port"]), "root@127.0.0.1", "true"],
+        capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
+def test_status_lists_the_hosts(lab_fleet: LabFleet) -> None:
+    hosts = lab.status()
+    assert [h["name"] for h in hosts] == ["lab-1", "lab-2", "lab-3"]
+    assert all(h["state"] == "running" and h["memory_limit"] == 512 << 20 for h in hosts)
+    assert [h["port"] for h in hosts] == [h.port for h in lab_fleet.hosts]
+
+
+def test_data_survives_a_restart(lab_fleet: LabFleet) -> None:
+    name = lab_fleet.hosts[-1].name
+    assert lab.exec_on(name, "echo kept > /data/marker")[0] == 0
+    lab.restart_host(name)
+    assert lab.exec_on(name, "cat /data/marker")[1].strip() == "kept"
+    data = inventory(lab_fleet)
+    done = ssh(lab_fleet.fleet_path, data["hosts"][-1], data["defaults"], "true")
+    assert done.returncode == 0, done.stderr  # same host key after a restart
+
+
+def test_pause_and_sshd_stop_make_a_host_unreachable(lab_fleet: LabFleet) -> None:
+    host = lab_fleet.hosts[1]
+    lab.pause_host(host.name)
+    try:
+        with pytest.raises(TransportError):
+            wait_for_ssh(host.port, timeout=1.5)
+    finally:
+        lab.unpause_host(host.name)
+    wait_for_ssh(host.port)
+    lab.stop_sshd(host.name)
+    with pytest.raises(TransportError):
+        wait_for_ssh(host.port, timeout=1.5)
+    lab.start_sshd(host.name)
+    wait_for_ssh(host.port)
+
+
+def lab_leftovers(client: docker.DockerClient) -> list[str]:
+    names = [c.name for c in client.containers.list(all=True) if c.name.startswith("rollout-lab")]
+    names += [v.name for v in client.volumes.list() if v.name.startswith("rollout-lab")]
+    names += [n.name for n in client.networks.list() if n.name.startswith("rollout-lab")]
+    return names
+
+
+def test_down_leaves_nothing_and_8_hosts_come_up_fast(
+    lab_fleet: LabFleet, docker_client: docker.DockerClient
+) -> None:
+    """Runs last in this module: it replaces the session's fleet, then restores it."""
+    dead = docker_client.containers.create("rollout-lab/base:latest", command=["true"],
+                                           name="rollout-lab-stale", labels={"rollout.lab": "1"})
+    assert dead.status == "created"
+    seconds = lab.bench_lab_up(8)  # up 8 (removing the stale leftover first), then down
+    assert seconds < 30, f"lab.up --hosts 8 took {seconds:.1f} s"
+    assert lab_leftovers(docker_client) == []
+    for cmd in (["docker", "ps", "-a"], ["docker", "volume", "ls"], ["docker", "network", "ls"]):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        assert "rollout-lab" not in out
+    lab_fleet.refresh(lab.up(3))
+    assert len(lab_fleet.hosts) == 3
