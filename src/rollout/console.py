@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.events import Event
+from rollout.secrets import redact
 
 if TYPE_CHECKING:
     from rollout.engine import RunSummary
@@ -57,7 +58,7 @@ def summary_table(summary: RunSummary) -> Table:
     for outcome in summary.outcomes.values():
         style = _STYLE.get(outcome.status, "")
         table.add_row(outcome.host, f"[{style}]{outcome.status}[/{style}]",
-                      outcome.release or "-", outcome.reason)
+                      outcome.release or "-", redact(outcome.reason))
     return table
 
 

@@ -15,6 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
+from rollout.secrets import redact
+
 
 class Status(StrEnum):
     OK = "ok"
@@ -86,7 +88,7 @@ class EventBus:
         self._sinks.append(sink)
 
     def emit(self, kind: str, **fields: Any) -> Event:
-        event = Event(kind=kind, run_id=self.run_id, **fields)
+        event = Event(kind=kind, run_id=self.run_id, **redact(fields))
         with self._lock:
             self.history.append(event)
             for sink in self._sinks:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from invoke.exceptions import Exit
 
 from rollout.errors import RolloutError, UserError
+from rollout.secrets import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,9 +22,9 @@ def reports_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            raise Exit(f"error: {e}", e.exit_code) from e
+            raise Exit(redact(f"error: {e}"), e.exit_code) from e
         except RolloutError as e:
-            raise Exit(f"error: {e}", e.exit_code) from e
+            raise Exit(redact(f"error: {e}"), e.exit_code) from e
         except KeyboardInterrupt:
             raise Exit("interrupted", 130) from None
         except Exit:

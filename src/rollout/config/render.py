@@ -14,6 +14,7 @@ Two moments, one set of rules (StrictUndefined: a missing name is an error):
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from itertools import chain, islice
 from typing import Any
@@ -22,6 +23,7 @@ from jinja2 import Environment, StrictUndefined, TemplateError, Undefined, Undef
 from jinja2.nativetypes import NativeEnvironment, NativeTemplate
 
 from rollout.errors import ConfigError, Location
+from rollout.secrets import secret
 
 from .yamlfile import KeyPath, to_plain
 
@@ -45,8 +47,27 @@ class _NativeTemplate(NativeTemplate):
 _NativeEnvironment.template_class = _NativeTemplate
 
 
-_NATIVE = _NativeEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
-_TEXT = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+class ShellRaw(str):
+    """Text a shell template inserts as it is: `{{ value | raw }}`. Use with care."""
+
+
+def _shell_quote(value: Any) -> Any:
+    """Every value inserted into a shell command is one quoted word, unless marked raw."""
+    if isinstance(value, ShellRaw | Undefined):
+        return value
+    return shlex.quote(str(value))
+
+
+def _environment(cls: type[Environment], **options: Any) -> Environment:
+    env = cls(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False, **options)
+    env.globals["secret"] = secret
+    env.filters["raw"] = ShellRaw
+    return env
+
+
+_NATIVE = _environment(_NativeEnvironment)
+_TEXT = _environment(Environment)
+_SHELL = _environment(Environment, finalize=_shell_quote)
 _TEMPLATE_MARK = re.compile(r"{{|{%|{#")
 
 
@@ -78,6 +99,17 @@ def render_runtime(template: str, context: Mapping[str, Any], where: Location | 
     try:
         return _TEXT.from_string(template).render(context)
     except Exception as exc:  # any error raised inside a user's template is theirs
+        raise template_error(exc, where) from exc
+
+
+def render_shell(
+    template: str, context: Mapping[str, Any], where: Location | None = None
+) -> str:
+    """Render a shell command template: each `{{ value }}` becomes one quoted word, so an
+    inventory value like `x; touch /tmp/pwned` stays inert. `{{ value | raw }}` opts out."""
+    try:
+        return _SHELL.from_string(template).render(context)
+    except Exception as exc:
         raise template_error(exc, where) from exc
 
 

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rollout.config.render import render_runtime
+from rollout.config.render import render_runtime, render_shell
 from rollout.errors import StepFailed
 from rollout.events import StepResult
 from rollout.hostside import script_text
@@ -74,9 +74,9 @@ class HostContext:
         return self.settings.template_context(  # type: ignore[no-any-return]
             self.host, release_dir=release_dir, release_id=release_id, **extra)
 
-    def render(self, template: str, **extra: Any) -> str:
-        """Render a runtime template (validate.command) for this host."""
-        return render_runtime(template, self.template_context(**extra),
+    def render_command(self, template: str, **extra: Any) -> str:
+        """Render a shell command template (validate.command) for this host, values quoted."""
+        return render_shell(template, self.template_context(**extra),
                               self.settings.location("validate", "command"))
 
     def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:

@@ -43,7 +43,7 @@ def ensure_input(ctx: HostContext) -> str:
 def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     spec = ctx.settings.validation
     staged = ensure_input(ctx)
-    command = ctx.render(params.get("command", spec.command))
+    command = ctx.render_command(params.get("command", spec.command))
     pattern = re.compile(params.get("success_pattern", spec.success_pattern), re.MULTILINE)
     r = ctx.sh(command, timeout=float(params.get("timeout", 600)))
     output = (r.stdout + r.stderr)[-4000:]
