@@ -43,6 +43,10 @@ class Layout:
         return f"{self.state_dir}/daemon.log"
 
     @property
+    def previous_release(self) -> str:
+        return f"{self.state_dir}/previous_release"
+
+    @property
     def lock(self) -> str:
         return f"{self.state_dir}/lock"
 

@@ -10,7 +10,7 @@ from typing import Any
 from rollout.events import StepResult
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
-from rollout.steps.release import current_release, point_current_at
+from rollout.steps.release import current_release, point_current_at, recorded_previous
 
 RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
 
@@ -45,13 +45,19 @@ class RollbackResult:
 
 def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackResult:
     failed_kind = cause.split(" ", 1)[0]
-    previous = ctx.notes.get("previous_release", current_release(ctx))
+    previous = _previous(ctx)
     if failed_kind in _UNTOUCHED or "stopped" not in ctx.notes:
         return RollbackResult(False, "host untouched: still on its previous release", previous)
     if not previous or (ctx.release and previous == ctx.release.id):
-        return RollbackResult(False, "NO PREVIOUS RELEASE: host left stopped and held",
-                              current_release(ctx))
+        spec = RollbackStep("rollback-stop", "stop")
+        run_step(ctx, spec, partial(HOST_STEPS["stop"], ctx, spec.params))
+        return RollbackResult(False, "NO PREVIOUS RELEASE to go back to: host left stopped "
+                              "and held", current_release(ctx))
     for kind in _BACK_ON:
+        if kind == "drain" and failed_kind == "drain":
+            ctx.log("drain already passed its deadline: restarting the previous release "
+                    "without waiting again (its memory is still charged)")
+            continue
         if kind == "start" and current_release(ctx) != previous:
             point_current_at(ctx, previous)
         spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
@@ -60,6 +66,16 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
             return RollbackResult(False, f"ROLLBACK FAILED at {kind}: {result.reason}",
                                   current_release(ctx))
     return RollbackResult(True, f"rolled back to {previous}, validated", previous)
+
+
+def _previous(ctx: HostContext) -> str | None:
+    """The release to go back to: the one current pointed at before this run switched it."""
+    if "previous_release" in ctx.notes:
+        return ctx.notes["previous_release"]  # type: ignore[no-any-return]
+    current = current_release(ctx)
+    if ctx.release is not None and current == ctx.release.id:
+        return recorded_previous(ctx)  # switched by a controller that died
+    return current
 
 
 def _timeout(ctx: HostContext, kind: str) -> float | None:

@@ -13,7 +13,8 @@ from rollout.cli import bench_tasks, lab_tasks, rollout_tasks
 
 namespace = Collection(
     rollout_tasks.rollout, rollout_tasks.drain, rollout_tasks.start, rollout_tasks.stop,
-    rollout_tasks.validate, rollout_tasks.status, rollout_tasks.docs, bench_tasks.bench,
+    rollout_tasks.validate, rollout_tasks.status, rollout_tasks.diagnose, rollout_tasks.docs,
+    bench_tasks.bench,
 )
 namespace.add_collection(lab_tasks.ns)
 

@@ -9,7 +9,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rollout import app, single
+from rollout import app, health, single
+from rollout import diagnose as diagnose_mod
 from rollout.cli.errors import reports_errors
 from rollout.errors import UserError
 
@@ -95,13 +96,39 @@ def validate(c: Context, host: str, hosts: str | None = None,
 
 
 @task(help={"hosts": HOSTS_HELP, "playbook": PLAYBOOK_HELP,
-            "json_": "Print JSON instead of a table.",
-            "limit": "Only these hosts: comma-separated names, groups or globs."})
+            "json_": "Print JSON (hosts and capacity) instead of a table.",
+            "limit": "Only these hosts: comma-separated names, groups or globs.",
+            "min_capacity": "Exit 1 when fewer than this share of hosts (0..1, e.g. 0.8) "
+                            "are serving; for cron or CI alerts. Default 0: never.",
+            "watch": "Refresh the table until Ctrl-C.",
+            "interval": "Seconds between refreshes with --watch (default 5)."})
 @reports_errors
 def status(c: Context, hosts: str | None = None, playbook: str | None = None,
-           json_: bool = False, limit: str | None = None) -> None:
-    """Per host: daemon state, release, memory used and limit."""
-    code = single.status(hosts_file(hosts), playbook, limit, as_json=json_)
+           json_: bool = False, limit: str | None = None, min_capacity: float = 0.0,
+           watch: bool = False, interval: float = 5.0) -> None:
+    """Per host: daemon state, release, version, uptime, restarts, memory, last exit and cause."""
+    path = hosts_file(hosts)
+
+    def once() -> int:
+        return single.status(path, playbook, limit, as_json=json_, min_capacity=min_capacity)
+
+    code = health.watch(once, interval) if watch else once()
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"host": "Host name from the inventory (or use --all).",
+            "all_": "Diagnose every host of the inventory, in parallel.",
+            "hosts": HOSTS_HELP, "playbook": PLAYBOOK_HELP,
+            "json_": "Print JSON instead of a readable report."})
+@reports_errors
+def diagnose(c: Context, host: str | None = None, all_: bool = False, hosts: str | None = None,
+             playbook: str | None = None, json_: bool = False) -> None:
+    """Name the cause of each daemon's last exit, with the evidence; reads only, bounded."""
+    if bool(host) == all_:
+        raise UserError("give one HOST or --all")
+    plan = health.load_fleet(hosts_file(hosts), playbook, None if all_ else host)
+    code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
         raise Exit(code=code)
 

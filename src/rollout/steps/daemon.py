@@ -163,18 +163,27 @@ def _status_url(status_listen: str) -> str:
 
 
 def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    """The status port answers (never a log line). Fails early if the daemon dies meanwhile."""
     daemon = ctx.settings.daemon
     seconds = float(params.get("timeout", daemon.ready_timeout))
     url = _status_url(daemon.status_listen)
-    loop = (f"for i in $(seq {int(seconds * 5)}); do "
-            f"curl -fsS --max-time 1 {q(url)} && exit 0; sleep 0.2; done; exit 1")
+    pidfile = q(ctx.layout.daemon_pid)
+    loop = (f"pid=$(cut -d' ' -f1 {pidfile} 2>/dev/null); "
+            f"for i in $(seq {int(seconds * 5)}); do "
+            f"curl -fsS --max-time 1 {q(url)} && exit 0; "
+            f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
+            f"then echo \"daemon $pid died during start-up\"; exit 3; fi; "
+            f"sleep 0.2; done; exit 1")
     r = ctx.sh(loop, timeout=seconds + 10)
+    if r.exit_code == 3:
+        tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
+        raise StepFailed(f"{r.stdout.strip()}; status port {url} never answered",
+                         retryable=False, output=tail)
     if not r.ok:
         raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
     try:
         status = json.loads(r.stdout)
     except ValueError as e:
         raise StepFailed(f"{url} answered with something that is not JSON: {r.stdout[:200]}") from e
-    version = status.get("version")
-    return ok(f"status port answers (version {version}, up {status.get('uptime_secs')}s)",
-              status=status)
+    return ok(f"status port answers (version {status.get('version')}, "
+              f"up {status.get('uptime_secs')}s)", status=status)

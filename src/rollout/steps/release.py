@@ -74,6 +74,12 @@ def point_current_at(ctx: HostContext, release_id: str) -> None:
     ctx.sh(f"ln -sfn -- {q(target)} {q(tmp)} && mv -T -- {q(tmp)} {q(ctx.layout.current)}").check()
 
 
+def recorded_previous(ctx: HostContext) -> str | None:
+    """The release current pointed at before the last switch (survives a dead controller)."""
+    r = ctx.sh(f"cat -- {q(ctx.layout.previous_release)} 2>/dev/null")
+    return r.stdout.strip() or None if r.ok else None
+
+
 def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     release = _need_release(ctx)
     before = current_release(ctx)
@@ -82,6 +88,8 @@ def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         return skipped(f"current already points at {release.id}", release=release.id)
     if _mismatches(ctx, ctx.layout.release_dir(release.id), release):
         raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
+    if before:
+        ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
     point_current_at(ctx, release.id)
     return changed(f"current: {before or 'none'} -> {release.id}", previous=before,
                    release=release.id)

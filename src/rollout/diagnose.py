@@ -1,0 +1,335 @@
+"""`rollout diagnose`: collect bounded evidence from hosts in parallel, name the last exit's cause.
+
+Collection reads through the same transport and fact readers as a rollout and changes
+nothing on a host. Classification (`classify`) is pure: facts and evidence in, verdict out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any, TypeVar
+
+from rollout.app import connect
+from rollout.errors import RolloutError, StepFailed
+from rollout.layout import Layout, q
+from rollout.plan import Plan
+from rollout.steps.base import HostContext
+from rollout.units import format_size
+
+OOM_KILL = "oom-kill"
+EXTERNAL_SIGKILL = "external-sigkill"
+PANIC = "panic"
+GPU_FAULT = "gpu-fault"
+CRASH = "crash"
+CLEAN_EXIT = "clean-exit"
+STOPPED_BY_TOOL = "stopped-by-tool"
+UNKNOWN = "unknown"
+CAUSES = (OOM_KILL, EXTERNAL_SIGKILL, PANIC, GPU_FAULT, CRASH, CLEAN_EXIT, STOPPED_BY_TOOL,
+          UNKNOWN)
+RUST_PANIC_EXIT = 101
+KERNEL_WINDOW_S = 30.0
+PANIC_RE = re.compile(r"panicked at|\bpanic\b", re.IGNORECASE)
+GPU_RE = re.compile(r"CUDA_ERROR|cudaError|CUDA error|\bXid\b|NVRM", re.IGNORECASE)
+OOM_LOG_RE = re.compile(r"out of memory|memory allocation of \d+ bytes failed", re.IGNORECASE)
+KERNEL_OOM_RE = re.compile(r"(out of memory|oom).*Killed process (\d+) \(([^)]*)\)",
+                           re.IGNORECASE)
+LIGHT_ARGS = ("--window-bytes", 256 * 1024, "--tail-lines", 0, "--max-matches", 20,
+              "--kmsg-records", 0, "--records", 5)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cause: str
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HostEvidence:
+    host: str
+    reachable: bool
+    facts: dict[str, Any] = field(default_factory=dict)
+    diag: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    transfer_bytes: int = 0
+    seconds: float = 0.0
+
+
+# ---------------------------------------------------------------- collection
+
+
+def diagnose_script() -> str:
+    return resources.files("rollout.hostside").joinpath("diagnose.py").read_text("utf-8")
+
+
+def _json_script(ctx: HostContext, text: str, args: tuple[object, ...],
+                 timeout: float) -> tuple[dict[str, Any], int]:
+    """Run a host script; its JSON (last stdout line) and the bytes that came back."""
+    result = ctx.sh("python3 - " + " ".join(q(a) for a in args), timeout=timeout, stdin=text)
+    size = len(result.stdout.encode()) + len(result.stderr.encode())
+    try:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise StepFailed(f"diagnose on host gave no JSON (exit {result.exit_code}): "
+                         f"{(result.stderr or result.stdout).strip()[-300:]}") from e
+    return (data if isinstance(data, dict) else {}), size
+
+
+def host_context(plan: Plan, name: str) -> HostContext:
+    """A connected context for one host; raises a RolloutError when it is unreachable."""
+    host = plan.host(name)
+    return HostContext(host=host, transport=connect(host), layout=Layout(plan.root),
+                       settings=plan.settings_for(name))
+
+
+def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
+    """Facts and bounded evidence from one host. Unreachable is data, never an exception."""
+    started = time.monotonic()
+    try:
+        ctx = host_context(plan, name)
+    except RolloutError as e:
+        return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
+    try:
+        args: tuple[object, ...] = ("--root", plan.root, *(LIGHT_ARGS if light else ()))
+        facts, facts_size = _json_script(ctx, _facts_script(), ("--root", plan.root), 30)
+        diag, diag_size = _json_script(ctx, diagnose_script(), args, 30)
+    except RolloutError as e:
+        return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
+    finally:
+        ctx.transport.close()
+    return HostEvidence(name, True, facts, diag, transfer_bytes=facts_size + diag_size,
+                        seconds=round(time.monotonic() - started, 3))
+
+
+def _facts_script() -> str:
+    from rollout.hostside import script_text
+
+    return script_text("facts")
+
+
+def in_parallel(names: list[str], fn: Callable[[str], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(names)))) as pool:
+        return list(pool.map(fn, names))
+
+
+def collect(plan: Plan, light: bool = False) -> list[HostEvidence]:
+    return in_parallel(list(plan.host_names), lambda n: collect_host(plan, n, light))
+
+
+# ---------------------------------------------------------------- classification (pure)
+
+
+def _when(t: Any) -> str:
+    if not isinstance(t, (int, float)):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(t)))
+
+
+def describe_exit(rec: dict[str, Any]) -> str:
+    how = f"signal {rec['signal']}" if rec.get("signal") else f"exit code {rec.get('exit_code')}"
+    mem = rec.get("memory") or {}
+    memory = f"{format_size(mem.get('usage'))} of {format_size(mem.get('limit'))}"
+    return (f"exits.jsonl: pid {rec.get('pid')} release {rec.get('release')} ended by {how} "
+            f"at {_when(rec.get('time'))} after {rec.get('uptime_secs')} s; memory at exit "
+            f"{memory}; held={bool(rec.get('held'))}")
+
+
+def _exits(facts: dict[str, Any], diag: dict[str, Any]) -> tuple[dict[str, Any] | None,
+                                                                 dict[str, Any] | None]:
+    recs = [r for r in (diag.get("exits") or []) if isinstance(r, dict)]
+    if recs:
+        return recs[-1], (recs[-2] if len(recs) > 1 else None)
+    last = facts.get("last_exit")
+    return (last if isinstance(last, dict) else None), None
+
+
+def _death_run(facts: dict[str, Any], diag: dict[str, Any], exit_rec: dict[str, Any]) -> int:
+    """Which run of the log ended in this exit: 0 the last one, 1 if a restart followed."""
+    starts = [s for s in (diag.get("starts") or []) if isinstance(s, dict)]
+    last_start = starts[-1] if starts else facts.get("last_start")
+    if isinstance(last_start, dict) and float(last_start.get("time") or 0) > float(
+            exit_rec.get("time") or 0):
+        return 1
+    return 0
+
+
+def _run_lines(diag: dict[str, Any], run: int) -> list[str]:
+    """Matched log lines of one run, each followed by the line after it when that helps."""
+    out: list[str] = []
+    for m in (diag.get("log") or {}).get("matches") or []:
+        if m.get("run") == run:
+            out.append(f"daemon.log: {m.get('line')}")
+            if PANIC_RE.search(str(m.get("line"))) and m.get("next"):
+                out.append(f"daemon.log: {m['next']}")
+    return out
+
+
+def _counter_delta(exit_rec: dict[str, Any], prev: dict[str, Any] | None) -> tuple[list[str],
+                                                                                   list[str]]:
+    """(OOM evidence, plain notes) from the cgroup counters the supervisor recorded."""
+    now = exit_rec.get("oom") or {}
+    before = (prev or {}).get("oom") or {}
+    found: list[str] = []
+    notes: list[str] = []
+    for key in ("oom_kill", "oom"):
+        if now.get(key) is None:
+            continue
+        if prev is None:
+            if now[key]:
+                found.append(f"cgroup {key} = {now[key]} at exit (no earlier exit to compare)")
+            else:
+                notes.append(f"cgroup {key} = 0 at exit")
+        elif (now[key] or 0) > (before.get(key) or 0):
+            found.append(f"cgroup {key} rose {before.get(key) or 0} -> {now[key]} since the "
+                         "previous exit")
+        else:
+            notes.append(f"cgroup {key} unchanged ({now[key]}) since the previous exit")
+    if not now:
+        notes.append("no cgroup OOM counters recorded at exit")
+    return found, notes
+
+
+def _kernel_oom(diag: dict[str, Any], exit_rec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    kernel = diag.get("kernel") or {}
+    if not kernel.get("readable"):
+        why = kernel.get("error") or "not collected"
+        return [], [f"kernel messages unreadable ({why})"]
+    t = float(exit_rec.get("time") or 0)
+    hits = []
+    for rec in kernel.get("lines") or []:
+        m = KERNEL_OOM_RE.search(str(rec.get("line")))
+        near = isinstance(rec.get("time"), (int, float)) and abs(rec["time"] - t) < KERNEL_WINDOW_S
+        if m and near and (str(m.group(2)) == str(exit_rec.get("pid")) or "cuzk" in m.group(3)):
+            hits.append(f"kernel: {rec['line']}")
+    return hits, ([] if hits else [f"no OOM kill in kernel messages near {_when(t)}"])
+
+
+def _kernel_gpu(diag: dict[str, Any], exit_rec: dict[str, Any]) -> list[str]:
+    t = float(exit_rec.get("time") or 0)
+    return [f"kernel: {r['line']}" for r in (diag.get("kernel") or {}).get("lines") or []
+            if GPU_RE.search(str(r.get("line"))) and isinstance(r.get("time"), (int, float))
+            and abs(r["time"] - t) < KERNEL_WINDOW_S]
+
+
+def _memory_note(exit_rec: dict[str, Any]) -> list[str]:
+    mem = exit_rec.get("memory") or {}
+    usage, limit = mem.get("usage"), mem.get("limit")
+    if isinstance(usage, int) and isinstance(limit, int) and limit:
+        return [f"memory at exit {format_size(usage)} of {format_size(limit)} "
+                f"({100 * usage / limit:.0f}% of the cgroup limit)"]
+    return []
+
+
+def classify(facts: dict[str, Any], diag: dict[str, Any]) -> Verdict:
+    """Name the cause of the last daemon exit from the facts and the collected evidence."""
+    exit_rec, prev = _exits(facts, diag)
+    if exit_rec is None:
+        return Verdict(UNKNOWN, "no daemon exit recorded", missing=[
+            "no exit record in <root>/rollout/exits.jsonl (no supervisor, or no exit yet)"])
+    base = [describe_exit(exit_rec)]
+    if exit_rec.get("held"):
+        return Verdict(STOPPED_BY_TOOL, "stopped by rollout (hold set before the stop)",
+                       base + ["hold file present at exit: rollout stop/drain asked for it"])
+    lines = _run_lines(diag, _death_run(facts, diag, exit_rec))
+    return _classify_unheld(exit_rec, prev, diag, base, lines)
+
+
+def _classify_unheld(exit_rec: dict[str, Any], prev: dict[str, Any] | None,
+                     diag: dict[str, Any], base: list[str], lines: list[str]) -> Verdict:
+    sig, code = exit_rec.get("signal"), exit_rec.get("exit_code")
+    missing = [] if (diag.get("log") or {}).get("exists") else ["no daemon log"]
+    oom_counters, counter_notes = _counter_delta(exit_rec, prev)
+    oom_kernel, kernel_notes = _kernel_oom(diag, exit_rec)
+    oom_log = [ln for ln in lines if OOM_LOG_RE.search(ln)]
+    panics = [ln for ln in lines if PANIC_RE.search(ln)]
+    gpu = [ln for ln in lines if GPU_RE.search(ln)] + _kernel_gpu(diag, exit_rec)
+    if sig and (oom_counters or oom_kernel):
+        return Verdict(OOM_KILL, f"killed by the kernel OOM killer ({sig})",
+                       base + oom_counters + oom_kernel + oom_log + _memory_note(exit_rec))
+    if sig == "SIGKILL":
+        quiet = "no panic, CUDA or OOM line in the log before death" if not lines else None
+        return Verdict(EXTERNAL_SIGKILL, "SIGKILL from outside with no OOM evidence: most "
+                       "likely the provider's memory watchdog",
+                       base + counter_notes + kernel_notes + _memory_note(exit_rec)
+                       + ([quiet] if quiet else lines[-5:]), missing)
+    if panics:
+        extra = " (its message names a CUDA error)" if any(GPU_RE.search(p) for p in panics) else ""
+        return Verdict(PANIC, f"crashed with a panic{extra}", base + panics[:6])
+    if gpu:
+        return Verdict(GPU_FAULT, "GPU/CUDA fault", base + gpu[:8])
+    if code == RUST_PANIC_EXIT:
+        return Verdict(PANIC, "exit code 101 (Rust's panic exit code); no panic line found",
+                       base + ["exit code 101 is what a Rust panic exits with"],
+                       missing + ["the panic line (not in the scanned end of the log)"])
+    if code == 0:
+        return Verdict(CLEAN_EXIT, "exited cleanly (code 0) without being asked to",
+                       base + ["no hold file at exit: rollout did not stop it"] + lines[-3:])
+    if sig in ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE") or code:
+        return Verdict(CRASH, f"crashed ({sig or f'exit code {code}'}) without a panic line",
+                       base + lines[-8:], missing + ["a panic or CUDA error line"])
+    return Verdict(UNKNOWN, f"ended by {sig or 'an unknown status'} while no hold was set",
+                   base + lines[-5:], missing + [
+                       f"who sent {sig}: not rollout (no hold file)" if sig
+                       else "the exit status (the supervisor could not reap it)"])
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def report_dict(ev: HostEvidence) -> dict[str, Any]:
+    out: dict[str, Any] = {"host": ev.host, "reachable": ev.reachable, "error": ev.error,
+                           "seconds": ev.seconds, "transfer_bytes": ev.transfer_bytes}
+    if not ev.reachable:
+        out["verdict"] = asdict(Verdict(UNKNOWN, "host unreachable", missing=[str(ev.error)]))
+        return out
+    log = ev.diag.get("log") or {}
+    out["verdict"] = asdict(classify(ev.facts, ev.diag))
+    out["last_exit"], _ = _exits(ev.facts, ev.diag)
+    out["log_files"] = log.get("files")
+    out["log_tail"] = [t.get("line") for t in log.get("tail") or []]
+    out["log_matches"] = [m.get("line") for m in log.get("matches") or []]
+    out["cgroup"] = ev.diag.get("cgroup")
+    out["kernel"] = ev.diag.get("kernel")
+    out["supervisor_state"] = ev.diag.get("supervisor_state")
+    out["exits"] = ev.diag.get("exits")
+    out["errors"] = {**(ev.facts.get("errors") or {}), **(ev.diag.get("errors") or {})}
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    v = report["verdict"]
+    head = f"== {report['host']}: {v['cause']}: {v['summary']}"
+    if not report["reachable"]:
+        return f"{head}\n   {report['error']}\n"
+    lines = [head, "   evidence:"] + [f"     - {e}" for e in v["evidence"]]
+    if v["missing"]:
+        lines += ["   missing:"] + [f"     - {m}" for m in v["missing"]]
+    files = ", ".join(f"{f['path']} ({format_size(f['size'])}, last "
+                      f"{format_size(f['scanned_bytes'])} scanned)"
+                      for f in report.get("log_files") or [])
+    lines.append(f"   log: {files or 'none'}")
+    lines += ["   error-pattern matches:"] + [f"     {m}" for m in report["log_matches"][-15:]]
+    lines += ["   log tail:"] + [f"     {t}" for t in report["log_tail"][-15:]]
+    kernel = report.get("kernel") or {}
+    lines.append("   kernel: " + ("readable" if kernel.get("readable")
+                                   else f"unreadable ({kernel.get('error')})"))
+    lines.append(f"   collected in {report['seconds']} s, {report['transfer_bytes']} bytes")
+    return "\n".join(lines) + "\n"
+
+
+def diagnose(plan: Plan, as_json: bool) -> int:
+    """Print the report for every host of the plan; exit code 0 (a report, not a check)."""
+    reports = [report_dict(ev) for ev in collect(plan)]
+    if as_json:
+        print(json.dumps(reports, indent=2, default=str))
+    else:
+        print("\n".join(render_text(r) for r in reports))
+    return 0

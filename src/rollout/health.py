@@ -1,0 +1,177 @@
+"""`rollout status`: one row per host (state, release, uptime, restarts, memory, last exit and
+its cause), fleet capacity, and a watch mode. Reads only; changes nothing on a host."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.app import default_playbook
+from rollout.config.inventory import load_inventory
+from rollout.config.playbook import load_playbook
+from rollout.console import print_table
+from rollout.diagnose import HostEvidence, classify, collect
+from rollout.errors import UserError
+from rollout.plan import Plan, make_plan
+from rollout.units import format_size
+
+SERVING = "running"
+COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memory",
+           "last_exit", "cause"]
+
+
+def load_fleet(hosts_file: str, playbook: str | None, limit: str | None) -> Plan:
+    return make_plan(load_playbook(playbook or default_playbook()), load_inventory(hosts_file),
+                     limit)
+
+
+def daemon_state(facts: dict[str, Any]) -> str:
+    """running, zombie, stopped, held or crash-looping, from facts.py's output."""
+    daemon = facts.get("daemon") or {}
+    supervisor = facts.get("supervisor") or {}
+    state = str(daemon.get("state") or "none")
+    if supervisor.get("state") == "crash-looping":
+        return "crash-looping"
+    if state == "running":
+        return "running"
+    if state == "zombie":
+        return "zombie"
+    return "held" if facts.get("held") else "stopped"
+
+
+def _last_exit_text(rec: Any, now: float) -> str | None:
+    if not isinstance(rec, dict):
+        return None
+    how = rec.get("signal") or f"code {rec.get('exit_code')}"
+    t = rec.get("time")
+    ago = f" {format_duration(now - float(t))} ago" if isinstance(t, (int, float)) else ""
+    return f"{how}{ago}"
+
+
+def format_duration(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    s = int(max(0.0, float(secs)))
+    if s >= 86400:
+        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def host_row(ev: HostEvidence) -> dict[str, Any]:
+    """The status of one host as plain data (the JSON output is a list of these)."""
+    if not ev.reachable:
+        return {"host": ev.host, "state": "unreachable", "serving": False, "error": ev.error}
+    facts, diag = ev.facts, ev.diag
+    memory = (facts.get("cgroup") or {}).get("memory") or {}
+    daemon = facts.get("daemon") or {}
+    release = diag.get("release") if isinstance(diag.get("release"), dict) else {}
+    verdict = classify(facts, diag)
+    state = daemon_state(facts)
+    return {
+        "host": ev.host, "state": state, "serving": state == SERVING, "pid": daemon.get("pid"),
+        "release": facts.get("current_release"), "version": (release or {}).get("version"),
+        "uptime_secs": daemon.get("uptime_secs"),
+        "restarts_last_hour": facts.get("restarts_last_hour"),
+        "restart_count_complete": facts.get("exit_counts_complete"),
+        "memory_used": memory.get("usage"), "memory_limit": memory.get("limit"),
+        "supervisor": (facts.get("supervisor") or {}).get("state"),
+        "last_exit": facts.get("last_exit"),
+        "last_exit_cause": verdict.cause if facts.get("last_exit") else None,
+        "last_exit_summary": verdict.summary if facts.get("last_exit") else None,
+        "time": facts.get("time"),
+    }
+
+
+@dataclass(frozen=True)
+class Capacity:
+    serving: int
+    total: int
+
+    @property
+    def share(self) -> float:
+        return self.serving / self.total if self.total else 0.0
+
+
+def capacity(rows: list[dict[str, Any]]) -> Capacity:
+    return Capacity(sum(1 for r in rows if r.get("serving")), len(rows))
+
+
+def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
+    out = {"host": row["host"], "state": row["state"]}
+    if row["state"] == "unreachable":
+        return {**out, "last_exit": str(row.get("error") or "")[:60]}
+    restarts = row.get("restarts_last_hour")
+    return {
+        **out,
+        "release": str(row.get("release") or "-")[:12], "version": row.get("version") or "-",
+        "uptime": format_duration(row.get("uptime_secs")),
+        "restarts_1h": "-" if restarts is None else
+        f"{restarts}{'' if row.get('restart_count_complete', True) else '+'}",
+        "memory": f"{format_size(row.get('memory_used'))} / {format_size(row.get('memory_limit'))}",
+        "last_exit": _last_exit_text(row.get("last_exit"), now) or "-",
+        "cause": row.get("last_exit_cause") or "-",
+    }
+
+
+def fleet_rows(plan: Plan) -> list[dict[str, Any]]:
+    return [host_row(ev) for ev in collect(plan, light=True)]
+
+
+def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
+    cap = capacity(rows)
+    if as_json:
+        doc = {"hosts": rows, "capacity": {"serving": cap.serving, "total": cap.total,
+                                           "share": round(cap.share, 3)}}
+        print(json.dumps(doc, indent=2, default=str))
+        return
+    now = time.time()
+    title = (f"fleet status {time.strftime('%H:%M:%S')}: {cap.serving}/{cap.total} serving "
+             f"({100 * cap.share:.0f}%)")
+    print_table([table_row(r, now) for r in rows], COLUMNS, title)
+
+
+def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> int:
+    if min_capacity is None:
+        return 0
+    cap = capacity(rows)
+    if cap.share + 1e-9 < min_capacity:
+        print(f"capacity {cap.serving}/{cap.total} ({100 * cap.share:.0f}%) is below the "
+              f"minimum {100 * min_capacity:.0f}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bool,
+           min_capacity: float | None = None) -> int:
+    """Print the fleet status once; 1 when fewer than min_capacity of the hosts serve."""
+    if min_capacity is not None and not 0.0 <= min_capacity <= 1.0:
+        raise UserError(f"--min-capacity must be a share between 0 and 1, got {min_capacity}")
+    rows = fleet_rows(load_fleet(hosts_file, playbook, limit))
+    print_status(rows, as_json)
+    return check_capacity(rows, min_capacity)
+
+
+def watch(once: Callable[[], int], interval: float,
+          sleep: Callable[[float], None] = time.sleep, rounds: int | None = None) -> int:
+    """Refresh the status every `interval` seconds until Ctrl-C; the last exit code."""
+    code = 0
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            if sys.stdout.isatty():
+                print("\033[2J\033[H", end="")
+            code = once()
+            done += 1
+            if rounds is None or done < rounds:
+                sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    return code
