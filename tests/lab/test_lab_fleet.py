@@ -17,7 +17,6 @@ from rollout.lab.fleet import wait_for_ssh
 
 from .conftest import LabFleet
 
-pytestmark = pytest.mark.lab
 CGROUP_LIMIT = (
     "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
 )
@@ -40,6 +39,7 @@ def ssh(fleet_path: Path, entry: dict[str, Any], defaults: dict[str, Any], comma
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@pytest.mark.lab
 def test_inventory_is_in_the_users_format(lab_fleet: LabFleet) -> None:
     data = inventory(lab_fleet)
     assert lab_fleet.fleet_path.read_text().startswith("# Lab fleet written by `inv lab.up`.\n")
@@ -55,6 +55,7 @@ def test_inventory_is_in_the_users_format(lab_fleet: LabFleet) -> None:
     assert all(line.split()[1] == "ssh-ed25519" for line in known)
 
 
+@pytest.mark.lab
 def test_each_host_reached_with_plain_openssh(lab_fleet: LabFleet) -> None:
     data = inventory(lab_fleet)
     for entry in data["hosts"]:
@@ -73,6 +74,7 @@ def test_each_host_reached_with_plain_openssh(lab_fleet: LabFleet) -> None:
         assert len(lines) == 6
 
 
+@pytest.mark.lab
 def test_password_login_is_refused(lab_fleet: LabFleet) -> None:
     entry = inventory(lab_fleet)["hosts"][0]
     known = lab_fleet.fleet_path.parent / "known_hosts"
@@ -85,6 +87,7 @@ def test_password_login_is_refused(lab_fleet: LabFleet) -> None:
     assert done.returncode == 255 and "Permission denied" in done.stderr
 
 
+@pytest.mark.lab
 def test_status_lists_the_hosts(lab_fleet: LabFleet) -> None:
     hosts = lab.status()
     assert [h["name"] for h in hosts] == ["lab-1", "lab-2", "lab-3"]
@@ -92,6 +95,7 @@ def test_status_lists_the_hosts(lab_fleet: LabFleet) -> None:
     assert [h["port"] for h in hosts] == [h.port for h in lab_fleet.hosts]
 
 
+@pytest.mark.lab
 def test_data_survives_a_restart(lab_fleet: LabFleet) -> None:
     name = lab_fleet.hosts[-1].name
     assert lab.exec_on(name, "echo kept > /data/marker")[0] == 0
@@ -102,6 +106,7 @@ def test_data_survives_a_restart(lab_fleet: LabFleet) -> None:
     assert done.returncode == 0, done.stderr  # same host key after a restart
 
 
+@pytest.mark.lab
 def test_pause_and_sshd_stop_make_a_host_unreachable(lab_fleet: LabFleet) -> None:
     host = lab_fleet.hosts[1]
     lab.pause_host(host.name)
@@ -125,6 +130,7 @@ def lab_leftovers(client: docker.DockerClient) -> list[str]:
     return names
 
 
+@pytest.mark.lab
 def test_down_leaves_nothing_and_8_hosts_come_up_fast(
     lab_fleet: LabFleet, docker_client: docker.DockerClient
 ) -> None:
@@ -140,3 +146,31 @@ def test_down_leaves_nothing_and_8_hosts_come_up_fast(
         assert "rollout-lab" not in out
     lab_fleet.refresh(lab.up(3))
     assert len(lab_fleet.hosts) == 3
+
+
+def test_engine_down_and_not_root_is_a_clear_environment_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollout.errors import EnvironmentProblem
+    from rollout.lab import engine
+
+    monkeypatch.setattr(engine, "_client", lambda: None)
+    monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
+    with pytest.raises(EnvironmentProblem, match="not running and rollout is not root"):
+        engine.ensure_engine()
+
+
+def test_engine_down_as_root_installs_and_starts_dockerd(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rollout.lab import engine
+
+    calls: list[str] = []
+    answers = iter([None, None, "client"])
+    monkeypatch.setattr(engine, "_client", lambda: next(answers))
+    monkeypatch.setattr(engine.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(engine.shutil, "which", lambda name: None)
+    monkeypatch.setattr(engine, "_install_docker_io", lambda: calls.append("install"))
+    monkeypatch.setattr(engine.subprocess, "Popen", lambda *a, **k: calls.append("dockerd"))
+    monkeypatch.setattr(engine, "DOCKERD_LOG", "/dev/null")
+    monkeypatch.setattr(engine.time, "sleep", lambda s: None)
+    assert engine.ensure_engine() == "client"
+    assert calls == ["install", "dockerd"]
