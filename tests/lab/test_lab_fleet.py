@@ -155,7 +155,7 @@ def test_engine_down_and_not_root_is_a_clear_environment_problem(
     from rollout.lab import engine
 
     monkeypatch.setattr(engine, "_client", lambda: None)
-    monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
     with pytest.raises(EnvironmentProblem, match="not running and rollout is not root"):
         engine.ensure_engine()
 
@@ -166,11 +166,11 @@ def test_engine_down_as_root_installs_and_starts_dockerd(monkeypatch: pytest.Mon
     calls: list[str] = []
     answers = iter([None, None, "client"])
     monkeypatch.setattr(engine, "_client", lambda: next(answers))
-    monkeypatch.setattr(engine.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(engine.shutil, "which", lambda name: None)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.setattr(engine, "_install_docker_io", lambda: calls.append("install"))
-    monkeypatch.setattr(engine.subprocess, "Popen", lambda *a, **k: calls.append("dockerd"))
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: calls.append("dockerd"))
     monkeypatch.setattr(engine, "DOCKERD_LOG", "/dev/null")
-    monkeypatch.setattr(engine.time, "sleep", lambda s: None)
+    monkeypatch.setattr("time.sleep", lambda s: None)
     assert engine.ensure_engine() == "client"
     assert calls == ["install", "dockerd"]
