@@ -251,9 +251,11 @@ def _classify_unheld(exit_rec: dict[str, Any], prev: dict[str, Any] | None,
     oom_log = [ln for ln in lines if OOM_LOG_RE.search(ln)]
     panics = [ln for ln in lines if PANIC_RE.search(ln)]
     gpu = [ln for ln in lines if GPU_RE.search(ln)] + _kernel_gpu(diag, exit_rec)
-    if sig and (oom_counters or oom_kernel):
-        return Verdict(OOM_KILL, f"killed by the kernel OOM killer ({sig})",
-                       base + oom_counters + oom_kernel + oom_log + _memory_note(exit_rec))
+    no_status = sig is None and code is None
+    if (sig or no_status) and (oom_counters or oom_kernel):
+        note = ["no exit status recorded; the OOM counters show the kill"] if no_status else []
+        return Verdict(OOM_KILL, f"killed by the kernel OOM killer ({sig or 'status unknown'})",
+                       base + oom_counters + oom_kernel + oom_log + _memory_note(exit_rec) + note)
     if sig == "SIGKILL":
         quiet = "no panic, CUDA or OOM line in the log before death" if not lines else None
         return Verdict(EXTERNAL_SIGKILL, "SIGKILL from outside with no OOM evidence: most "
@@ -333,3 +335,13 @@ def diagnose(plan: Plan, as_json: bool) -> int:
     else:
         print("\n".join(render_text(r) for r in reports))
     return 0
+
+
+def bench_diagnose(plan: Plan, host: str) -> dict[str, float]:
+    """Benchmark figures of one host's diagnose: seconds (connect included) and bytes back."""
+    started = time.monotonic()
+    ev = collect_host(plan, host)
+    if not ev.reachable:
+        raise StepFailed(f"benchmark host {host} unreachable: {ev.error}")
+    return {"diagnose_seconds": round(time.monotonic() - started, 3),
+            "diagnose_transfer_bytes": float(ev.transfer_bytes)}

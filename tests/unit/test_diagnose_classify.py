@@ -43,6 +43,8 @@ CASES: dict[str, tuple[dict[str, Any], str, list[str]]] = {
     "SIGKILL with the cgroup oom_kill counter up": (
         diag([PREV, exit_rec(signal="SIGKILL", oom={"oom": 1, "oom_kill": 1})]),
         d.OOM_KILL, ["oom_kill rose 0 -> 1", "memory at exit 480.0MiB of 512.0MiB (94%"]),
+    "no exit status recorded, but the oom_kill counter rose": (
+        diag([PREV, exit_rec(oom={"oom_kill": 1})]), d.OOM_KILL, ["no exit status recorded"]),
     "SIGKILL with a kernel OOM line for the daemon": (
         diag([PREV, exit_rec(signal="SIGKILL")], kernel={"readable": True, "lines": [
             {"time": T0 - 0.2, "line": "Memory cgroup out of memory: Killed process 9042 "
