@@ -126,7 +126,7 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
         from rollout.dryrun import dry_run
 
         dry_run(plan, connect)
-        return RunSummary(plan.run_id, {}, aborted=None)
+        return RunSummary(plan.run_id, {}, dry_run=True)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
     options = EngineOptions(holder, LockPolicy(req.lock_wait, req.break_lock,
                                                plan.playbook.rolling.lock_stale_after), done)

@@ -46,9 +46,12 @@ class RunSummary:
     outcomes: dict[str, HostOutcome]
     aborted: str | None = None
     release: Release | None = None
+    dry_run: bool = False
 
     @property
     def exit_code(self) -> int:
+        if self.dry_run:
+            return 0
         ok = all(o.succeeded for o in self.outcomes.values())
         return 0 if ok and not self.aborted and self.outcomes else 1
 

@@ -52,13 +52,17 @@ def sh(host: str, command: str) -> str:
 
 def reset_host(host: str) -> None:
     """Back to an empty rented host: no supervisor, no daemon, nothing under /data."""
-    lab.exec_on(host, "pkill -KILL -f /data/rollout/supervisor.py; pkill -KILL -f lab-late-reaper; "
-                      "pkill -KILL -f cuzk-daemon; sleep 0.3; rm -rf /data/* /dev/shm/lab-*")
+    # [x]yz patterns: pkill -f must not match the shell that runs this very command.
+    lab.exec_on(host, "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -f '[l]ab-late-reaper'; "
+                      "pkill -KILL -x cuzk-daemon; pkill -KILL -x lab-pool-keeper; sleep 0.3; "
+                      "rm -rf /data/* /dev/shm/lab-*")
 
 
 def host_snapshot(host: str) -> str:
-    """Everything observable that a rollout could change on a host."""
-    return sh(host, "find /data -printf '%p %s %T@ %l\\n' | sort; cat /data/rollout/daemon.pid "
+    """Everything a rollout could change on a host; not what the running daemon and its
+    supervisor rewrite on their own (logs, the supervisor's heartbeat)."""
+    return sh(host, "find /data -not -name '*.log' -not -name supervisor.json "
+                    "-printf '%p %s %T@ %l\\n' | sort; cat /data/rollout/daemon.pid "
                     "2>/dev/null; ls /data/rollout/hold 2>/dev/null; true")
 
 
