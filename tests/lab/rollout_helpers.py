@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,18 +31,60 @@ class CliRun:
         return next(e for e in self.events if e["kind"] == "host_end" and e["host"] == host)
 
 
-def run_cli(tmp: Path, *args: str) -> CliRun:
-    """`rollout ARGS --json FILE` as a user runs it, from the repository root."""
+def _command(tmp: Path, args: tuple[str, ...]) -> tuple[list[str], Path]:
     events_file = tmp / f"events-{len(list(tmp.glob('events-*')))}.jsonl"
-    env = {**os.environ, "ROLLOUT_RUNS_DIR": str(tmp / "runs")}
+    events_file.touch()
     cmd = [sys.executable, "-m", "rollout", *args]
     if args and args[0] == "rollout":
         cmd += ["--json", str(events_file)]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    events = []
-    if events_file.exists():
-        events = [json.loads(line) for line in events_file.read_text().splitlines()]
-    return CliRun(p.returncode, p.stdout, p.stderr, events)
+    return cmd, events_file
+
+
+def _env(tmp: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "ROLLOUT_RUNS_DIR": str(tmp / "runs"), **(extra or {})}
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> CliRun:
+    """`rollout ARGS --json FILE` as a user runs it, from the repository root."""
+    cmd, events_file = _command(tmp, args)
+    p = subprocess.run(cmd, cwd=REPO, env=_env(tmp, env), capture_output=True, text=True,
+                       timeout=600)
+    return CliRun(p.returncode, p.stdout, p.stderr, read_events(events_file))
+
+
+@dataclass
+class Background:
+    process: subprocess.Popen[str]
+    events_file: Path
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_events(self.events_file)
+
+    def wait_for(self, predicate: Any, timeout: float = 120) -> dict[str, Any]:
+        """The first event matching predicate, once the run has written it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if predicate(event):
+                    return event
+            assert self.process.poll() is None, self.process.communicate()
+            time.sleep(0.1)
+        raise AssertionError("the background rollout never got there")
+
+    def finish(self) -> CliRun:
+        out, err = self.process.communicate(timeout=600)
+        return CliRun(self.process.returncode, out, err, self.events())
+
+
+def start_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Background:
+    cmd, events_file = _command(tmp, args)
+    process = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp, env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    return Background(process, events_file)
 
 
 def sh(host: str, command: str) -> str:
@@ -73,3 +116,30 @@ def status_json(host: str) -> dict[str, Any]:
 def jsonl(host: str, path: str) -> list[dict[str, Any]]:
     text = sh(host, f"cat {path} 2>/dev/null; true")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def daemon_pid(host: str) -> int | None:
+    text = sh(host, "cat /data/rollout/daemon.pid 2>/dev/null; true").split()
+    return int(text[0]) if text else None
+
+
+def assert_serving(host: str) -> str:
+    """The invariant, read on the host itself: a daemon runs the release current points at,
+    answers its status port, passes a proof; no hold, no half-switched or partial state.
+    Returns the version it serves."""
+    release = sh(host, "readlink /data/current").strip()
+    assert release.startswith("releases/"), f"{host}: current -> {release!r}"
+    pid_line = sh(host, "cat /data/rollout/daemon.pid").split()
+    assert f"/data/{release}/cuzk-daemon" == pid_line[2], (host, pid_line, release)
+    state = sh(host, f"cut -d')' -f2 /proc/{pid_line[0]}/stat").split()[0]
+    assert state in "RS", f"{host}: daemon {pid_line[0]} is {state}"
+    assert lab.exec_on(host, "test -e /data/rollout/hold")[0] != 0, f"{host}: still on hold"
+    assert "partial" not in sh(host, "ls -a /data/releases"), f"{host}: partial upload left"
+    assert lab.exec_on(host, "test -e /data/rollout/lock")[0] != 0, f"{host}: lock left"
+    version = status_json(host)["version"]
+    release_meta = json.loads(sh(host, f"cat /data/{release}/RELEASE.json"))
+    assert release_meta["version"] == version, (host, release_meta, version)
+    proof = sh(host, f"/data/{release}/cuzk-bench -a http://127.0.0.1:9820 single -t porep "
+                     "--c1 /data/32gbench/c1.json")
+    assert "status:    COMPLETED" in proof, f"{host}: {proof}"
+    return str(version)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -37,6 +38,7 @@ class LabHost:
     name: str
     port: int
     memory: str
+    data_size: str | None = None  # a size-limited tmpfs /data (a disk that fills up)
 
     @property
     def container(self) -> str:
@@ -130,7 +132,9 @@ def _start_host(
 ) -> HostKey:
     key = new_host_key(host.name)
     labels = {LABEL: "1", f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
-    client.volumes.create(host.volume, labels=labels)
+    opts = ({"type": "tmpfs", "device": "tmpfs", "o": f"size={host.data_size}"}
+            if host.data_size else None)
+    client.volumes.create(host.volume, labels=labels, driver_opts=opts)
     container = client.containers.create(
         image, name=host.container, hostname=host.name, labels=labels, detach=True,
         mem_limit=host.memory, memswap_limit=host.memory, shm_size=host.memory,
@@ -255,6 +259,28 @@ def restart_host(name: str) -> None:
     port = _describe(container)["port"]
     if port:
         wait_for_ssh(port)
+
+
+def recreate_host(name: str, data_size: str | None = None,
+                  update_known_hosts: bool = True) -> None:
+    """Replace a host by a new container with a new host key and an empty /data, on the
+    same port: what a provider does when an instance is recreated. `data_size` gives it a
+    small /data that can fill up. Without `update_known_hosts` the old key stays trusted."""
+    client = ensure_engine()
+    old = _describe(_container(name))
+    _container(name).remove(force=True, v=True)
+    host = LabHost(name, int(old["port"]), str(old["memory_limit"]), data_size)
+    with contextlib.suppress(NotFound):
+        client.volumes.get(host.volume).remove(force=True)
+    authorized = ensure_client_key(lab_dir()).with_suffix(".pub").read_text()
+    key = _start_host(client, ensure_host_image(client), host, int(old["index"]), authorized)
+    wait_for_ssh(host.port)
+    if update_known_hosts:
+        known = lab_dir() / "known_hosts"
+        prefix = f"[{ADDRESS}]:{host.port} "
+        lines = [ln for ln in known.read_text().splitlines() if not ln.startswith(prefix)]
+        lines.append(known_hosts_line(ADDRESS, host.port, key))
+        _write_atomic(known, "\n".join(lines) + "\n")
 
 
 def pause_host(name: str) -> None:

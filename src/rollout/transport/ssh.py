@@ -17,6 +17,7 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
+from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
 from rollout.transport.base import RunResult, Transport
 
@@ -142,6 +143,14 @@ class SshTransport(Transport):
         with open(local_path, "rb") as src, sftp.open(remote_path, "ab" if start else "wb") as dst:
             dst.set_pipelined(True)
             src.seek(start)
+            if failpoints.hit("upload-drop", self.name):
+                dst.write(src.read(max(1, (os.path.getsize(local_path) - start) // 2)))
+                dst.flush()
+                self._conn.client.get_transport().sock.close()  # type: ignore[union-attr]
+            elif failpoints.hit("upload-corrupt", self.name):
+                data = bytearray(src.read())
+                data[len(data) // 2] ^= 0xFF
+                dst.write(bytes(data))
             shutil.copyfileobj(src, dst, 1 << 20)
 
     def get(self, remote_path: str, local_path: str) -> None:

@@ -1,0 +1,36 @@
+"""Failpoints: real faults injected on purpose, for the fault-matrix tests.
+
+ROLLOUT_FAILPOINTS="upload-drop@lab-2:1,upload-corrupt@lab-3:1" makes the first upload to
+lab-2 lose its SSH connection half-way (the socket is really closed), and the first one to
+lab-3 arrive with one byte flipped. Unset, nothing here does anything.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lock = threading.Lock()
+_remaining: dict[tuple[str, str], int] | None = None
+
+
+def _load() -> dict[tuple[str, str], int]:
+    points: dict[tuple[str, str], int] = {}
+    for item in filter(None, os.environ.get("ROLLOUT_FAILPOINTS", "").split(",")):
+        name, _, rest = item.strip().partition("@")
+        host, _, count = rest.partition(":")
+        points[(name, host)] = int(count or 1)
+    return points
+
+
+def hit(name: str, host: str) -> bool:
+    """True (and one use consumed) when failpoint `name` is armed for `host`."""
+    global _remaining
+    with _lock:
+        if _remaining is None:
+            _remaining = _load()
+        left = _remaining.get((name, host), 0)
+        if left <= 0:
+            return False
+        _remaining[(name, host)] = left - 1
+        return True

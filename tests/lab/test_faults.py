@@ -1,0 +1,254 @@
+"""The fault matrix (issue 4): whatever goes wrong, every host ends serving a validated
+daemon, the new release or the one it had. Each case ends by reading the hosts directly."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from rollout import lab
+
+from .conftest import LabFleet
+from .rollout_helpers import (
+    REPO,
+    CliRun,
+    assert_serving,
+    daemon_pid,
+    reset_host,
+    run_cli,
+    sh,
+    start_cli,
+)
+
+pytestmark = pytest.mark.lab
+FAST = ("--set", "lab_knobs={pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, "
+        "prove_secs: 0.1}", "--set", "ready_timeout=15", "--set", "stop_grace=3",
+        "--set", "drain_deadline=30")
+SLOW_DRAIN = ("--set", "lab_knobs={pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, "
+              "prove_secs: 0.1}")
+HOSTS = ["lab-1", "lab-2", "lab-3"]
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
+    for host in HOSTS:
+        reset_host(host)
+    first = deploy(tmp_path_factory.mktemp("base"), lab_fleet, "base")
+    assert first.code == 0, first.stderr[-3000:]
+    return lab_fleet
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def deploy(work: Path, fleet: LabFleet, version: str, *extra: str,
+           env: dict[str, str] | None = None) -> CliRun:
+    return run_cli(work, "rollout", "--hosts", str(fleet.fleet_path),
+                   "--set", f"version={version}", *FAST, *extra, env=env)
+
+
+def serving_everywhere() -> dict[str, str]:
+    return {host: assert_serving(host) for host in HOSTS}
+
+
+def test_new_build_crashes_at_start_canary_rolls_back_others_untouched(
+        fleet: LabFleet, work: Path) -> None:
+    before = {h: daemon_pid(h) for h in HOSTS}
+    old = serving_everywhere()
+    run = deploy(work, fleet, "crash", "--set", "fault=crash_at_start")
+    assert run.code == 1
+    canary = run.host_end("lab-1")
+    assert canary["status"] == "rolled_back", canary
+    assert "died during start-up" in canary["reason"]
+    assert not any(e["host"] in ("lab-2", "lab-3") for e in run.events if e["kind"] == "step_start")
+    assert {h: daemon_pid(h) for h in ("lab-2", "lab-3")} == {
+        h: before[h] for h in ("lab-2", "lab-3")}
+    assert serving_everywhere() == old
+
+
+def test_new_build_fails_validation_rolls_back(fleet: LabFleet, work: Path) -> None:
+    old = assert_serving("lab-2")
+    run = deploy(work, fleet, "noproof", "--set", "fault=fail_validation", "--limit", "lab-2")
+    assert run.code == 1
+    end = run.host_end("lab-2")
+    assert end["status"] == "rolled_back" and "validate failed" in end["reason"], end
+    retries = [e for e in run.events if e["kind"] == "retry" and e["step"] == "validate"]
+    assert retries, "the validation is retried by policy before the rollback"
+    assert assert_serving("lab-2") == old
+
+
+def test_build_that_ignores_sigterm_is_killed_after_the_grace(fleet: LabFleet, work: Path) -> None:
+    stubborn = deploy(work, fleet, "stubborn", "--set", "fault=ignore_sigterm", "--limit", "lab-3")
+    assert stubborn.code == 0, stubborn.stderr[-3000:]
+    run = deploy(work, fleet, "after-stubborn", "--limit", "lab-3")
+    assert run.code == 0, run.stderr[-3000:]
+    stop = run.steps("lab-3")["stop"]
+    assert stop["data"]["escalated"] is True, stop
+    assert stop["data"]["killed_at"] - stop["data"]["signalled_at"] >= 3
+    assert assert_serving("lab-3") == "after-stubborn"
+
+
+def test_unreachable_host_is_reported_and_the_rest_roll(fleet: LabFleet, work: Path) -> None:
+    pid = daemon_pid("lab-2")
+    lab.stop_sshd("lab-2")
+    try:
+        run = deploy(work, fleet, "while-down")
+    finally:
+        lab.start_sshd("lab-2")
+    assert run.code == 1
+    assert run.host_end("lab-2")["status"] == "unreachable"
+    assert run.host_end("lab-3")["status"] == "validated"
+    assert daemon_pid("lab-2") == pid
+    versions = serving_everywhere()
+    assert versions["lab-1"] == versions["lab-3"] == "while-down"
+
+
+def test_connection_drop_mid_upload_is_retried(fleet: LabFleet, work: Path) -> None:
+    run = deploy(work, fleet, "dropped", "--limit", "lab-1",
+                 env={"ROLLOUT_FAILPOINTS": "upload-drop@lab-1:1"})
+    assert run.code == 0, run.stderr[-3000:]
+    retry = next(e for e in run.events if e["kind"] == "retry" and e["step"] == "upload")
+    assert retry["data"]["failure"] == "transport", retry
+    assert assert_serving("lab-1") == "dropped"
+
+
+def test_corrupted_upload_is_caught_and_retried(fleet: LabFleet, work: Path) -> None:
+    run = deploy(work, fleet, "corrupt", "--limit", "lab-2",
+                 env={"ROLLOUT_FAILPOINTS": "upload-corrupt@lab-2:1"})
+    assert run.code == 0, run.stderr[-3000:]
+    retry = next(e for e in run.events if e["kind"] == "retry" and e["step"] == "upload")
+    assert "sha256 mismatch" in retry["reason"], retry
+    assert assert_serving("lab-2") == "corrupt"
+
+
+def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
+    inventory = work / "fleet.yaml"
+    text = fleet.fleet_path.read_text().replace("known_hosts: known_hosts",
+                                                f"known_hosts: {fleet.fleet_path.parent}/known_hosts")
+    text = text.replace("key_file: keys/", f"key_file: {fleet.fleet_path.parent}/keys/")
+    inventory.write_text(text.replace("vars: {memory_limit: 512m}",
+                                      'vars: {memory_limit: 512m, job: "x; touch /tmp/pwned"}'))
+    playbook = work / "play.yaml"
+    source = (REPO / "playbooks" / "rollout.yaml").read_text()
+    source = source.replace("../dockerfiles", str(REPO / "dockerfiles"))
+    source = source.replace("source: files/c1.json", f"source: {REPO}/playbooks/files/c1.json")
+    source = source.replace("--c1 {{ validate.input.path }}",
+                            "--c1 {{ validate.input.path }} --job-id {{ job }}")
+    source = source.replace("  ready_timeout: 60 ", '  job: "none"\n  ready_timeout: 60 ')
+    playbook.write_text(source)
+    run = run_cli(work, "rollout", "--hosts", str(inventory), "--playbook", str(playbook),
+                  "--limit", "lab-3", "--set", "version=injected", *FAST)
+    assert run.code == 0, run.stderr[-3000:]
+    assert lab.exec_on("lab-3", "test -e /tmp/pwned")[0] != 0
+    assert "x; touch /tmp/pwned" in run.steps("lab-3")["validate"]["data"]["output_tail"]
+    assert assert_serving("lab-3") == "injected"
+
+
+def test_stale_lock_blocks_until_broken(fleet: LabFleet, work: Path) -> None:
+    holder = {"run_id": "old-run", "operator": "alice", "controller": socket.gethostname(),
+              "pid": 999999, "started": time.time() - 7200, "version": "old"}
+    sh("lab-1", f"echo '{json.dumps(holder)}' > /data/rollout/lock")
+    blocked = deploy(work, fleet, "after-lock", "--limit", "lab-1")
+    assert blocked.code != 0
+    end = blocked.host_end("lab-1")
+    assert end["status"] == "locked" and "old-run" in end["reason"] and "alice" in end["reason"]
+    assert "--break-lock" in end["reason"]
+    broken = deploy(work, fleet, "after-lock", "--limit", "lab-1", "--break-lock")
+    assert broken.code == 0, broken.stderr[-3000:]
+    assert any(e["kind"] == "lock_broken" and "old-run" in e["reason"] for e in broken.events)
+    assert assert_serving("lab-1") == "after-lock"
+
+
+def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
+    first = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
+                      "version=first", *FAST, *SLOW_DRAIN)
+    first.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
+    second = run_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
+                     "version=second", *FAST)
+    assert second.code == 4, second.stderr
+    assert "locked by run" in second.stderr and first.events()[0]["run_id"] in second.stderr
+    other_inventory = work / "same-fleet.yaml"
+    other_inventory.write_text(fleet.fleet_path.read_text())
+    for name in ("keys", "known_hosts"):
+        (work / name).symlink_to(fleet.fleet_path.parent / name)
+    third = run_cli(work, "rollout", "--hosts", str(other_inventory), "--set",
+                    "version=third", *FAST, "--limit", "lab-1")
+    assert third.code == 1
+    assert third.host_end("lab-1")["status"] == "locked"
+    done = first.finish()
+    assert done.code == 0, done.stderr[-3000:]
+    assert set(serving_everywhere().values()) == {"first"}
+
+
+def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -> None:
+    run = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
+                    "version=resumed", *FAST, *SLOW_DRAIN)
+    run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain"
+                 and e["host"] in ("lab-2", "lab-3"))
+    run.process.send_signal(signal.SIGKILL)
+    run.process.wait()
+    run_id = run.events()[0]["run_id"]
+    resumed = run_cli(work, "rollout", "--resume", run_id)
+    assert resumed.code == 0, resumed.stderr[-3000:]
+    skipped = resumed.host_end("lab-1")
+    assert skipped["status"] == "validated" and "resumed" in skipped["reason"]
+    assert set(serving_everywhere().values()) == {"resumed"}
+
+
+def test_sigint_stops_new_hosts_and_the_run_resumes(fleet: LabFleet, work: Path) -> None:
+    run = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
+                    "version=interrupted", *FAST, *SLOW_DRAIN)
+    run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
+    run.process.send_signal(signal.SIGINT)
+    stopped = run.finish()
+    assert stopped.code == 1
+    assert "--resume" in stopped.stderr
+    versions = serving_everywhere()
+    assert versions["lab-1"] == "interrupted" and versions["lab-2"] != "interrupted"
+    resumed = run_cli(work, "rollout", "--resume", stopped.events[0]["run_id"])
+    assert resumed.code == 0, resumed.stderr[-3000:]
+    assert set(serving_everywhere().values()) == {"interrupted"}
+
+
+def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) -> None:
+    lab.recreate_host("lab-3", data_size="64m")
+    try:
+        first = deploy(work, fleet, "small-disk", "--limit", "lab-3")
+        assert first.code == 0, first.stderr[-3000:]
+        pid = daemon_pid("lab-3")
+        sh("lab-3", "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) "
+                    "/data/filler")
+        run = deploy(work, fleet, "no-room", "--limit", "lab-3")
+        assert run.code == 1
+        end = run.host_end("lab-3")
+        assert end["status"] == "skipped" and "free" in end["reason"], end
+        assert "stop" not in run.steps("lab-3")
+        assert daemon_pid("lab-3") == pid
+        assert assert_serving("lab-3") == "small-disk"
+    finally:
+        lab.recreate_host("lab-3")
+        again = deploy(work, fleet, "after-full", "--limit", "lab-3")
+        assert again.code == 0, again.stderr[-3000:]
+
+
+def test_old_daemon_never_frees_memory_drain_deadline(fleet: LabFleet, work: Path) -> None:
+    leaky = deploy(work, fleet, "leaky", "--set", "fault=never_release", "--limit", "lab-3",
+                   *SLOW_DRAIN)
+    assert leaky.code == 0, leaky.stderr[-3000:]
+    try:
+        run = deploy(work, fleet, "after-leak", "--limit", "lab-3", "--set", "drain_deadline=4")
+        assert run.code == 1
+        end = run.host_end("lab-3")
+        assert end["status"] == "rolled_back" and "drain failed" in end["reason"], end
+        assert assert_serving("lab-3") == "leaky"
+    finally:
+        lab.recreate_host("lab-3")
+        again = deploy(work, fleet, "after-leak-cleanup", "--limit", "lab-3")
+        assert again.code == 0, again.stderr[-3000:]
