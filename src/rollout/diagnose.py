@@ -328,13 +328,13 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def diagnose(plan: Plan, as_json: bool) -> int:
-    """Print the report for every host of the plan; exit code 0 (a report, not a check)."""
+    """Print the report for every host of the plan; exit code 1 when a host was unreachable."""
     reports = [report_dict(ev) for ev in collect(plan)]
     if as_json:
         print(json.dumps(reports, indent=2, default=str))
     else:
         print("\n".join(render_text(r) for r in reports))
-    return 0
+    return 0 if all(r["reachable"] for r in reports) else 1
 
 
 def bench_diagnose(plan: Plan, host: str) -> dict[str, float]:
