@@ -49,7 +49,7 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
     if failed_kind in _UNTOUCHED or "stopped" not in ctx.notes:
         return RollbackResult(False, "host untouched: still on its previous release", previous)
     if not previous or (ctx.release and previous == ctx.release.id):
-        spec = RollbackStep("rollback-stop", "stop")
+        spec = RollbackStep("rollback-stop", "stop", params={"force": True})
         run_step(ctx, spec, partial(HOST_STEPS["stop"], ctx, spec.params))
         return RollbackResult(False, "NO PREVIOUS RELEASE to go back to: host left stopped "
                               "and held", current_release(ctx))
@@ -60,7 +60,8 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
             continue
         if kind == "start" and current_release(ctx) != previous:
             point_current_at(ctx, previous)
-        spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
+        spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind),
+                            params={"force": True} if kind == "stop" else {})
         result = run_step(ctx, spec, partial(HOST_STEPS[kind], ctx, spec.params))
         if result.failed:
             return RollbackResult(False, f"ROLLBACK FAILED at {kind}: {result.reason}",

@@ -81,9 +81,9 @@ def _runs_release(ctx: HostContext) -> dict[str, Any] | None:
 
 def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     daemon = ctx.settings.daemon
-    running = _runs_release(ctx)
+    running = None if params.get("force") else _runs_release(ctx)
+    ctx.notes["already_running"] = running is not None
     if running is not None:
-        ctx.notes["already_running"] = True
         return skipped(f"daemon {running.get('pid')} already runs release "
                        f"{ctx.release.id if ctx.release else ''}: nothing to stop")
     set_hold(ctx)
