@@ -6,6 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollout.events import Event
@@ -16,7 +17,12 @@ if TYPE_CHECKING:
 
 _STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
           "validated": "bold green", "rolled_back": "bold yellow", "unreachable": "bold red",
-          "not_started": "dim"}
+          "locked": "bold red", "not_started": "dim"}
+
+
+def styled(status: str, text: str | None = None) -> str:
+    """`text` (default: the status) in the status's colour, escaped: host output is no markup."""
+    return f"[{_STYLE.get(status, 'default')}]{escape(text if text is not None else status)}[/]"
 
 
 class ConsoleSink:
@@ -34,20 +40,22 @@ class ConsoleSink:
     def _line(self, e: Event) -> str | None:
         who = f"[bold]{e.host or 'controller':<12}[/bold]"
         if e.kind == "step_end":
-            style = _STYLE.get(e.status or "", "")
             secs = e.data.get("duration", 0)
-            return f"{who} {e.step:<10} [{style}]{e.status:<8}[/{style}] {e.reason} ({secs:.1f}s)"
+            status = e.status or ""
+            reason = escape(e.reason or "")
+            return f"{who} {e.step:<10} {styled(status, f'{status:<8}')} {reason} ({secs:.1f}s)"
         if e.kind == "step_start" and self.verbose:
             return f"{who} {e.step:<10} ..."
         if e.kind == "retry":
-            return f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: {e.reason}"
+            return (f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: "
+                    f"{escape(e.reason or '')}")
         if e.kind == "batch_start":
             return f"[bold]--- batch {e.data['index'] + 1}: {', '.join(e.data['hosts'])}[/bold]"
         if e.kind == "host_end":
-            style = _STYLE.get(e.status or "", "")
-            return f"{who} [{style}]{(e.status or '').upper()}[/{style}] {e.reason}"
-        if e.kind == "note":
-            return f"{who} {e.reason}"
+            status = e.status or ""
+            return f"{who} {styled(status, status.upper())} {escape(e.reason or '')}"
+        if e.kind in ("note", "lock_broken"):
+            return f"{who} {escape(e.reason or '')}"
         return None
 
 
@@ -56,9 +64,8 @@ def summary_table(summary: RunSummary) -> Table:
     for column in ("host", "result", "release", "reason"):
         table.add_column(column)
     for outcome in summary.outcomes.values():
-        style = _STYLE.get(outcome.status, "")
-        table.add_row(outcome.host, f"[{style}]{outcome.status}[/{style}]",
-                      outcome.release or "-", redact(outcome.reason))
+        table.add_row(outcome.host, styled(outcome.status), outcome.release or "-",
+                      escape(redact(outcome.reason)))
     return table
 
 
@@ -66,7 +73,7 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     console = console or Console(stderr=True)
     console.print(summary_table(summary))
     if summary.aborted:
-        console.print(f"[bold red]aborted:[/bold red] {summary.aborted}")
+        console.print(f"[bold red]aborted:[/bold red] {escape(summary.aborted)}")
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> None:
@@ -74,5 +81,5 @@ def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "")
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*(str(row.get(c, "-")) for c in columns))
+        table.add_row(*(escape(str(row.get(c, "-"))) for c in columns))
     Console(file=sys.stdout, width=160).print(table)

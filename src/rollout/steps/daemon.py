@@ -151,6 +151,7 @@ def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     if not supervisor_alive(ctx):
         start_supervisor(ctx)
     pidline = _wait_daemon_of(ctx, target, float(params.get("wait", 30)))
+    ctx.notes["daemon_pid"] = pidline.split()[0]
     return changed(f"hold released; supervisor started daemon {pidline.split()[0]}",
                    pidfile=pidline)
 
@@ -168,7 +169,9 @@ def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     seconds = float(params.get("timeout", daemon.ready_timeout))
     url = _status_url(daemon.status_listen)
     pidfile = q(ctx.layout.daemon_pid)
-    loop = (f"pid=$(cut -d' ' -f1 {pidfile} 2>/dev/null); "
+    known = ctx.notes.get("daemon_pid")
+    first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
+    loop = (f"pid={first}; "
             f"for i in $(seq {int(seconds * 5)}); do "
             f"curl -fsS --max-time 1 {q(url)} && exit 0; "
             f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "

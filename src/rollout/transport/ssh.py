@@ -161,11 +161,11 @@ class SshTransport(Transport):
             raise TransportError(f"{self.name}: download of {remote_path} failed: {e}") from e
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+        """Forget a connection that failed; closing a dead one may fail too, harmlessly."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def close(self) -> None:
         self._drop()
