@@ -21,8 +21,8 @@ from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_o
 from rollout.console import ConsoleSink, print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
-from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.events import EventBus, JsonLinesSink
+from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.plan import Plan, make_plan
 from rollout.transport.ssh import SshTarget, SshTransport
 
@@ -42,8 +42,16 @@ def cache_dir() -> Path:
 
 
 def connect(host: Host) -> SshTransport:
-    target = SshTarget(host.name, host.address, host.port, host.user, host.key_file,
-                       host.known_hosts, host.host_key_policy, host.connect_timeout)
+    target = SshTarget(
+        host.name,
+        host.address,
+        host.port,
+        host.user,
+        host.key_file,
+        host.known_hosts,
+        host.host_key_policy,
+        host.connect_timeout,
+    )
     transport = SshTransport(target)
     transport.run("true", timeout=host.connect_timeout + 5).check()
     return transport
@@ -64,9 +72,12 @@ class RolloutRequest:
 
     def replayable(self) -> dict[str, Any]:
         """What a resumed run needs to rebuild the same plan."""
-        return {"hosts": str(Path(self.hosts).resolve()), "limit": self.limit,
-                "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
-                "sets": list(self.sets)}
+        return {
+            "hosts": str(Path(self.hosts).resolve()),
+            "limit": self.limit,
+            "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
+            "sets": list(self.sets),
+        }
 
 
 def load_plan(req: RolloutRequest, run_id: str | None = None) -> Plan:
@@ -107,8 +118,11 @@ def _interrupts(flag: threading.Event) -> Iterator[None]:
         if flag.is_set():
             raise KeyboardInterrupt
         flag.set()
-        print("\ninterrupt: no new hosts will start; finishing hosts in flight "
-              "(Ctrl-C again to abort at once)", file=sys.stderr)
+        print(
+            "\ninterrupt: no new hosts will start; finishing hosts in flight "
+            "(Ctrl-C again to abort at once)",
+            file=sys.stderr,
+        )
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -128,10 +142,16 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
         dry_run(plan, connect)
         return RunSummary(plan.run_id, {}, dry_run=True)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
-    options = EngineOptions(holder, LockPolicy(req.lock_wait, req.break_lock,
-                                               plan.playbook.rolling.lock_stale_after), done)
-    with (fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
-          _json_stream(req.json_path) as stream, _interrupts(options.interrupted)):
+    options = EngineOptions(
+        holder,
+        LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
+        done,
+    )
+    with (
+        fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
+        _json_stream(req.json_path) as stream,
+        _interrupts(options.interrupted),
+    ):
         bus = make_bus(plan, stream, req.verbose)
         summary = Engine(plan, bus, connect, cache_dir(), options).run(req.replayable())
     print_summary(summary)
@@ -149,8 +169,14 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
     if start is None or not start["data"].get("request"):
         raise UserError(f"{journal} has no run_start event: cannot resume {req.resume}")
     old = start["data"]["request"]
-    done = frozenset(e["host"] for e in events
-                     if e["kind"] == "host_end" and e["status"] == "validated")
-    resumed = replace(req, hosts=old["hosts"], playbook=old["playbook"],
-                      sets=tuple(old["sets"]), limit=old["limit"])
+    done = frozenset(
+        e["host"] for e in events if e["kind"] == "host_end" and e["status"] == "validated"
+    )
+    resumed = replace(
+        req,
+        hosts=old["hosts"],
+        playbook=old["playbook"],
+        sets=tuple(old["sets"]),
+        limit=old["limit"],
+    )
     return resumed, done

@@ -15,9 +15,17 @@ from rollout.secrets import redact
 if TYPE_CHECKING:
     from rollout.engine import RunSummary
 
-_STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red",
-          "validated": "bold green", "rolled_back": "bold yellow", "unreachable": "bold red",
-          "locked": "bold red", "not_started": "dim"}
+_STYLE = {
+    "ok": "green",
+    "changed": "yellow",
+    "skipped": "cyan",
+    "failed": "bold red",
+    "validated": "bold green",
+    "rolled_back": "bold yellow",
+    "unreachable": "bold red",
+    "locked": "bold red",
+    "not_started": "dim",
+}
 
 
 def styled(status: str, text: str | None = None) -> str:
@@ -47,8 +55,10 @@ class ConsoleSink:
         if e.kind == "step_start" and self.verbose:
             return f"{who} {e.step:<10} ..."
         if e.kind == "retry":
-            return (f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: "
-                    f"{escape(e.reason or '')}")
+            return (
+                f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: "
+                f"{escape(e.reason or '')}"
+            )
         if e.kind == "batch_start":
             return f"[bold]--- batch {e.data['index'] + 1}: {', '.join(e.data['hosts'])}[/bold]"
         if e.kind == "host_end":
@@ -64,8 +74,12 @@ def summary_table(summary: RunSummary) -> Table:
     for column in ("host", "result", "release", "reason"):
         table.add_column(column)
     for outcome in summary.outcomes.values():
-        table.add_row(outcome.host, styled(outcome.status), outcome.release or "-",
-                      escape(redact(outcome.reason)))
+        table.add_row(
+            outcome.host,
+            styled(outcome.status),
+            outcome.release or "-",
+            escape(redact(outcome.reason)),
+        )
     return table
 
 

@@ -16,9 +16,11 @@ from rollout.units import format_size
 def host_summary(facts: dict[str, Any]) -> str:
     daemon = facts.get("daemon") or {}
     memory = (facts.get("cgroup") or {}).get("memory") or {}
-    return (f"release {facts.get('current_release') or 'none'}, daemon "
-            f"{daemon.get('state') or 'none'}, memory {format_size(memory.get('usage'))} of "
-            f"{format_size(memory.get('limit'))}")
+    return (
+        f"release {facts.get('current_release') or 'none'}, daemon "
+        f"{daemon.get('state') or 'none'}, memory {format_size(memory.get('usage'))} of "
+        f"{format_size(memory.get('limit'))}"
+    )
 
 
 def dry_run(plan: Plan, connect: Callable[[Any], Transport]) -> None:
@@ -32,8 +34,12 @@ def dry_run(plan: Plan, connect: Callable[[Any], Transport]) -> None:
             print(f"  {name}: UNREACHABLE: {e}")
             continue
         try:
-            ctx = HostContext(host=plan.host(name), transport=transport,
-                              layout=Layout(plan.root), settings=plan.settings_for(name))
+            ctx = HostContext(
+                host=plan.host(name),
+                transport=transport,
+                layout=Layout(plan.root),
+                settings=plan.settings_for(name),
+            )
             print(f"  {name}: {host_summary(ctx.facts())}")
             for spec in plan.host_steps:
                 print(f"    {spec.name} ({spec.kind.value}) would run")

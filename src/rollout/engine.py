@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 
 from rollout.config.batches import max_fail_exceeded
 from rollout.config.render import evaluate_condition
-from rollout.errors import LockHeld, RolloutError
+from rollout.errors import RolloutError
 from rollout.events import EventBus, Status, StepResult
 from rollout.layout import Layout
 from rollout.locks import Holder, LockPolicy, acquire_host_lock, as_dict, release_host_lock
@@ -65,8 +66,14 @@ class EngineOptions:
 
 
 class Engine:
-    def __init__(self, plan: Plan, bus: EventBus, connect: Connect, cache_dir: Path,
-                 options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        bus: EventBus,
+        connect: Connect,
+        cache_dir: Path,
+        options: EngineOptions | None = None,
+    ) -> None:
         self.plan = plan
         self.bus = bus
         self.connect = connect
@@ -86,15 +93,18 @@ class Engine:
             self._revert_done_hosts(summary)
         for name in plan.host_names:
             summary.outcomes.setdefault(
-                name, HostOutcome(name, "not_started", summary.aborted or "not reached"))
-        self.bus.emit("run_end", status="ok" if summary.exit_code == 0 else "failed",
-                      reason=summary.aborted,
-                      data={n: o.__dict__ for n, o in summary.outcomes.items()})
+                name, HostOutcome(name, "not_started", summary.aborted or "not reached")
+            )
+        self.bus.emit(
+            "run_end",
+            status="ok" if summary.exit_code == 0 else "failed",
+            reason=summary.aborted,
+            data={n: o.__dict__ for n, o in summary.outcomes.items()},
+        )
         return summary
 
     def _controller_steps(self) -> Release | None:
-        ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version,
-                                      self.cache_dir)
+        ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version, self.cache_dir)
         for spec in self.plan.controller_steps:
             fn = image.build if spec.kind == "build" else image.extract
             result = self._run_step(None, spec, partial(fn, ctx, spec.params))
@@ -106,8 +116,10 @@ class Engine:
         rolling = self.plan.playbook.rolling
         for index, batch in enumerate(self.plan.batches):
             if self.options.interrupted.is_set():
-                summary.aborted = (f"interrupted: no new hosts started; resume with "
-                                   f"`rollout --resume {self.plan.run_id}`")
+                summary.aborted = (
+                    f"interrupted: no new hosts started; resume with "
+                    f"`rollout --resume {self.plan.run_id}`"
+                )
                 return
             self.bus.emit("batch_start", data={"index": index, "hosts": batch})
             with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
@@ -119,16 +131,23 @@ class Engine:
                 summary.aborted = "canary batch failed: rollout stopped"
                 return
             if max_fail_exceeded(failed, len(self.plan.host_names), rolling.max_fail_percentage):
-                summary.aborted = (f"{failed} failed host(s) exceed max_fail_percentage "
-                                   f"{rolling.max_fail_percentage}%")
+                summary.aborted = (
+                    f"{failed} failed host(s) exceed max_fail_percentage "
+                    f"{rolling.max_fail_percentage}%"
+                )
                 return
             if rolling.pause_between_batches and index + 1 < len(self.plan.batches):
                 time.sleep(float(rolling.pause_between_batches))
 
     def _context(self, name: str, transport: Transport, release: Release | None) -> HostContext:
-        return HostContext(host=self.plan.host(name), transport=transport,
-                           layout=Layout(self.plan.root), settings=self.plan.settings_for(name),
-                           release=release, log=partial(self._note, name))
+        return HostContext(
+            host=self.plan.host(name),
+            transport=transport,
+            layout=Layout(self.plan.root),
+            settings=self.plan.settings_for(name),
+            release=release,
+            log=partial(self._note, name),
+        )
 
     def _host(self, name: str, release: Release) -> HostOutcome:
         try:
@@ -143,8 +162,14 @@ class Engine:
                 if locked is not None:
                     return self._end(locked)
             if name in self.options.done_hosts and self._still_validated(ctx):
-                return self._end(HostOutcome(name, "validated", "already validated on release "
-                                             f"{release.id} by this run (resumed)", release.id))
+                return self._end(
+                    HostOutcome(
+                        name,
+                        "validated",
+                        f"already validated on release {release.id} by this run (resumed)",
+                        release.id,
+                    )
+                )
             return self._host_steps(ctx)
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
@@ -166,14 +191,22 @@ class Engine:
         return None
 
     def _broke(self, host: str, holder: Holder) -> None:
-        self.bus.emit("lock_broken", host=host, reason=f"broke stale lock of {holder.describe()}",
-                      data={"holder": as_dict(holder)})
+        self.bus.emit(
+            "lock_broken",
+            host=host,
+            reason=f"broke stale lock of {holder.describe()}",
+            data={"holder": as_dict(holder)},
+        )
 
     def _still_validated(self, ctx: HostContext) -> bool:
         facts = ctx.facts()
         daemon = facts.get("daemon") or {}
-        return bool(ctx.release and facts.get("current_release") == ctx.release.id
-                    and daemon.get("state") == "running" and not facts.get("held"))
+        return bool(
+            ctx.release
+            and facts.get("current_release") == ctx.release.id
+            and daemon.get("state") == "running"
+            and not facts.get("held")
+        )
 
     def _host_steps(self, ctx: HostContext) -> HostOutcome:
         steps: dict[str, str] = {}
@@ -186,23 +219,38 @@ class Engine:
             steps[spec.name] = result.status.value
             if result.failed:
                 return self._after_failure(ctx, spec.kind.value, result, steps)
-        return self._end(HostOutcome(ctx.name, "validated", f"running release {ctx.release.id}, "
-                                     "validation passed", ctx.release.id, steps))
+        return self._end(
+            HostOutcome(
+                ctx.name,
+                "validated",
+                f"running release {ctx.release.id}, validation passed",
+                ctx.release.id,
+                steps,
+            )
+        )
 
-    def _after_failure(self, ctx: HostContext, kind: str, result: StepResult,
-                       steps: dict[str, str]) -> HostOutcome:
+    def _after_failure(
+        self, ctx: HostContext, kind: str, result: StepResult, steps: dict[str, str]
+    ) -> HostOutcome:
         cause = f"{kind} failed: {result.reason}"
         if kind == "preflight":
-            return self._end(HostOutcome(ctx.name, "skipped", f"{cause}; host untouched",
-                                         None, steps), cause)
+            return self._end(
+                HostOutcome(ctx.name, "skipped", f"{cause}; host untouched", None, steps), cause
+            )
         rolled = roll_back_host(ctx, cause, self._run_step)
         status = "rolled_back" if rolled.ok else "failed"
-        return self._end(HostOutcome(ctx.name, status, f"{cause}; {rolled.reason}",
-                                     rolled.release, steps), cause)
+        return self._end(
+            HostOutcome(ctx.name, status, f"{cause}; {rolled.reason}", rolled.release, steps), cause
+        )
 
     def _end(self, outcome: HostOutcome, cause: str | None = None) -> HostOutcome:
-        self.bus.emit("host_end", host=outcome.host, status=outcome.status,
-                      reason=outcome.reason, data={"release": outcome.release, "cause": cause})
+        self.bus.emit(
+            "host_end",
+            host=outcome.host,
+            status=outcome.status,
+            reason=outcome.reason,
+            data={"release": outcome.release, "cause": cause},
+        )
         return outcome
 
     def _revert_done_hosts(self, summary: RunSummary) -> None:
@@ -216,8 +264,9 @@ class Engine:
                 ctx.notes["stopped"] = {}
                 rolled = roll_back_host(ctx, "abort: rollback_on_abort is all", self._run_step)
                 status = "rolled_back" if rolled.ok else "failed"
-                summary.outcomes[outcome.host] = self._end(HostOutcome(
-                    outcome.host, status, rolled.reason, rolled.release, outcome.steps))
+                summary.outcomes[outcome.host] = self._end(
+                    HostOutcome(outcome.host, status, rolled.reason, rolled.release, outcome.steps)
+                )
             finally:
                 transport.close()
 
@@ -228,8 +277,9 @@ class Engine:
         results = []
         try:
             for spec in specs:
-                results.append(self._run_step(ctx, spec,
-                                              partial(HOST_STEPS[spec.kind], ctx, spec.params)))
+                results.append(
+                    self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
+                )
                 if results[-1].failed:
                     break
         finally:
@@ -238,14 +288,21 @@ class Engine:
 
     def _emit_skip(self, host: str, spec: Any, reason: str) -> None:
         self.bus.emit("step_start", host=host, step=spec.name, data={"kind": spec.kind})
-        self.bus.emit("step_end", host=host, step=spec.name, status="skipped", reason=reason,
-                      data={"attempts": 0, "duration": 0.0})
+        self.bus.emit(
+            "step_end",
+            host=host,
+            step=spec.name,
+            status="skipped",
+            reason=reason,
+            data={"attempts": 0, "duration": 0.0},
+        )
 
     def _note(self, host: str, message: str) -> None:
         self.bus.emit("note", host=host, reason=message)
 
-    def _run_step(self, ctx: HostContext | None, spec: Any,
-                  call: Callable[[], StepResult]) -> StepResult:
+    def _run_step(
+        self, ctx: HostContext | None, spec: Any, call: Callable[[], StepResult]
+    ) -> StepResult:
         host = ctx.name if ctx else None
         self.bus.emit("step_start", host=host, step=spec.name, data={"kind": str(spec.kind)})
         started = time.monotonic()
@@ -256,29 +313,46 @@ class Engine:
             return call()
 
         def on_retry(number: int, exc: BaseException) -> None:
-            self.bus.emit("retry", host=host, step=spec.name, reason=str(exc),
-                          data={"attempt": number, "failure": failure_class(exc)})
+            self.bus.emit(
+                "retry",
+                host=host,
+                step=spec.name,
+                reason=str(exc),
+                data={"attempt": number, "failure": failure_class(exc)},
+            )
 
         try:
             result, attempts = run_with_retry(attempt, spec.retry, on_retry)
             result.attempts = attempts
         except RolloutError as e:
             output = getattr(e, "output", "") or getattr(e, "stderr", "")
-            result = StepResult(Status.FAILED, str(e), {"failure": failure_class(e)},
-                                output=str(output)[-3000:], attempts=spec.retry.attempts)
+            result = StepResult(
+                Status.FAILED,
+                str(e),
+                {"failure": failure_class(e)},
+                output=str(output)[-3000:],
+                attempts=spec.retry.attempts,
+            )
         finally:
             if ctx is not None:
                 ctx.deadline = None
         result.duration = round(time.monotonic() - started, 3)
-        self.bus.emit("step_end", host=host, step=spec.name, status=result.status.value,
-                      reason=result.reason, data={**result.data, "attempts": result.attempts,
-                                                  "duration": result.duration,
-                                                  "output": result.output[-2000:]})
+        self.bus.emit(
+            "step_end",
+            host=host,
+            step=spec.name,
+            status=result.status.value,
+            reason=result.reason,
+            data={
+                **result.data,
+                "attempts": result.attempts,
+                "duration": result.duration,
+                "output": result.output[-2000:],
+            },
+        )
         return result
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
-    try:
+    with contextlib.suppress(RolloutError):
         fn(*args)
-    except RolloutError:
-        pass

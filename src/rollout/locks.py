@@ -35,8 +35,10 @@ class Holder:
 
     def describe(self) -> str:
         age = time.time() - self.started
-        return (f"run {self.run_id} by {self.operator} on {self.controller} (pid {self.pid}), "
-                f"version {self.version or '-'}, started {age:.0f}s ago")
+        return (
+            f"run {self.run_id} by {self.operator} on {self.controller} (pid {self.pid}), "
+            f"version {self.version or '-'}, started {age:.0f}s ago"
+        )
 
     def gone(self) -> bool:
         """The holder's process is gone. Only knowable when it ran on this controller."""
@@ -69,9 +71,11 @@ def _try_host_lock(ctx: HostContext, me: Holder) -> Holder | None:
     """Take the lock (or keep our own); return the other holder when it is held."""
     path = q(ctx.layout.lock)
     mine = q(json.dumps(asdict(me)))
-    r = ctx.sh(f"mkdir -p -- {q(ctx.layout.state_dir)} && "
-               f"if (set -o noclobber; printf %s {mine} > {path}) 2>/dev/null; then echo TAKEN; "
-               f"else cat -- {path}; fi").check()
+    r = ctx.sh(
+        f"mkdir -p -- {q(ctx.layout.state_dir)} && "
+        f"if (set -o noclobber; printf %s {mine} > {path}) 2>/dev/null; then echo TAKEN; "
+        f"else cat -- {path}; fi"
+    ).check()
     if r.stdout.strip() == "TAKEN":
         return None
     holder = _parse(r.stdout.strip())
@@ -81,8 +85,9 @@ def _try_host_lock(ctx: HostContext, me: Holder) -> Holder | None:
     return holder
 
 
-def acquire_host_lock(ctx: HostContext, me: Holder, policy: LockPolicy,
-                      on_break: Callable[[Holder], None]) -> None:
+def acquire_host_lock(
+    ctx: HostContext, me: Holder, policy: LockPolicy, on_break: Callable[[Holder], None]
+) -> None:
     deadline = time.monotonic() + policy.wait
     while True:
         holder = _try_host_lock(ctx, me)
@@ -94,8 +99,11 @@ def acquire_host_lock(ctx: HostContext, me: Holder, policy: LockPolicy,
             ctx.sh(f"rm -f -- {q(ctx.layout.lock)}").check()
             continue
         if time.monotonic() >= deadline:
-            hint = (" It looks stale: --break-lock breaks it." if stale
-                    else " Wait for it, or pass --lock-wait SECONDS.")
+            hint = (
+                " It looks stale: --break-lock breaks it."
+                if stale
+                else " Wait for it, or pass --lock-wait SECONDS."
+            )
             raise LockHeld(f"{ctx.name} is locked by {holder.describe()}.{hint}")
         time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
 
@@ -131,8 +139,10 @@ def _flock(fd: int, path: Path, wait: float) -> None:
             if time.monotonic() >= deadline:
                 holder = _parse(path.read_text())
                 who = holder.describe() if holder else "another rollout"
-                raise LockHeld(f"the fleet is locked by {who} ({path}). "
-                               "Wait for it, or pass --lock-wait SECONDS.") from None
+                raise LockHeld(
+                    f"the fleet is locked by {who} ({path}). "
+                    "Wait for it, or pass --lock-wait SECONDS."
+                ) from None
             time.sleep(0.5)
 
 

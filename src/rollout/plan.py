@@ -65,19 +65,29 @@ class Plan:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "playbook": str(self.playbook.path),
-            "version": self.version, "operator": self.operator, "controller": self.controller,
+            "run_id": self.run_id,
+            "playbook": str(self.playbook.path),
+            "version": self.version,
+            "operator": self.operator,
+            "controller": self.controller,
             "batches": self.batches,
-            "steps": [{"name": s.name, "kind": s.kind.value, "scope": s.scope}
-                      for s in self.playbook.steps],
+            "steps": [
+                {"name": s.name, "kind": s.kind.value, "scope": s.scope}
+                for s in self.playbook.steps
+            ],
         }
 
 
-def make_plan(playbook: Playbook, inventory: Inventory, limit: str | None,
-              run_id: str | None = None) -> Plan:
+def make_plan(
+    playbook: Playbook, inventory: Inventory, limit: str | None, run_id: str | None = None
+) -> Plan:
     hosts = inventory.select(limit)
-    plan = Plan(run_id or new_run_id(), playbook, hosts,
-                [[h.name for h in b] for b in batches(hosts, playbook.rolling.serial)])
+    plan = Plan(
+        run_id or new_run_id(),
+        playbook,
+        hosts,
+        [[h.name for h in b] for b in batches(hosts, playbook.rolling.serial)],
+    )
     for host in hosts:
         plan.settings_for(host.name)  # renders now: template errors surface before any change
     return plan

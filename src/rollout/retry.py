@@ -45,7 +45,9 @@ def is_retryable(exc: BaseException, on: list[str]) -> bool:
 
 
 def run_with_retry(
-    fn: Callable[[], T], policy: Any, on_retry: Callable[[int, BaseException], None],
+    fn: Callable[[], T],
+    policy: Any,
+    on_retry: Callable[[int, BaseException], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[T, int]:
     """Call fn under the policy; returns (result, attempts). Re-raises the last failure."""
@@ -63,8 +65,12 @@ def run_with_retry(
             on_retry(state.attempt_number, exc)
 
     retrying = Retrying(
-        stop=stop_after_attempt(attempts), wait=wait, sleep=sleep, reraise=True,
-        retry=retry_if_exception(lambda e: is_retryable(e, on)), before_sleep=before_sleep,
+        stop=stop_after_attempt(attempts),
+        wait=wait,
+        sleep=sleep,
+        reraise=True,
+        retry=retry_if_exception(lambda e: is_retryable(e, on)),
+        before_sleep=before_sleep,
     )
     count = 0
 

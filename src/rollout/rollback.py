@@ -51,21 +51,31 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
     if not previous or (ctx.release and previous == ctx.release.id):
         spec = RollbackStep("rollback-stop", "stop", params={"force": True})
         run_step(ctx, spec, partial(HOST_STEPS["stop"], ctx, spec.params))
-        return RollbackResult(False, "NO PREVIOUS RELEASE to go back to: host left stopped "
-                              "and held", current_release(ctx))
+        return RollbackResult(
+            False,
+            "NO PREVIOUS RELEASE to go back to: host left stopped and held",
+            current_release(ctx),
+        )
     for kind in _BACK_ON:
         if kind == "drain" and failed_kind == "drain":
-            ctx.log("drain already passed its deadline: restarting the previous release "
-                    "without waiting again (its memory is still charged)")
+            ctx.log(
+                "drain already passed its deadline: restarting the previous release "
+                "without waiting again (its memory is still charged)"
+            )
             continue
         if kind == "start" and current_release(ctx) != previous:
             point_current_at(ctx, previous)
-        spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind),
-                            params={"force": True} if kind == "stop" else {})
+        spec = RollbackStep(
+            f"rollback-{kind}",
+            kind,
+            timeout=_timeout(ctx, kind),
+            params={"force": True} if kind == "stop" else {},
+        )
         result = run_step(ctx, spec, partial(HOST_STEPS[kind], ctx, spec.params))
         if result.failed:
-            return RollbackResult(False, f"ROLLBACK FAILED at {kind}: {result.reason}",
-                                  current_release(ctx))
+            return RollbackResult(
+                False, f"ROLLBACK FAILED at {kind}: {result.reason}", current_release(ctx)
+            )
     return RollbackResult(True, f"rolled back to {previous}, validated", previous)
 
 
@@ -81,5 +91,7 @@ def _previous(ctx: HostContext) -> str | None:
 
 def _timeout(ctx: HostContext, kind: str) -> float | None:
     daemon = ctx.settings.daemon
-    return {"drain": float(daemon.drain.deadline) + 60,
-            "ready": float(daemon.ready_timeout) + 30}.get(kind)
+    return {
+        "drain": float(daemon.drain.deadline) + 60,
+        "ready": float(daemon.ready_timeout) + 30,
+    }.get(kind)

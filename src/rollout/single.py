@@ -14,8 +14,9 @@ from rollout.plan import Plan, make_plan
 
 
 def _plan(hosts_file: str, playbook: str | None, limit: str | None) -> Plan:
-    return make_plan(load_playbook(playbook or default_playbook()), load_inventory(hosts_file),
-                     limit)
+    return make_plan(
+        load_playbook(playbook or default_playbook()), load_inventory(hosts_file), limit
+    )
 
 
 def _spec(plan: Plan, kind: str) -> StepSpec:
@@ -25,8 +26,9 @@ def _spec(plan: Plan, kind: str) -> StepSpec:
     return StepSpec(name=kind, kind=kind)  # type: ignore[arg-type]
 
 
-def run_steps(hosts_file: str, playbook: str | None, host: str,
-              kinds: tuple[str, ...]) -> list[StepResult]:
+def run_steps(
+    hosts_file: str, playbook: str | None, host: str, kinds: tuple[str, ...]
+) -> list[StepResult]:
     plan = _plan(hosts_file, playbook, host)
     bus = EventBus(plan.run_id)
     bus.subscribe(ConsoleSink())
@@ -34,7 +36,12 @@ def run_steps(hosts_file: str, playbook: str | None, host: str,
     return engine.run_steps_on(host, [_spec(plan, k) for k in kinds])
 
 
-def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bool,
-           min_capacity: float | None = None) -> int:
+def status(
+    hosts_file: str,
+    playbook: str | None,
+    limit: str | None,
+    as_json: bool,
+    min_capacity: float | None = None,
+) -> int:
     """The fleet status (rollout.health): one row per host; 1 when capacity is too low."""
     return health.status(hosts_file, playbook, limit, as_json, min_capacity)

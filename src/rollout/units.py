@@ -6,6 +6,7 @@ from rollout.config.sections import parse_size
 
 __all__ = ["format_size", "parse_size"]
 
+
 def format_size(n: int | None) -> str:
     if n is None:
         return "-"

@@ -51,8 +51,9 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def run_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> CliRun:
     """`rollout ARGS --json FILE` as a user runs it, from the repository root."""
     cmd, events_file = _command(tmp, args)
-    p = subprocess.run(cmd, cwd=REPO, env=_env(tmp, env), capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        cmd, cwd=REPO, env=_env(tmp, env), capture_output=True, text=True, timeout=600
+    )
     return CliRun(p.returncode, p.stdout, p.stderr, read_events(events_file))
 
 
@@ -82,8 +83,9 @@ class Background:
 
 def start_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Background:
     cmd, events_file = _command(tmp, args)
-    process = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp, env), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(tmp, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     return Background(process, events_file)
 
 
@@ -96,17 +98,23 @@ def sh(host: str, command: str) -> str:
 def reset_host(host: str) -> None:
     """Back to an empty rented host: no supervisor, no daemon, nothing under /data."""
     # [x]yz patterns: pkill -f must not match the shell that runs this very command.
-    lab.exec_on(host, "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -f '[l]ab-late-reaper'; "
-                      "pkill -KILL -x cuzk-daemon; pkill -KILL -x lab-pool-keeper; sleep 0.3; "
-                      "rm -rf /data/* /dev/shm/lab-*")
+    lab.exec_on(
+        host,
+        "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -f '[l]ab-late-reaper'; "
+        "pkill -KILL -x cuzk-daemon; pkill -KILL -x lab-pool-keeper; sleep 0.3; "
+        "rm -rf /data/* /dev/shm/lab-*",
+    )
 
 
 def host_snapshot(host: str) -> str:
     """Everything a rollout could change on a host; not what the running daemon and its
     supervisor rewrite on their own (logs, the supervisor's heartbeat)."""
-    return sh(host, "find /data -not -name '*.log' -not -name supervisor.json "
-                    "-printf '%p %s %T@ %l\\n' | sort; cat /data/rollout/daemon.pid "
-                    "2>/dev/null; ls /data/rollout/hold 2>/dev/null; true")
+    return sh(
+        host,
+        "find /data -not -name '*.log' -not -name supervisor.json "
+        "-printf '%p %s %T@ %l\\n' | sort; cat /data/rollout/daemon.pid "
+        "2>/dev/null; ls /data/rollout/hold 2>/dev/null; true",
+    )
 
 
 def status_json(host: str) -> dict[str, Any]:
@@ -139,7 +147,10 @@ def assert_serving(host: str) -> str:
     version = status_json(host)["version"]
     release_meta = json.loads(sh(host, f"cat /data/{release}/RELEASE.json"))
     assert release_meta["version"] == version, (host, release_meta, version)
-    proof = sh(host, f"/data/{release}/cuzk-bench -a http://127.0.0.1:9820 single -t porep "
-                     "--c1 /data/32gbench/c1.json")
+    proof = sh(
+        host,
+        f"/data/{release}/cuzk-bench -a http://127.0.0.1:9820 single -t porep "
+        "--c1 /data/32gbench/c1.json",
+    )
     assert "status:    COMPLETED" in proof, f"{host}: {proof}"
     return str(version)

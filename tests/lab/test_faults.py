@@ -26,11 +26,20 @@ from .rollout_helpers import (
 )
 
 pytestmark = pytest.mark.lab
-FAST = ("--set", "lab_knobs={pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, "
-        "prove_secs: 0.1}", "--set", "ready_timeout=15", "--set", "stop_grace=3",
-        "--set", "drain_deadline=30")
-SLOW_DRAIN = ("--set", "lab_knobs={pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, "
-              "prove_secs: 0.1}")
+FAST = (
+    "--set",
+    "lab_knobs={pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}",
+    "--set",
+    "ready_timeout=15",
+    "--set",
+    "stop_grace=3",
+    "--set",
+    "drain_deadline=30",
+)
+SLOW_DRAIN = (
+    "--set",
+    "lab_knobs={pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, prove_secs: 0.1}",
+)
 HOSTS = ["lab-1", "lab-2", "lab-3"]
 
 
@@ -48,10 +57,20 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def deploy(work: Path, fleet: LabFleet, version: str, *extra: str,
-           env: dict[str, str] | None = None) -> CliRun:
-    return run_cli(work, "rollout", "--hosts", str(fleet.fleet_path),
-                   "--set", f"version={version}", *FAST, *extra, env=env)
+def deploy(
+    work: Path, fleet: LabFleet, version: str, *extra: str, env: dict[str, str] | None = None
+) -> CliRun:
+    return run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        f"version={version}",
+        *FAST,
+        *extra,
+        env=env,
+    )
 
 
 def serving_everywhere() -> dict[str, str]:
@@ -59,7 +78,8 @@ def serving_everywhere() -> dict[str, str]:
 
 
 def test_new_build_crashes_at_start_canary_rolls_back_others_untouched(
-        fleet: LabFleet, work: Path) -> None:
+    fleet: LabFleet, work: Path
+) -> None:
     before = {h: daemon_pid(h) for h in HOSTS}
     old = serving_everywhere()
     run = deploy(work, fleet, "crash", "--set", "fault=crash_at_start")
@@ -69,7 +89,8 @@ def test_new_build_crashes_at_start_canary_rolls_back_others_untouched(
     assert "died during start-up" in canary["reason"]
     assert not any(e["host"] in ("lab-2", "lab-3") for e in run.events if e["kind"] == "step_start")
     assert {h: daemon_pid(h) for h in ("lab-2", "lab-3")} == {
-        h: before[h] for h in ("lab-2", "lab-3")}
+        h: before[h] for h in ("lab-2", "lab-3")
+    }
     assert serving_everywhere() == old
 
 
@@ -112,8 +133,14 @@ def test_unreachable_host_is_reported_and_the_rest_roll(fleet: LabFleet, work: P
 
 
 def test_connection_drop_mid_upload_is_retried(fleet: LabFleet, work: Path) -> None:
-    run = deploy(work, fleet, "dropped", "--limit", "lab-1",
-                 env={"ROLLOUT_FAILPOINTS": "upload-drop@lab-1:1"})
+    run = deploy(
+        work,
+        fleet,
+        "dropped",
+        "--limit",
+        "lab-1",
+        env={"ROLLOUT_FAILPOINTS": "upload-drop@lab-1:1"},
+    )
     assert run.code == 0, run.stderr[-3000:]
     retry = next(e for e in run.events if e["kind"] == "retry" and e["step"] == "upload")
     assert retry["data"]["failure"] == "transport", retry
@@ -121,8 +148,14 @@ def test_connection_drop_mid_upload_is_retried(fleet: LabFleet, work: Path) -> N
 
 
 def test_corrupted_upload_is_caught_and_retried(fleet: LabFleet, work: Path) -> None:
-    run = deploy(work, fleet, "corrupt", "--limit", "lab-2",
-                 env={"ROLLOUT_FAILPOINTS": "upload-corrupt@lab-2:1"})
+    run = deploy(
+        work,
+        fleet,
+        "corrupt",
+        "--limit",
+        "lab-2",
+        env={"ROLLOUT_FAILPOINTS": "upload-corrupt@lab-2:1"},
+    )
     assert run.code == 0, run.stderr[-3000:]
     retry = next(e for e in run.events if e["kind"] == "retry" and e["step"] == "upload")
     assert "sha256 mismatch" in retry["reason"], retry
@@ -131,21 +164,37 @@ def test_corrupted_upload_is_caught_and_retried(fleet: LabFleet, work: Path) -> 
 
 def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
     inventory = work / "fleet.yaml"
-    text = fleet.fleet_path.read_text().replace("known_hosts: known_hosts",
-                                                f"known_hosts: {fleet.fleet_path.parent}/known_hosts")
+    text = fleet.fleet_path.read_text().replace(
+        "known_hosts: known_hosts", f"known_hosts: {fleet.fleet_path.parent}/known_hosts"
+    )
     text = text.replace("key_file: keys/", f"key_file: {fleet.fleet_path.parent}/keys/")
-    inventory.write_text(text.replace("vars: {memory_limit: 512m}",
-                                      'vars: {memory_limit: 512m, job: "x; touch /tmp/pwned"}'))
+    inventory.write_text(
+        text.replace(
+            "vars: {memory_limit: 512m}", 'vars: {memory_limit: 512m, job: "x; touch /tmp/pwned"}'
+        )
+    )
     playbook = work / "play.yaml"
     source = (REPO / "playbooks" / "rollout.yaml").read_text()
     source = source.replace("../dockerfiles", str(REPO / "dockerfiles"))
     source = source.replace("source: files/c1.json", f"source: {REPO}/playbooks/files/c1.json")
-    source = source.replace("--c1 {{ validate.input.path }}",
-                            "--c1 {{ validate.input.path }} --job-id {{ job }}")
+    source = source.replace(
+        "--c1 {{ validate.input.path }}", "--c1 {{ validate.input.path }} --job-id {{ job }}"
+    )
     source = source.replace("  ready_timeout: 60 ", '  job: "none"\n  ready_timeout: 60 ')
     playbook.write_text(source)
-    run = run_cli(work, "rollout", "--hosts", str(inventory), "--playbook", str(playbook),
-                  "--limit", "lab-3", "--set", "version=injected", *FAST)
+    run = run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(inventory),
+        "--playbook",
+        str(playbook),
+        "--limit",
+        "lab-3",
+        "--set",
+        "version=injected",
+        *FAST,
+    )
     assert run.code == 0, run.stderr[-3000:]
     assert lab.exec_on("lab-3", "test -e /tmp/pwned")[0] != 0
     assert "x; touch /tmp/pwned" in run.steps("lab-3")["validate"]["data"]["output_tail"]
@@ -153,8 +202,14 @@ def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
 
 
 def test_stale_lock_blocks_until_broken(fleet: LabFleet, work: Path) -> None:
-    holder = {"run_id": "old-run", "operator": "alice", "controller": socket.gethostname(),
-              "pid": 999999, "started": time.time() - 7200, "version": "old"}
+    holder = {
+        "run_id": "old-run",
+        "operator": "alice",
+        "controller": socket.gethostname(),
+        "pid": 999999,
+        "started": time.time() - 7200,
+        "version": "old",
+    }
     sh("lab-1", f"echo '{json.dumps(holder)}' > /data/rollout/lock")
     blocked = deploy(work, fleet, "after-lock", "--limit", "lab-1")
     assert blocked.code != 0
@@ -168,19 +223,37 @@ def test_stale_lock_blocks_until_broken(fleet: LabFleet, work: Path) -> None:
 
 
 def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
-    first = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
-                      "version=first", *FAST, *SLOW_DRAIN)
+    first = start_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        "version=first",
+        *FAST,
+        *SLOW_DRAIN,
+    )
     first.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
-    second = run_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
-                     "version=second", *FAST)
+    second = run_cli(
+        work, "rollout", "--hosts", str(fleet.fleet_path), "--set", "version=second", *FAST
+    )
     assert second.code == 4, second.stderr
     assert "locked by run" in second.stderr and first.events()[0]["run_id"] in second.stderr
     other_inventory = work / "same-fleet.yaml"
     other_inventory.write_text(fleet.fleet_path.read_text())
     for name in ("keys", "known_hosts"):
         (work / name).symlink_to(fleet.fleet_path.parent / name)
-    third = run_cli(work, "rollout", "--hosts", str(other_inventory), "--set",
-                    "version=third", *FAST, "--limit", "lab-1")
+    third = run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(other_inventory),
+        "--set",
+        "version=third",
+        *FAST,
+        "--limit",
+        "lab-1",
+    )
     assert third.code == 1
     assert third.host_end("lab-1")["status"] == "locked"
     done = first.finish()
@@ -189,10 +262,21 @@ def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
 
 
 def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -> None:
-    run = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
-                    "version=resumed", *FAST, *SLOW_DRAIN)
-    run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain"
-                 and e["host"] in ("lab-2", "lab-3"))
+    run = start_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        "version=resumed",
+        *FAST,
+        *SLOW_DRAIN,
+    )
+    run.wait_for(
+        lambda e: (
+            e["kind"] == "step_start" and e["step"] == "drain" and e["host"] in ("lab-2", "lab-3")
+        )
+    )
     run.process.send_signal(signal.SIGKILL)
     run.process.wait()
     run_id = run.events()[0]["run_id"]
@@ -204,8 +288,16 @@ def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -
 
 
 def test_sigint_stops_new_hosts_and_the_run_resumes(fleet: LabFleet, work: Path) -> None:
-    run = start_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
-                    "version=interrupted", *FAST, *SLOW_DRAIN)
+    run = start_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        "version=interrupted",
+        *FAST,
+        *SLOW_DRAIN,
+    )
     run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
     run.process.send_signal(signal.SIGINT)
     stopped = run.finish()
@@ -224,8 +316,10 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         first = deploy(work, fleet, "small-disk", "--limit", "lab-3")
         assert first.code == 0, first.stderr[-3000:]
         pid = daemon_pid("lab-3")
-        sh("lab-3", "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) "
-                    "/data/filler")
+        sh(
+            "lab-3",
+            "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) /data/filler",
+        )
         run = deploy(work, fleet, "no-room", "--limit", "lab-3")
         assert run.code == 1
         end = run.host_end("lab-3")
@@ -240,8 +334,9 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
 
 
 def test_old_daemon_never_frees_memory_drain_deadline(fleet: LabFleet, work: Path) -> None:
-    leaky = deploy(work, fleet, "leaky", "--set", "fault=never_release", "--limit", "lab-3",
-                   *SLOW_DRAIN)
+    leaky = deploy(
+        work, fleet, "leaky", "--set", "fault=never_release", "--limit", "lab-3", *SLOW_DRAIN
+    )
     assert leaky.code == 0, leaky.stderr[-3000:]
     try:
         run = deploy(work, fleet, "after-leak", "--limit", "lab-3", "--set", "drain_deadline=4")

@@ -18,8 +18,19 @@ from .rollout_helpers import (
 )
 
 pytestmark = pytest.mark.lab
-STEPS = ["preflight", "supervise", "upload", "config", "stop", "drain", "switch", "start", "ready",
-         "validate", "prune"]
+STEPS = [
+    "preflight",
+    "supervise",
+    "upload",
+    "config",
+    "stop",
+    "drain",
+    "switch",
+    "start",
+    "ready",
+    "validate",
+    "prune",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +46,17 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def rollout(work: Path, fleet: LabFleet, version: str, *extra: str):  # type: ignore[no-untyped-def]
-    return run_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--set",
-                   f"version={version}", "--set", f"lab_knobs={FAST_KNOBS}", *extra)
+    return run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        f"version={version}",
+        "--set",
+        f"lab_knobs={FAST_KNOBS}",
+        *extra,
+    )
 
 
 def test_v1_onto_empty_hosts_then_v2(fleet: LabFleet, work: Path) -> None:
@@ -92,13 +112,35 @@ def test_canary_validates_before_any_other_host_stops(fleet: LabFleet, work: Pat
 
 def test_drain_waits_for_memory_through_a_late_reaper(fleet: LabFleet, work: Path) -> None:
     slow = "{pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, prove_secs: 0.1}"
-    first = run_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--limit", "lab-1",
-                    "--set", "version=v5", "--set", f"lab_knobs={slow}",
-                    "--set", "daemon_launcher=lab-late-reaper 2 --")
+    first = run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--limit",
+        "lab-1",
+        "--set",
+        "version=v5",
+        "--set",
+        f"lab_knobs={slow}",
+        "--set",
+        "daemon_launcher=lab-late-reaper 2 --",
+    )
     assert first.code == 0, first.stderr[-3000:]
-    run = run_cli(work, "rollout", "--hosts", str(fleet.fleet_path), "--limit", "lab-1",
-                  "--set", "version=v6", "--set", f"lab_knobs={slow}",
-                  "--set", "daemon_launcher=lab-late-reaper 2 --")
+    run = run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--limit",
+        "lab-1",
+        "--set",
+        "version=v6",
+        "--set",
+        f"lab_knobs={slow}",
+        "--set",
+        "daemon_launcher=lab-late-reaper 2 --",
+    )
     assert run.code == 0, run.stderr[-3000:]
     drain = jsonl("lab-1", "/data/rollout/drains.jsonl")[-1]
     start = jsonl("lab-1", "/data/rollout/starts.jsonl")[-1]

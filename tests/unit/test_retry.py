@@ -15,6 +15,7 @@ def flaky(failures: list[BaseException]):  # type: ignore[no-untyped-def]
         if failures:
             raise failures.pop(0)
         return "done"
+
     return call
 
 
@@ -23,8 +24,11 @@ def test_retries_listed_failures_then_succeeds() -> None:
     policy = RetryPolicy(attempts=3, backoff=2, multiplier=3, on=["transport"])
     seen: list[int] = []
     result, attempts = run_with_retry(
-        flaky([TransportError("drop"), TransportError("drop")]), policy,
-        lambda n, e: seen.append(n), sleep=sleeps.append)
+        flaky([TransportError("drop"), TransportError("drop")]),
+        policy,
+        lambda n, e: seen.append(n),
+        sleep=sleeps.append,
+    )
     assert (result, attempts) == ("done", 3)
     assert sleeps == [2.0, 6.0]
     assert seen == [1, 2]
@@ -33,15 +37,18 @@ def test_retries_listed_failures_then_succeeds() -> None:
 def test_unlisted_failure_is_not_retried() -> None:
     policy = RetryPolicy(attempts=5, on=["transport"])
     with pytest.raises(CommandFailed):
-        run_with_retry(flaky([CommandFailed("x", 1, "", "")]), policy, lambda n, e: None,
-                       sleep=lambda s: None)
+        run_with_retry(
+            flaky([CommandFailed("x", 1, "", "")]), policy, lambda n, e: None, sleep=lambda s: None
+        )
 
 
 def test_non_retryable_step_failure_stops_at_once() -> None:
     calls = []
+
     def call() -> str:
         calls.append(1)
         raise StepFailed("drain deadline", retryable=False)
+
     with pytest.raises(StepFailed):
         run_with_retry(call, RetryPolicy(attempts=4), lambda n, e: None, sleep=lambda s: None)
     assert len(calls) == 1
@@ -50,8 +57,12 @@ def test_non_retryable_step_failure_stops_at_once() -> None:
 def test_gives_up_after_attempts_and_reraises_last() -> None:
     policy = RetryPolicy(attempts=2, on=["any"])
     with pytest.raises(StepTimeout):
-        run_with_retry(flaky([StepFailed("a"), StepTimeout("b"), StepFailed("c")]), policy,
-                       lambda n, e: None, sleep=lambda s: None)
+        run_with_retry(
+            flaky([StepFailed("a"), StepTimeout("b"), StepFailed("c")]),
+            policy,
+            lambda n, e: None,
+            sleep=lambda s: None,
+        )
 
 
 def test_failure_classes() -> None:

@@ -25,7 +25,8 @@ def test_raw_filter_is_the_only_way_to_insert_shell_syntax() -> None:
 
 def test_safe_values_are_left_readable() -> None:
     assert render_shell("{{ d }}/cuzk-bench", {"d": "/data/releases/ab12"}) == (
-        "/data/releases/ab12/cuzk-bench")
+        "/data/releases/ab12/cuzk-bench"
+    )
 
 
 @pytest.mark.parametrize("value", ["x; touch /tmp/pwned", "$(reboot)", "`id`", "a'b", "a\nb"])
@@ -42,8 +43,12 @@ def test_secret_from_environment_is_masked_in_events(monkeypatch: pytest.MonkeyP
     stream = io.StringIO()
     bus = EventBus("run")
     bus.subscribe(JsonLinesSink(stream))
-    bus.emit("step_end", host="h", reason=f"`curl -H token:{value}` exited 7",
-             data={"output": [f"echo {value}"]})
+    bus.emit(
+        "step_end",
+        host="h",
+        reason=f"`curl -H token:{value}` exited 7",
+        data={"output": [f"echo {value}"]},
+    )
     text = stream.getvalue()
     assert value not in text
     assert MASK in json.loads(text)["reason"]

@@ -26,8 +26,12 @@ def _timed_rollout(fleet: Path, version: str) -> float:
     return time.monotonic() - started
 
 
-@task(help={"hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
-            "output": "Also write the figures as JSON to this file."})
+@task(
+    help={
+        "hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
+        "output": "Also write the figures as JSON to this file.",
+    }
+)
 @reports_errors
 def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
     """Measure lab.up for N hosts (cached base image) and a 3-host rollout, v1 then v2."""

@@ -38,19 +38,38 @@ def hosts_file(hosts: str | None) -> str:
         "verbose": "Also print each step's start.",
         "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
         "break_lock": "Break a stale host lock (holder gone, older than "
-                      "rolling.lock_stale_after); the break is logged.",
+        "rolling.lock_stale_after); the break is logged.",
         "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
     },
 )
 @reports_errors
-def rollout(c: Context, hosts: str | None = None, playbook: str | None = None,
-            set_: list[str] | None = None, limit: str | None = None, dry_run: bool = False,
-            json_: str | None = None, verbose: bool = False, lock_wait: float = 0.0,
-            break_lock: bool = False, resume: str | None = None) -> None:
+def rollout(
+    c: Context,
+    hosts: str | None = None,
+    playbook: str | None = None,
+    set_: list[str] | None = None,
+    limit: str | None = None,
+    dry_run: bool = False,
+    json_: str | None = None,
+    verbose: bool = False,
+    lock_wait: float = 0.0,
+    break_lock: bool = False,
+    resume: str | None = None,
+) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
     inventory = hosts or "" if resume else hosts_file(hosts)
-    request = app.RolloutRequest(inventory, playbook, tuple(set_ or ()), limit, dry_run, json_,
-                                 verbose, lock_wait, break_lock, resume)
+    request = app.RolloutRequest(
+        inventory,
+        playbook,
+        tuple(set_ or ()),
+        limit,
+        dry_run,
+        json_,
+        verbose,
+        lock_wait,
+        break_lock,
+        resume,
+    )
     summary = app.run_rollout(request)
     if summary.exit_code:
         raise Exit(code=summary.exit_code)
@@ -62,8 +81,11 @@ def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str 
         raise Exit(code=1)
 
 
-SINGLE_HELP = {"host": "Host name from the inventory.", "hosts": HOSTS_HELP,
-               "playbook": PLAYBOOK_HELP}
+SINGLE_HELP = {
+    "host": "Host name from the inventory.",
+    "hosts": HOSTS_HELP,
+    "playbook": PLAYBOOK_HELP,
+}
 
 
 @task(help=SINGLE_HELP)
@@ -89,23 +111,34 @@ def start(c: Context, host: str, hosts: str | None = None, playbook: str | None 
 
 @task(help=SINGLE_HELP)
 @reports_errors
-def validate(c: Context, host: str, hosts: str | None = None,
-             playbook: str | None = None) -> None:
+def validate(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
     """Submit a validation proof; succeed only on its COMPLETED line."""
     _single(("validate",), host, hosts, playbook)
 
 
-@task(help={"hosts": HOSTS_HELP, "playbook": PLAYBOOK_HELP,
-            "json_": "Print JSON (hosts and capacity) instead of a table.",
-            "limit": "Only these hosts: comma-separated names, groups or globs.",
-            "min_capacity": "Exit 1 when fewer than this share of hosts (0..1, e.g. 0.8) "
-                            "are serving; for cron or CI alerts. Default 0: never.",
-            "watch": "Refresh the table until Ctrl-C.",
-            "interval": "Seconds between refreshes with --watch (default 5)."})
+@task(
+    help={
+        "hosts": HOSTS_HELP,
+        "playbook": PLAYBOOK_HELP,
+        "json_": "Print JSON (hosts and capacity) instead of a table.",
+        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "min_capacity": "Exit 1 when fewer than this share of hosts (0..1, e.g. 0.8) "
+        "are serving; for cron or CI alerts. Default 0: never.",
+        "watch": "Refresh the table until Ctrl-C.",
+        "interval": "Seconds between refreshes with --watch (default 5).",
+    }
+)
 @reports_errors
-def status(c: Context, hosts: str | None = None, playbook: str | None = None,
-           json_: bool = False, limit: str | None = None, min_capacity: float = 0.0,
-           watch: bool = False, interval: float = 5.0) -> None:
+def status(
+    c: Context,
+    hosts: str | None = None,
+    playbook: str | None = None,
+    json_: bool = False,
+    limit: str | None = None,
+    min_capacity: float = 0.0,
+    watch: bool = False,
+    interval: float = 5.0,
+) -> None:
     """Per host: daemon state, release, version, uptime, restarts, memory, last exit and cause."""
     path = hosts_file(hosts)
 
@@ -117,13 +150,24 @@ def status(c: Context, hosts: str | None = None, playbook: str | None = None,
         raise Exit(code=code)
 
 
-@task(help={"host": "Host name from the inventory (or use --all).",
-            "all_": "Diagnose every host of the inventory, in parallel.",
-            "hosts": HOSTS_HELP, "playbook": PLAYBOOK_HELP,
-            "json_": "Print JSON instead of a readable report."})
+@task(
+    help={
+        "host": "Host name from the inventory (or use --all).",
+        "all_": "Diagnose every host of the inventory, in parallel.",
+        "hosts": HOSTS_HELP,
+        "playbook": PLAYBOOK_HELP,
+        "json_": "Print JSON instead of a readable report.",
+    }
+)
 @reports_errors
-def diagnose(c: Context, host: str | None = None, all_: bool = False, hosts: str | None = None,
-             playbook: str | None = None, json_: bool = False) -> None:
+def diagnose(
+    c: Context,
+    host: str | None = None,
+    all_: bool = False,
+    hosts: str | None = None,
+    playbook: str | None = None,
+    json_: bool = False,
+) -> None:
     """Name the cause of each daemon's last exit, with the evidence; reads only, bounded."""
     if bool(host) == all_:
         raise UserError("give one HOST or --all")

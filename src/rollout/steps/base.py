@@ -42,7 +42,9 @@ class Release:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "image": self.image, "version": self.version,
+            "id": self.id,
+            "image": self.image,
+            "version": self.version,
             "artifacts": {a.name: {"sha256": a.sha256, "size": a.size} for a in self.artifacts},
         }
 
@@ -72,12 +74,14 @@ class HostContext:
         release_id = self.release.id if self.release else None
         release_dir = self.layout.release_dir(release_id) if release_id else self.layout.current
         return self.settings.template_context(  # type: ignore[no-any-return]
-            self.host, release_dir=release_dir, release_id=release_id, **extra)
+            self.host, release_dir=release_dir, release_id=release_id, **extra
+        )
 
     def render_command(self, template: str, **extra: Any) -> str:
         """Render a shell command template (validate.command) for this host, values quoted."""
-        return render_shell(template, self.template_context(**extra),
-                              self.settings.location("validate", "command"))
+        return render_shell(
+            template, self.template_context(**extra), self.settings.location("validate", "command")
+        )
 
     def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:
         """Render the user's template file if given, else rollout's built-in one."""

@@ -18,12 +18,16 @@ def memory_budget(facts: dict[str, Any], safety_margin: str) -> int:
     if not limit:
         limit = (facts.get("meminfo") or {}).get("total")
     if not limit:
-        raise StepFailed("cannot size the memory budget: no cgroup limit and no MemTotal",
-                         retryable=False)
+        raise StepFailed(
+            "cannot size the memory budget: no cgroup limit and no MemTotal", retryable=False
+        )
     budget = int(limit) - parse_size(safety_margin)
     if budget <= 0:
-        raise StepFailed(f"safety margin {safety_margin} leaves no memory under the limit "
-                         f"{format_size(int(limit))}", retryable=False)
+        raise StepFailed(
+            f"safety margin {safety_margin} leaves no memory under the limit "
+            f"{format_size(int(limit))}",
+            retryable=False,
+        )
     return budget
 
 
@@ -34,9 +38,14 @@ def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     else:
         budget = parse_size(daemon.total_budget)
     budget_text = f"{budget // 1024**2}MiB"
-    text = ctx.render_template_file("cuzk.toml.j2", daemon.config_template, {
-        "total_budget": budget_text, "extra_config": daemon.extra_config or {},
-    })
+    text = ctx.render_template_file(
+        "cuzk.toml.j2",
+        daemon.config_template,
+        {
+            "total_budget": budget_text,
+            "extra_config": daemon.extra_config or {},
+        },
+    )
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
     if not _write_if_changed(ctx, daemon.config_path, text):

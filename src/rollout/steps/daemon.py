@@ -51,8 +51,10 @@ def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         return skipped("supervisor running, script and settings unchanged")
     if alive:
         ctx.sh(f"kill -TERM $(cut -d' ' -f1 {q(lay.state_dir)}/supervisor.pid)")
-        ctx.sh(f"for i in $(seq 50); do [ -e {q(lay.state_dir)}/supervisor.lock ] && "
-               f"flock -n {q(lay.state_dir)}/supervisor.lock true && break; sleep 0.1; done")
+        ctx.sh(
+            f"for i in $(seq 50); do [ -e {q(lay.state_dir)}/supervisor.lock ] && "
+            f"flock -n {q(lay.state_dir)}/supervisor.lock true && break; sleep 0.1; done"
+        )
     start_supervisor(ctx)
     what = "restarted (script or settings changed)" if alive else "started"
     return changed(f"supervisor {what}")
@@ -73,8 +75,12 @@ def _runs_release(ctx: HostContext) -> dict[str, Any] | None:
     facts = ctx.facts()
     daemon = facts.get("daemon") or {}
     release_dir = ctx.layout.release_dir(ctx.release.id)
-    if (facts.get("current_release") == ctx.release.id and daemon.get("state") == "running"
-            and release_dir in str(daemon.get("exe")) and not facts.get("held")):
+    if (
+        facts.get("current_release") == ctx.release.id
+        and daemon.get("state") == "running"
+        and release_dir in str(daemon.get("exe"))
+        and not facts.get("held")
+    ):
         return daemon
     return None
 
@@ -84,13 +90,23 @@ def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     running = None if params.get("force") else _runs_release(ctx)
     ctx.notes["already_running"] = running is not None
     if running is not None:
-        return skipped(f"daemon {running.get('pid')} already runs release "
-                       f"{ctx.release.id if ctx.release else ''}: nothing to stop")
+        return skipped(
+            f"daemon {running.get('pid')} already runs release "
+            f"{ctx.release.id if ctx.release else ''}: nothing to stop"
+        )
     set_hold(ctx)
     sig = params.get("signal", daemon.stop_signal)
     grace = params.get("grace", daemon.stop_grace)
-    code, out = ctx.script("stop", "--root", ctx.layout.root, "--signal", sig, "--grace", grace,
-                           timeout=float(grace) + 30)
+    code, out = ctx.script(
+        "stop",
+        "--root",
+        ctx.layout.root,
+        "--signal",
+        sig,
+        "--grace",
+        grace,
+        timeout=float(grace) + 30,
+    )
     ctx.notes["stopped"] = out
     if out.get("outcome") == "none":
         return skipped("hold set; no daemon pidfile, nothing to stop", **out)
@@ -107,9 +123,16 @@ def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     if ctx.notes.get("already_running"):
         return skipped("daemon was not stopped: it already runs this release")
     stopped = ctx.notes.get("stopped") or {}
-    args: list[object] = ["--root", ctx.layout.root, "--deadline", params.get("deadline", d.deadline),
-                          "--threshold", params.get("memory_threshold", d.memory_threshold),
-                          "--zombie-grace", params.get("zombie_grace", d.zombie_grace)]
+    args: list[object] = [
+        "--root",
+        ctx.layout.root,
+        "--deadline",
+        params.get("deadline", d.deadline),
+        "--threshold",
+        params.get("memory_threshold", d.memory_threshold),
+        "--zombie-grace",
+        params.get("zombie_grace", d.zombie_grace),
+    ]
     if stopped.get("pid"):
         args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
     else:
@@ -119,7 +142,10 @@ def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         mem = out.get("memory") or {}
         raise StepFailed(
             f"drain deadline ({d.deadline}s) passed: memory {mem.get('usage')} of "
-            f"{mem.get('limit')} still in use", retryable=False, output=json.dumps(out))
+            f"{mem.get('limit')} still in use",
+            retryable=False,
+            output=json.dumps(out),
+        )
     note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
     waited = out["ended"] - out["started"]
     return ok(f"old daemon gone and memory back after {waited:.1f}s{note}", **out)
@@ -127,14 +153,15 @@ def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
 
 def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
     pidfile = q(ctx.layout.daemon_pid)
-    loop = (f"for i in $(seq {int(seconds * 10)}); do "
-            f"grep -qF -- {q(release_dir)} {pidfile} 2>/dev/null && cat {pidfile} && exit 0; "
-            f"sleep 0.1; done; exit 1")
+    loop = (
+        f"for i in $(seq {int(seconds * 10)}); do "
+        f"grep -qF -- {q(release_dir)} {pidfile} 2>/dev/null && cat {pidfile} && exit 0; "
+        f"sleep 0.1; done; exit 1"
+    )
     r = ctx.sh(loop, timeout=seconds + 10)
     if not r.ok:
         tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
-        raise StepFailed(f"supervisor did not start the daemon within {seconds:.0f}s",
-                         output=tail)
+        raise StepFailed(f"supervisor did not start the daemon within {seconds:.0f}s", output=tail)
     return r.stdout.strip()
 
 
@@ -152,8 +179,9 @@ def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         start_supervisor(ctx)
     pidline = _wait_daemon_of(ctx, target, float(params.get("wait", 30)))
     ctx.notes["daemon_pid"] = pidline.split()[0]
-    return changed(f"hold released; supervisor started daemon {pidline.split()[0]}",
-                   pidfile=pidline)
+    return changed(
+        f"hold released; supervisor started daemon {pidline.split()[0]}", pidfile=pidline
+    )
 
 
 def _status_url(status_listen: str) -> str:
@@ -171,22 +199,27 @@ def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     pidfile = q(ctx.layout.daemon_pid)
     known = ctx.notes.get("daemon_pid")
     first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
-    loop = (f"pid={first}; "
-            f"for i in $(seq {int(seconds * 5)}); do "
-            f"curl -fsS --max-time 1 {q(url)} && exit 0; "
-            f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
-            f"then echo \"daemon $pid died during start-up\"; exit 3; fi; "
-            f"sleep 0.2; done; exit 1")
+    loop = (
+        f"pid={first}; "
+        f"for i in $(seq {int(seconds * 5)}); do "
+        f"curl -fsS --max-time 1 {q(url)} && exit 0; "
+        f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
+        f'then echo "daemon $pid died during start-up"; exit 3; fi; '
+        f"sleep 0.2; done; exit 1"
+    )
     r = ctx.sh(loop, timeout=seconds + 10)
     if r.exit_code == 3:
         tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
-        raise StepFailed(f"{r.stdout.strip()}; status port {url} never answered",
-                         retryable=False, output=tail)
+        raise StepFailed(
+            f"{r.stdout.strip()}; status port {url} never answered", retryable=False, output=tail
+        )
     if not r.ok:
         raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
     try:
         status = json.loads(r.stdout)
     except ValueError as e:
         raise StepFailed(f"{url} answered with something that is not JSON: {r.stdout[:200]}") from e
-    return ok(f"status port answers (version {status.get('version')}, "
-              f"up {status.get('uptime_secs')}s)", status=status)
+    return ok(
+        f"status port answers (version {status.get('version')}, up {status.get('uptime_secs')}s)",
+        status=status,
+    )

@@ -73,14 +73,20 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
         pass
     try:
         image, _logs = client.images.build(
-            path=str(context), dockerfile=str(dockerfile.resolve()), buildargs=args, tag=tag,
-            target=spec.target, rm=True, forcerm=True,
+            path=str(context),
+            dockerfile=str(dockerfile.resolve()),
+            buildargs=args,
+            tag=tag,
+            target=spec.target,
+            rm=True,
+            forcerm=True,
         )
         image.tag(repository, spec.tag.rsplit(":", 1)[-1] if spec.tag != repository else None)
     except BuildError as e:
         lines = [str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log]
-        raise StepFailed(f"docker build failed: {e.msg}", retryable=False,
-                         output="".join(lines)[-3000:]) from e
+        raise StepFailed(
+            f"docker build failed: {e.msg}", retryable=False, output="".join(lines)[-3000:]
+        ) from e
     ctx.image = tag
     return changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)
 

@@ -11,7 +11,7 @@ from rollout.steps.config import memory_budget
 from rollout.steps.validate import ensure_input
 from rollout.units import format_size, parse_size
 
-SPACE_MARGIN = 64 * 1024**2
+SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
 
 def _space_needed(ctx: HostContext, facts: dict[str, Any]) -> int:
@@ -31,13 +31,17 @@ def _problems(ctx: HostContext, facts: dict[str, Any]) -> list[str]:
     free = (facts.get("disk") or {}).get("free_bytes")
     need = _space_needed(ctx, facts)
     if free is not None and free < need:
-        problems.append(f"{root} has {format_size(free)} free, the release needs {format_size(need)}")
+        problems.append(
+            f"{root} has {format_size(free)} free, the release needs {format_size(need)}"
+        )
     daemon = ctx.settings.daemon
     try:
         budget = memory_budget(facts, daemon.safety_margin)
         if daemon.total_budget != "cgroup" and parse_size(daemon.total_budget) > budget:
-            problems.append(f"total_budget {daemon.total_budget} exceeds the cgroup limit minus "
-                            f"the safety margin ({format_size(budget)})")
+            problems.append(
+                f"total_budget {daemon.total_budget} exceeds the cgroup limit minus "
+                f"the safety margin ({format_size(budget)})"
+            )
     except StepFailed as e:
         problems.append(str(e))
     if not facts.get("python"):
@@ -49,7 +53,7 @@ def preflight(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     facts = ctx.facts()
     problems = _problems(ctx, facts)
     if problems:
-        raise StepFailed("preflight: " + "; ".join(problems), retryable=False)
+        raise StepFailed("; ".join(problems), retryable=False)
     staged = ensure_input(ctx)
     free = format_size((facts.get("disk") or {}).get("free_bytes"))
     return ok(f"{ctx.layout.root} writable, {free} free, budget fits; {staged}")

@@ -57,8 +57,11 @@ def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     finally:
         ctx.sh(f"rm -rf -- {q(partial)}")
     size = sum(a.size for a in release.artifacts)
-    return changed(f"uploaded release {release.id} ({size} bytes), sha256 verified on host",
-                   release=release.id, bytes=size)
+    return changed(
+        f"uploaded release {release.id} ({size} bytes), sha256 verified on host",
+        release=release.id,
+        bytes=size,
+    )
 
 
 def current_release(ctx: HostContext) -> str | None:
@@ -91,8 +94,9 @@ def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     if before:
         ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
     point_current_at(ctx, release.id)
-    return changed(f"current: {before or 'none'} -> {release.id}", previous=before,
-                   release=release.id)
+    return changed(
+        f"current: {before or 'none'} -> {release.id}", previous=before, release=release.id
+    )
 
 
 def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:

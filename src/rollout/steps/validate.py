@@ -28,8 +28,9 @@ def ensure_input(ctx: HostContext) -> str:
         return f"input {spec.path} present"
     if source is None:
         problem = "missing" if have is None else f"sha256 {have[:12]} is not {want}"
-        raise StepFailed(f"validation input {spec.path} {problem} and no source is set",
-                         retryable=False)
+        raise StepFailed(
+            f"validation input {spec.path} {problem} and no source is set", retryable=False
+        )
     partial = f"{spec.path}.partial"
     ctx.sh(f"mkdir -p -- {q(spec.path.rsplit('/', 1)[0])}").check()
     ctx.transport.put(str(source), partial, resume=True)
@@ -49,8 +50,11 @@ def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     output = (r.stdout + r.stderr)[-4000:]
     if pattern.search(r.stdout):
         job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
-        return ok(f"validation proof COMPLETED ({staged})", job_id=job.group(1) if job else None,
-                  output_tail=output[-1000:])
+        return ok(
+            f"validation proof COMPLETED ({staged})",
+            job_id=job.group(1) if job else None,
+            output_tail=output[-1000:],
+        )
     error = re.search(r"^error:\s*(.+)$", r.stdout, re.MULTILINE)
     why = error.group(1) if error else f"no line matching {pattern.pattern!r} (exit {r.exit_code})"
     raise StepFailed(f"validation failed: {why}", output=output)

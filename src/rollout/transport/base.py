@@ -31,7 +31,9 @@ class Transport(ABC):
     name: str
 
     @abstractmethod
-    def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+    def run(
+        self, command: str, timeout: float | None = None, stdin: str | None = None
+    ) -> RunResult:
         """Run a shell command on the host; never raises for a non-zero exit."""
 
     @abstractmethod

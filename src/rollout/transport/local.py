@@ -20,11 +20,16 @@ class LocalTransport(Transport):
     def __init__(self, name: str = "localhost") -> None:
         self.name = name
 
-    def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+    def run(
+        self, command: str, timeout: float | None = None, stdin: str | None = None
+    ) -> RunResult:
         try:
             p = subprocess.run(
-                ["bash", "-c", command], input=stdin or "", capture_output=True,
-                text=True, timeout=timeout,
+                ["bash", "-c", command],
+                input=stdin or "",
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")

@@ -43,7 +43,9 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
     def __init__(self, known_hosts: Path) -> None:
         self.known_hosts = known_hosts
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
         with self.known_hosts.open("a") as f:
@@ -54,7 +56,9 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
     def __init__(self, known_hosts: Path) -> None:
         self.known_hosts = known_hosts
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         raise HostKeyError(
             f"unknown host key for {hostname} ({key.get_name()}): not in {self.known_hosts}. "
             "Add it there, or set host_key_policy: accept-new in the inventory."
@@ -86,8 +90,11 @@ class SshTransport(Transport):
         if t.key_file is not None:
             kwargs["key_filename"] = str(t.key_file)
         conn = Connection(
-            host=t.address, user=t.user, port=t.port,
-            connect_timeout=int(t.connect_timeout), connect_kwargs=kwargs,
+            host=t.address,
+            user=t.user,
+            port=t.port,
+            connect_timeout=int(t.connect_timeout),
+            connect_kwargs=kwargs,
         )
         if t.known_hosts.exists():
             conn.client.load_host_keys(str(t.known_hosts))
@@ -110,12 +117,17 @@ class SshTransport(Transport):
             transport.set_keepalive(15)
         return conn
 
-    def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+    def run(
+        self, command: str, timeout: float | None = None, stdin: str | None = None
+    ) -> RunResult:
         conn = self._connection()
         remote = command if stdin is None else _with_stdin(command, stdin)
         try:
             r = conn.run(
-                remote, hide=True, warn=True, in_stream=False,
+                remote,
+                hide=True,
+                warn=True,
+                in_stream=False,
                 timeout=int(timeout) + 1 if timeout else None,
             )
         except CommandTimedOut as e:
