@@ -87,7 +87,7 @@ def load_plan(req: RolloutRequest, run_id: str | None = None) -> Plan:
 
 
 @contextmanager
-def _json_stream(path: str | None) -> Iterator[IO[str] | None]:
+def json_stream(path: str | None) -> Iterator[IO[str] | None]:
     if path is None:
         yield None
     elif path == "-":
@@ -108,7 +108,7 @@ def make_bus(plan: Plan, json_stream: IO[str] | None, verbose: bool) -> EventBus
 
 
 @contextmanager
-def _interrupts(flag: threading.Event) -> Iterator[None]:
+def interrupts(flag: threading.Event) -> Iterator[None]:
     """First Ctrl-C: start no new hosts, let hosts in flight reach a safe point."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -149,8 +149,8 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
     )
     with (
         fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
-        _json_stream(req.json_path) as stream,
-        _interrupts(options.interrupted),
+        json_stream(req.json_path) as stream,
+        interrupts(options.interrupted),
     ):
         bus = make_bus(plan, stream, req.verbose)
         summary = Engine(plan, bus, connect, cache_dir(), options).run(req.replayable())

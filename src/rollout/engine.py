@@ -63,6 +63,12 @@ class EngineOptions:
     locks: LockPolicy = field(default_factory=LockPolicy)
     done_hosts: frozenset[str] = frozenset()  # a resumed run: hosts already validated
     interrupted: threading.Event = field(default_factory=threading.Event)
+    # A fleet rollback: each host's release found on the host, and the steps to run.
+    target: Callable[[HostContext], Release] | None = None
+    host_steps: list[Any] | None = None
+
+
+PER_HOST = Release("per-host", "", "", ())
 
 
 class Engine:
@@ -84,7 +90,7 @@ class Engine:
         plan = self.plan
         self.bus.emit("run_start", data={**plan.describe(), "request": request or {}})
         summary = RunSummary(plan.run_id, {})
-        summary.release = self._controller_steps()
+        summary.release = PER_HOST if self.options.target else self._controller_steps()
         if summary.release is None:
             summary.aborted = "controller steps failed"
         else:
@@ -161,6 +167,8 @@ class Engine:
                 locked = self._lock(ctx, holder)
                 if locked is not None:
                     return self._end(locked)
+            if self.options.target is not None:
+                ctx.release = self.options.target(ctx)
             if name in self.options.done_hosts and self._still_validated(ctx):
                 return self._end(
                     HostOutcome(
@@ -211,7 +219,7 @@ class Engine:
     def _host_steps(self, ctx: HostContext) -> HostOutcome:
         steps: dict[str, str] = {}
         assert ctx.release is not None
-        for spec in self.plan.host_steps:
+        for spec in self.options.host_steps or self.plan.host_steps:
             if not evaluate_condition(spec.when, ctx.template_context()):
                 self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
                 continue

@@ -12,8 +12,15 @@ from rollout import __version__
 from rollout.cli import bench_tasks, lab_tasks, rollout_tasks
 
 namespace = Collection(
-    rollout_tasks.rollout, rollout_tasks.drain, rollout_tasks.start, rollout_tasks.stop,
-    rollout_tasks.validate, rollout_tasks.status, rollout_tasks.diagnose, rollout_tasks.docs,
+    rollout_tasks.rollout,
+    rollout_tasks.rollback,
+    rollout_tasks.drain,
+    rollout_tasks.start,
+    rollout_tasks.stop,
+    rollout_tasks.validate,
+    rollout_tasks.status,
+    rollout_tasks.diagnose,
+    rollout_tasks.docs,
     bench_tasks.bench,
 )
 namespace.add_collection(lab_tasks.ns)

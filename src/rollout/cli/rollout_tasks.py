@@ -75,6 +75,39 @@ def rollout(
         raise Exit(code=summary.exit_code)
 
 
+@task(
+    help={
+        "hosts": HOSTS_HELP,
+        "playbook": PLAYBOOK_HELP,
+        "to": "Release id to go back to (default: each host's previous release).",
+        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "json_": "Write every event as a JSON line to this file ('-' for stdout).",
+        "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
+        "break_lock": "Break a stale host lock; the break is logged.",
+    },
+)
+@reports_errors
+def rollback(
+    c: Context,
+    hosts: str | None = None,
+    playbook: str | None = None,
+    to: str | None = None,
+    limit: str | None = None,
+    json_: str | None = None,
+    lock_wait: float = 0.0,
+    break_lock: bool = False,
+) -> None:
+    """Take the fleet back to an earlier release, in batches, drained and validated."""
+    from rollout.fleet_rollback import run_fleet_rollback
+
+    request = app.RolloutRequest(
+        hosts_file(hosts), playbook, (), limit, False, json_, False, lock_wait, break_lock
+    )
+    summary = run_fleet_rollback(request, to)
+    if summary.exit_code:
+        raise Exit(code=summary.exit_code)
+
+
 def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None) -> None:
     results = single.run_steps(hosts_file(hosts), playbook, host, kinds)
     if any(r.failed for r in results):

@@ -155,7 +155,6 @@ class DrainSpec(Section):
         ge=0,
         description="Seconds a zombie (defunct) daemon may linger before it is reported.",
     )
-    poll_interval: float = Field(default=2, gt=0, description="Seconds between memory readings.")
 
 
 class DaemonSpec(Section):
@@ -177,10 +176,6 @@ class DaemonSpec(Section):
     param_cache: RemotePath = Field(
         default="/data/zk/params", description="[srs] param_cache (writable)."
     )
-    log_file: RemotePath = Field(
-        default="/data/zk/cuzk.log", description="Where daemon stdout goes."
-    )
-    log_level: str = Field(default="info", description="Daemon --log-level.")
     config_template: LocalPath | None = Field(
         default=None,
         description="Jinja2 TOML template for the config, relative to the playbook file "
@@ -230,8 +225,5 @@ class ValidateSpec(Section):
     )
     success_pattern: Regex = Field(
         default=r"^status:\s+COMPLETED", description="Regex (multiline) the output must match."
-    )
-    failure_pattern: Regex = Field(
-        default=r"^status:\s+FAILED", description="Regex (multiline) that marks a failed proof."
     )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")

@@ -491,6 +491,9 @@ class Supervisor:
             if not dead:
                 return
             d.died_at = now()
+        if d.child == d.pid and d.child_status is None:
+            self.reap()  # died between this tick's reap and the check: collect its status now
+            d.child_status = self.reaped.pop(d.child, None) if d.child is not None else None
         # dead: the status is ours if the daemon was our child (or reparented to us)
         ours = d.child is None or d.child == d.pid or d.own_status is not None
         if ours or d.child_status is not None:

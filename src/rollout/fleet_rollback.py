@@ -1,0 +1,76 @@
+"""`rollout rollback`: take the fleet back to an earlier release already on its hosts, with
+the same batches, locks, drain and validation as a rollout."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from rollout.app import (
+    RolloutRequest,
+    cache_dir,
+    connect,
+    interrupts,
+    json_stream,
+    load_plan,
+    make_bus,
+    runs_dir,
+)
+from rollout.config.steps import StepSpec
+from rollout.console import print_summary
+from rollout.engine import Engine, EngineOptions, RunSummary
+from rollout.errors import StepFailed
+from rollout.layout import q
+from rollout.locks import LockPolicy, fleet_lock, holder_for
+from rollout.steps.base import HostContext, Release
+from rollout.steps.release import current_release, recorded_previous
+
+ROLLBACK_STEPS = ("preflight", "stop", "drain", "switch", "start", "ready", "validate")
+
+
+def _release_on_host(ctx: HostContext, release_id: str) -> Release:
+    r = ctx.sh(f"cat -- {q(ctx.layout.release_dir(release_id))}/RELEASE.json")
+    if not r.ok:
+        raise StepFailed(f"release {release_id} is not on {ctx.name}", retryable=False)
+    meta: dict[str, Any] = json.loads(r.stdout)
+    return Release(release_id, str(meta.get("image", "")), str(meta.get("version", "")), ())
+
+
+def target_for(to: str | None) -> Any:
+    """Each host's target: `to`, else the release current pointed at before the last switch."""
+
+    def resolve(ctx: HostContext) -> Release:
+        release_id = to or recorded_previous(ctx)
+        if not release_id or release_id == current_release(ctx):
+            raise StepFailed(f"{ctx.name} has no earlier release to go back to", retryable=False)
+        return _release_on_host(ctx, release_id)
+
+    return resolve
+
+
+def _steps(req: RolloutRequest) -> list[StepSpec]:
+    plan_steps = {s.kind.value: s for s in load_plan(req).playbook.steps}
+    return [plan_steps.get(k) or StepSpec(name=k, kind=k) for k in ROLLBACK_STEPS]  # type: ignore[arg-type]
+
+
+def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
+    plan = load_plan(req)
+    holder = holder_for(plan.run_id, plan.operator, plan.controller, f"rollback:{to or 'previous'}")
+    options = EngineOptions(
+        holder,
+        LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
+        interrupted=threading.Event(),
+        target=target_for(to),
+        host_steps=_steps(req),
+    )
+    with (
+        fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
+        json_stream(req.json_path) as stream,
+        interrupts(options.interrupted),
+    ):
+        bus = make_bus(plan, stream, req.verbose)
+        summary = Engine(plan, bus, connect, cache_dir(), options).run({"rollback_to": to})
+    print_summary(summary)
+    return summary
