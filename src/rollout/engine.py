@@ -68,6 +68,7 @@ class EngineOptions:
     host_steps: list[Any] | None = None
 
 
+DEFAULT_STEP_TIMEOUT = 900.0  # seconds; a step with no timeout of its own never hangs a run
 PER_HOST = Release("per-host", "", "", ())
 
 
@@ -317,7 +318,7 @@ class Engine:
 
         def attempt() -> StepResult:
             if ctx is not None:
-                ctx.deadline = time.monotonic() + spec.timeout if spec.timeout else None
+                ctx.deadline = time.monotonic() + (spec.timeout or DEFAULT_STEP_TIMEOUT)
             return call()
 
         def on_retry(number: int, exc: BaseException) -> None:

@@ -16,6 +16,8 @@ _RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 def _sha256s(ctx: HostContext, directory: str, names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
     files = " ".join(q(n) for n in names)
     r = ctx.sh(f"cd {q(directory)} 2>/dev/null && sha256sum -- {files} 2>/dev/null")
     sums: dict[str, str] = {}

@@ -121,7 +121,7 @@ class SshTransport(Transport):
         self, command: str, timeout: float | None = None, stdin: str | None = None
     ) -> RunResult:
         conn = self._connection()
-        remote = command if stdin is None else _with_stdin(command, stdin)
+        remote = f"{{ {command}\n}} < /dev/null" if stdin is None else _with_stdin(command, stdin)
         try:
             r = conn.run(
                 remote,
