@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.steps import StepSpec
 from rollout.console import ConsoleSink, print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
@@ -80,10 +81,29 @@ class RolloutRequest:
         }
 
 
+def load_fleet(
+    hosts_file: str,
+    playbook: str | None = None,
+    limit: str | None = None,
+    sets: tuple[str, ...] = (),
+    run_id: str | None = None,
+) -> Plan:
+    """Inventory and playbook, validated and rendered for each selected host."""
+    inventory = load_inventory(hosts_file)
+    loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
+    return make_plan(loaded, inventory, limit, run_id)
+
+
 def load_plan(req: RolloutRequest, run_id: str | None = None) -> Plan:
-    inventory = load_inventory(req.hosts)
-    playbook = load_playbook(req.playbook or default_playbook(), parse_set_options(req.sets))
-    return make_plan(playbook, inventory, req.limit, run_id)
+    return load_fleet(req.hosts, req.playbook, req.limit, req.sets, run_id)
+
+
+def step_spec(plan: Plan, kind: str) -> StepSpec:
+    """The playbook's step of this kind (its timeout and retry policy), else the defaults."""
+    for spec in plan.playbook.steps:
+        if spec.kind.value == kind:
+            return spec
+    return StepSpec(name=kind, kind=kind)  # type: ignore[arg-type]
 
 
 @contextmanager

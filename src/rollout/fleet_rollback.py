@@ -17,8 +17,8 @@ from rollout.app import (
     load_plan,
     make_bus,
     runs_dir,
+    step_spec,
 )
-from rollout.config.steps import StepSpec
 from rollout.console import print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import StepFailed
@@ -50,11 +50,6 @@ def target_for(to: str | None) -> Any:
     return resolve
 
 
-def _steps(req: RolloutRequest) -> list[StepSpec]:
-    plan_steps = {s.kind.value: s for s in load_plan(req).playbook.steps}
-    return [plan_steps.get(k) or StepSpec(name=k, kind=k) for k in ROLLBACK_STEPS]  # type: ignore[arg-type]
-
-
 def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
     plan = load_plan(req)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, f"rollback:{to or 'previous'}")
@@ -63,7 +58,7 @@ def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
         LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
         interrupted=threading.Event(),
         target=target_for(to),
-        host_steps=_steps(req),
+        host_steps=[step_spec(plan, kind) for kind in ROLLBACK_STEPS],
     )
     with (
         fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),

@@ -10,23 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.app import default_playbook
-from rollout.config.inventory import load_inventory
-from rollout.config.playbook import load_playbook
+from rollout.app import load_fleet
 from rollout.console import print_table
 from rollout.diagnose import HostEvidence, classify, collect
 from rollout.errors import UserError
-from rollout.plan import Plan, make_plan
+from rollout.plan import Plan
 from rollout.units import format_size
 
 SERVING = "running"
 COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memory",
            "last_exit", "cause"]
-
-
-def load_fleet(hosts_file: str, playbook: str | None, limit: str | None) -> Plan:
-    return make_plan(load_playbook(playbook or default_playbook()), load_inventory(hosts_file),
-                     limit)
 
 
 def daemon_state(facts: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from rollout import health, lab
+from rollout import lab
+from rollout.app import load_fleet
 from rollout.diagnose import bench_diagnose
 
 from .conftest import LabFleet
@@ -158,7 +159,7 @@ def test_diagnose_of_a_1gib_log_is_bounded(fleet: LabFleet, tmp_path: Path) -> N
         code, text, out = cli(fleet, tmp_path, "diagnose", "--host", host)
         assert code == 0 and "panicked at src/main.rs:9:9" in text, out
         report = diagnose(fleet, tmp_path, "--host", host)[host]
-        figures = bench_diagnose(health.load_fleet(str(fleet.fleet_path), None, host), host)
+        figures = bench_diagnose(load_fleet(str(fleet.fleet_path), None, host), host)
         print(f"\nbenchmark, diagnose of a 1 GiB log: {json.dumps(figures)}")
     finally:
         sh(host, f"truncate -s 0 {log}")

@@ -176,7 +176,7 @@ def status(
     path = hosts_file(hosts)
 
     def once() -> int:
-        return single.status(path, playbook, limit, as_json=json_, min_capacity=min_capacity)
+        return health.status(path, playbook, limit, as_json=json_, min_capacity=min_capacity)
 
     code = health.watch(once, interval) if watch else once()
     if code:
@@ -204,7 +204,7 @@ def diagnose(
     """Name the cause of each daemon's last exit, with the evidence; reads only, bounded."""
     if bool(host) == all_:
         raise UserError("give one HOST or --all")
-    plan = health.load_fleet(hosts_file(hosts), playbook, None if all_ else host)
+    plan = app.load_fleet(hosts_file(hosts), playbook, None if all_ else host)
     code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
         raise Exit(code=code)
