@@ -13,6 +13,7 @@ from invoke.tasks import task
 
 from rollout import app, lab
 from rollout.cli.errors import reports_errors
+from rollout.diagnose import bench_diagnose
 
 FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
 
@@ -26,6 +27,13 @@ def _timed_rollout(fleet: Path, version: str) -> float:
     return time.monotonic() - started
 
 
+def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
+    """diagnose of a host whose daemon log is 1 GiB: seconds and bytes brought back."""
+    log = "/data/rollout/daemon.log"
+    lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")
+    return bench_diagnose(app.load_fleet(str(fleet), None, host), host)
+
+
 @task(
     help={
         "hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
@@ -34,7 +42,7 @@ def _timed_rollout(fleet: Path, version: str) -> float:
 )
 @reports_errors
 def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
-    """Measure lab.up for N hosts (cached base image) and a 3-host rollout, v1 then v2."""
+    """Measure lab.up for N hosts (cached base image), 3-host rollouts and a bounded diagnose."""
     figures: dict[str, float] = {}
     figures[f"lab_up_{hosts}_hosts_s"] = round(lab.bench_lab_up(hosts), 2)
     fleet = lab.up(3)
@@ -43,6 +51,7 @@ def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
         figures["rollout_3_hosts_first_s"] = round(_timed_rollout(fleet, "bench-1"), 2)
         figures["rollout_3_hosts_next_s"] = round(_timed_rollout(fleet, "bench-2"), 2)
         figures["rollout_3_hosts_rerun_s"] = round(_timed_rollout(fleet, "bench-2"), 2)
+        figures.update(_diagnose_1gib_log(fleet, "lab-2"))
     finally:
         lab.down()
     text = json.dumps(figures, indent=2)
