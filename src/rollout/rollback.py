@@ -10,6 +10,7 @@ from typing import Any
 from rollout.events import StepResult
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
+from rollout.steps.config import restore_previous_config
 from rollout.steps.release import current_release, point_current_at, recorded_previous
 
 RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
@@ -63,8 +64,11 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
                 "without waiting again (its memory is still charged)"
             )
             continue
-        if kind == "start" and current_release(ctx) != previous:
-            point_current_at(ctx, previous)
+        if kind == "start":
+            if current_release(ctx) != previous:
+                point_current_at(ctx, previous)
+            if restore_previous_config(ctx):
+                ctx.log("restored the config the previous release ran with")
         spec = RollbackStep(
             f"rollback-{kind}",
             kind,

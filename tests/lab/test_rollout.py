@@ -9,6 +9,7 @@ import pytest
 from .conftest import LabFleet
 from .rollout_helpers import (
     FAST_KNOBS,
+    assert_serving,
     host_snapshot,
     jsonl,
     reset_host,
@@ -151,3 +152,82 @@ def test_drain_waits_for_memory_through_a_late_reaper(fleet: LabFleet, work: Pat
     limit = drain["memory"]["limit"]
     before_back = [u for t, u in drain["samples"] if t < drain["memory_back_at"]]
     assert before_back and max(before_back) > 0.10 * limit  # it really was still charged
+
+
+def test_single_step_commands(fleet: LabFleet, work: Path) -> None:
+    hosts = str(fleet.fleet_path)
+    drained = run_cli(work, "drain", "lab-2", "--hosts", hosts)
+    assert drained.code == 0, drained.stderr[-3000:]
+    assert sh("lab-2", "ls /data/rollout/hold").strip() == "/data/rollout/hold"
+    drain = jsonl("lab-2", "/data/rollout/drains.jsonl")[-1]
+    assert drain["outcome"] == "drained" and drain["state"] == "gone", drain
+    assert run_cli(work, "validate", "lab-2", "--hosts", hosts).code == 1  # nothing serves
+    started = run_cli(work, "start", "lab-2", "--hosts", hosts)
+    assert started.code == 0, started.stderr[-3000:]
+    assert "status port answers" in started.stderr
+    validated = run_cli(work, "validate", "lab-2", "--hosts", hosts)
+    assert validated.code == 0, validated.stderr[-3000:]
+    assert "COMPLETED" in validated.stderr
+    assert_serving("lab-2")
+
+
+def _inventory_with(work: Path, fleet: LabFleet, host: str, extra_vars: str) -> Path:
+    """A copy of the lab inventory where one host has vars of its own."""
+    lab_dir = fleet.fleet_path.parent
+    text = fleet.fleet_path.read_text()
+    text = text.replace("key_file: keys/", f"key_file: {lab_dir}/keys/")
+    text = text.replace("known_hosts: known_hosts", f"known_hosts: {lab_dir}/known_hosts")
+    marker = f"  - name: {host}\n"
+    head, _, tail = text.partition(marker)
+    tail = tail.replace(
+        "vars: {memory_limit: 512m}", f"vars: {{memory_limit: 512m, {extra_vars}}}", 1
+    )
+    path = work / f"fleet-{host}.yaml"
+    path.write_text(head + marker + tail)
+    return path
+
+
+def test_hosts_of_a_batch_roll_at_their_own_pace(fleet: LabFleet, work: Path) -> None:
+    slow = "lab_knobs: {pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 24, prove_secs: 0.1}"
+    inventory = _inventory_with(work, fleet, "lab-3", slow)
+    one_batch = ("--set", "serial=[3]")  # host vars win over playbook vars, --set over both
+    first = run_cli(
+        work, "rollout", "--hosts", str(inventory), "--set", "version=pace-1", *one_batch
+    )
+    assert first.code == 0, first.stderr[-3000:]
+    run = run_cli(work, "rollout", "--hosts", str(inventory), "--set", "version=pace-2", *one_batch)
+    assert run.code == 0, run.stderr[-3000:]
+    slow_drain_end = run.steps("lab-3")["drain"]["time"]
+    assert run.steps("lab-1")["validate"]["time"] < slow_drain_end
+    assert run.steps("lab-2")["validate"]["time"] < slow_drain_end
+
+
+def test_rollback_on_abort_all_reverts_validated_hosts(fleet: LabFleet, work: Path) -> None:
+    before = {h.name: assert_serving(h.name) for h in fleet.hosts}
+    bad = (
+        "lab_knobs: {pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1, "
+        "fault: fail_validation}"
+    )
+    inventory = _inventory_with(work, fleet, "lab-2", bad)
+    run = run_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(inventory),
+        "--set",
+        "version=aborted",
+        "--set",
+        f"lab_knobs={FAST_KNOBS}",
+        "--set",
+        "serial=[1]",
+        "--set",
+        "rollback_on_abort=all",
+    )
+    assert run.code == 1
+    ends = [e for e in run.events if e["kind"] == "host_end"]
+    assert [(e["host"], e["status"]) for e in ends] == [
+        ("lab-1", "validated"),
+        ("lab-2", "rolled_back"),
+        ("lab-1", "rolled_back"),
+    ]
+    assert {h.name: assert_serving(h.name) for h in fleet.hosts} == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import time
@@ -15,7 +16,7 @@ from rollout.config.render import render_runtime, render_shell
 from rollout.errors import StepFailed
 from rollout.events import StepResult
 from rollout.hostside import script_text
-from rollout.layout import Layout
+from rollout.layout import Layout, q
 from rollout.transport.base import RunResult, Transport
 
 
@@ -121,6 +122,17 @@ class HostContext:
                 f"{name} on host gave no JSON (exit {result.exit_code}): "
                 f"{(result.stderr or result.stdout).strip()[-400:]}"
             ) from e
+
+    def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
+        """Atomically replace a file whose content differs; `keep_previous` gets the old one."""
+        want = hashlib.sha256(text.encode()).hexdigest()
+        have = self.sh(f"sha256sum -- {q(path)} 2>/dev/null").stdout.split()[:1]
+        if have == [want]:
+            return False
+        keep = f"if [ -f {q(path)} ]; then cp -p -- {q(path)} {q(keep_previous)}; fi && "
+        self.sh(f"{keep if keep_previous else ''}cat > {q(path)}.new && "
+                f"mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
+        return True
 
     def facts(self) -> dict[str, Any]:
         _, data = self.script("facts", "--root", self.layout.root, timeout=30)

@@ -8,7 +8,6 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.layout import q
 from rollout.steps.base import HostContext
-from rollout.steps.daemon import _write_if_changed
 from rollout.units import format_size, parse_size
 
 
@@ -31,6 +30,22 @@ def memory_budget(facts: dict[str, Any], safety_margin: str) -> int:
     return budget
 
 
+def previous_config(config_path: str) -> str:
+    """Where the config step keeps the config it replaced, for a rollback to restore."""
+    return f"{config_path}.rollback"
+
+
+def restore_previous_config(ctx: HostContext) -> bool:
+    """Put back the config the previous release ran with; True when there was one."""
+    path = ctx.settings.daemon.config_path
+    kept = previous_config(path)
+    return ctx.sh(f"test -f {q(kept)} && mv -T -- {q(kept)} {q(path)}").ok
+
+
+def drop_previous_config(ctx: HostContext) -> None:
+    ctx.sh(f"rm -f -- {q(previous_config(ctx.settings.daemon.config_path))}").check()
+
+
 def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     daemon = ctx.settings.daemon
     if daemon.total_budget == "cgroup":
@@ -48,6 +63,6 @@ def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
-    if not _write_if_changed(ctx, daemon.config_path, text):
+    if not ctx.write_if_changed(daemon.config_path, text, previous_config(daemon.config_path)):
         return skipped(f"{daemon.config_path} already up to date (budget {budget_text})")
     return changed(f"wrote {daemon.config_path}: total_budget {budget_text}", total_budget=budget)

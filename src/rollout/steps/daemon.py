@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from typing import Any
@@ -21,15 +20,6 @@ def _supervisor_conf(ctx: HostContext, params: dict[str, Any]) -> str:
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
 
 
-def _write_if_changed(ctx: HostContext, path: str, text: str) -> bool:
-    want = hashlib.sha256(text.encode()).hexdigest()
-    have = ctx.sh(f"sha256sum -- {q(path)} 2>/dev/null").stdout.split()[:1]
-    if have == [want]:
-        return False
-    ctx.sh(f"cat > {q(path)}.new && mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
-    return True
-
-
 def supervisor_alive(ctx: HostContext) -> bool:
     supervisor = ctx.facts().get("supervisor") or {}
     return bool(supervisor.get("alive"))
@@ -44,8 +34,8 @@ def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     """Install the supervisor and its settings; (re)start it if either changed."""
     lay = ctx.layout
     ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
-    script_changed = _write_if_changed(ctx, lay.supervisor, script_text("supervisor"))
-    conf_changed = _write_if_changed(ctx, lay.supervisor_conf, _supervisor_conf(ctx, params))
+    script_changed = ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
+    conf_changed = ctx.write_if_changed(lay.supervisor_conf, _supervisor_conf(ctx, params))
     alive = supervisor_alive(ctx)
     if alive and not (script_changed or conf_changed):
         return skipped("supervisor running, script and settings unchanged")

@@ -11,6 +11,7 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.layout import q
 from rollout.steps.base import HostContext, Release
+from rollout.steps.config import drop_previous_config
 
 _RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
@@ -102,6 +103,7 @@ def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
 
 
 def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    drop_previous_config(ctx)  # the new release is validated: no rollback will need it
     keep = int(params.get("keep", ctx.settings.release.keep))
     r = ctx.sh(f"ls -1t -- {q(ctx.layout.releases)} 2>/dev/null").stdout.split()
     releases = [name for name in r if _RELEASE_ID.match(name)]
