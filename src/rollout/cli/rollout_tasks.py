@@ -21,7 +21,8 @@ PLAYBOOK_HELP = "Playbook file. Default: playbooks/rollout.yaml, else the built-
 def hosts_file(hosts: str | None) -> str:
     path = hosts or os.environ.get("ROLLOUT_HOSTS") or "lab/fleet.yaml"
     if not Path(path).exists():
-        hint = " (bring up the lab with `inv lab.up`)" if path == "lab/fleet.yaml" else ""
+        lab_hint = " (bring up the lab with `rollout lab.up`, or pass --hosts FILE)"
+        hint = lab_hint if path == "lab/fleet.yaml" else ""
         raise UserError(f"inventory {path} does not exist{hint}")
     return path
 
