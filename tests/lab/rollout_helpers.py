@@ -48,11 +48,13 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> CliRun:
-    """`rollout ARGS --json FILE` as a user runs it, from the repository root."""
+def run_cli(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> CliRun:
+    """`rollout ARGS --json FILE` as a user runs it, from the repository root by default."""
     cmd, events_file = _command(tmp, args)
     p = subprocess.run(
-        cmd, cwd=REPO, env=_env(tmp, env), capture_output=True, text=True, timeout=600
+        cmd, cwd=cwd, env=_env(tmp, env), capture_output=True, text=True, timeout=600
     )
     return CliRun(p.returncode, p.stdout, p.stderr, read_events(events_file))
 

@@ -35,6 +35,16 @@ def test_rollback_command_takes_the_fleet_back(lab_fleet: LabFleet, tmp_path: Pa
     assert "validation proof COMPLETED" in (tmp_path / "rollback.jsonl").read_text()
 
 
+def test_the_installed_command_works_outside_the_repository(
+    lab_fleet: LabFleet, tmp_path: Path
+) -> None:
+    """From any folder: the packaged playbook, Dockerfiles and host scripts are used."""
+    run = run_cli(tmp_path, "rollout", "--hosts", str(lab_fleet.fleet_path), "--dry-run",
+                  cwd=tmp_path)
+    assert run.code == 0, run.stderr[-3000:]
+    assert "lab-1: release" in run.stdout and "validate (validate) would run" in run.stdout
+
+
 def _host(fleet: LabFleet, name: str, **changes: object):  # type: ignore[no-untyped-def]
     host = next(h for h in load_inventory(fleet.fleet_path).hosts if h.name == name)
     return replace(host, **changes)  # type: ignore[arg-type]
