@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any, TypeVar
 
 from rollout.app import connect
@@ -67,7 +66,10 @@ class HostEvidence:
 
 
 def diagnose_script() -> str:
-    return resources.files("rollout.hostside").joinpath("diagnose.py").read_text("utf-8")
+    """The host-side diagnose script with common.py inlined, as it is sent."""
+    from rollout.hostside import script_text
+
+    return script_text("diagnose")
 
 
 def _json_script(ctx: HostContext, text: str, args: tuple[object, ...],

@@ -10,17 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from rollout.hostside import diagnose as diag_mod
+from rollout.hostside import script_text
 
-SCRIPT = Path(diag_mod.__file__)
+SCRIPT = script_text("diagnose").encode()  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 GIB = 1 << 30
 START = "=== rollout supervisor: starting release r1: /data/current/cuzk-daemon -c x\n"
 
 
 def run(root: Path, *args: str) -> tuple[dict[str, Any], int]:
-    p = subprocess.run([PYTHON, str(SCRIPT), "--root", str(root), "--kmsg", str(root / "nokmsg"),
+    p = subprocess.run([PYTHON, "-", "--root", str(root), "--kmsg", str(root / "nokmsg"),
                         "--cgroup-root", str(root / "cg"), *args],
-                       capture_output=True, timeout=20)
+                       input=SCRIPT, capture_output=True, timeout=20)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout), len(p.stdout) + len(p.stderr)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout.hostside import drain as drain_mod
+from rollout.hostside import script_text
 
-DRAIN = Path(drain_mod.__file__)
+DRAIN = script_text("drain")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
 
@@ -50,7 +51,7 @@ def later(delay: float, fn: Callable[[], object], stamps: dict[str, float], key:
 
 
 def run_drain(root: Path, *args: str, timeout: float = 10) -> tuple[int, dict[str, Any]]:
-    p = subprocess.run([PYTHON, str(DRAIN), "--root", str(root), *args],
+    p = subprocess.run([PYTHON, "-", "--root", str(root), *args], input=DRAIN,
                        capture_output=True, text=True, timeout=timeout)
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout + p.stderr

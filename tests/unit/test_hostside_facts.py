@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from rollout.hostside import facts as facts_mod
+from rollout.hostside import script_text
 
-FACTS = Path(facts_mod.__file__)
+FACTS = script_text("facts")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
@@ -29,7 +30,7 @@ def starttime(pid: int) -> int:
 
 
 def run_facts(*args: str) -> dict[str, Any]:
-    p = subprocess.run([PYTHON, str(FACTS), *args], capture_output=True, text=True,
+    p = subprocess.run([PYTHON, "-", *args], input=FACTS, capture_output=True, text=True,
                        timeout=10)
     assert p.returncode == 0, p.stderr
     out: dict[str, Any] = json.loads(p.stdout)

@@ -8,15 +8,30 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from rollout.hostside import SCRIPTS, script_text
+from rollout.hostside import SCRIPTS, common, script_text
 
 STDLIB = set(sys.stdlib_module_names)
+COMMON_SRC = Path(common.__file__).read_text()
 
 
-@pytest.mark.parametrize("name", ["supervisor", "drain", "facts"])
+def top_level_names(src: str) -> set[str]:
+    """Names a module binds at its top level (defs, classes, assignments; not imports)."""
+    names: set[str] = set()
+    for node in ast.parse(src).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_script_text_is_standalone_stdlib_source(name: str) -> None:
     src = script_text(name)
     assert src == script_text(f"{name}.py")
@@ -40,7 +55,7 @@ def test_unknown_script_is_refused() -> None:
     assert "supervisor" in SCRIPTS
 
 
-@pytest.mark.parametrize("name", ["supervisor", "drain", "facts"])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_runs_on_python39_when_available(name: str) -> None:
     found = glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9"))
     py = found[0] if found else shutil.which("python3.9")
@@ -50,3 +65,52 @@ def test_runs_on_python39_when_available(name: str) -> None:
                        text=True, timeout=10)
     assert p.returncode == 0, p.stderr
     assert "usage" in p.stdout
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_text_inlines_common_and_runs_without_rollout(name: str, tmp_path: Path) -> None:
+    src = script_text(name)
+    compile(src, f"{name}.py", "exec")
+    tree = ast.parse(src)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert not (node.module or "").startswith("rollout"), f"{name}: {node.module}"
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("rollout") for a in node.names), name
+    assert "rollout.hostside" not in "".join(ln for ln in src.splitlines() if "import" in ln)
+    # the script's own docstring comes first (stop.py's --help shows it), then the future import
+    assert ast.get_docstring(tree) == ast.get_docstring(ast.parse(
+        Path(common.__file__).with_name(f"{name}.py").read_text()))
+    first = [n for n in tree.body if isinstance(n, ast.ImportFrom)][0]
+    assert first.module == "__future__"
+    assert src.count("from __future__ import annotations") == 1
+    # -I -S: no site-packages, so no rollout package; cwd elsewhere
+    py = [sys.executable, "-I", "-S"]
+    probe = subprocess.run([*py, "-c", "import rollout"], capture_output=True, cwd=tmp_path)
+    assert probe.returncode != 0, "rollout must not be importable here"
+    p = subprocess.run([*py, "-", "--help"], input=src, capture_output=True, text=True,
+                       cwd=tmp_path, timeout=10)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage:")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_scripts_do_not_redefine_common_names(name: str) -> None:
+    """Inlined, a script's definition would replace common's for the helpers that call it."""
+    own = top_level_names(Path(common.__file__).with_name(f"{name}.py").read_text())
+    assert not own & top_level_names(COMMON_SRC)
+
+
+def test_common_is_stdlib_only() -> None:
+    for node in ast.walk(ast.parse(COMMON_SRC)):
+        if isinstance(node, ast.Import):
+            assert all(a.name.split(".")[0] in STDLIB for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and (node.module or "").split(".")[0] in STDLIB
+
+
+def test_script_text_from_many_threads() -> None:
+    """The engine asks for scripts from a thread per host (ast.parse there crashed on 3.11)."""
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(lambda i: script_text(SCRIPTS[i % len(SCRIPTS)]), range(400)))
+    assert len(set(texts)) == len(SCRIPTS)

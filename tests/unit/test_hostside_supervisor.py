@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from rollout.hostside import script_text
 from rollout.hostside import supervisor as sup_mod
 
-SUPERVISOR = Path(sup_mod.__file__)
 RELEASE = "abc123def456"
 # run the host scripts under another interpreter, e.g. a python3.9 like the oldest hosts'
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
@@ -113,12 +113,14 @@ class Host:
         (self.cg / "memory.max").write_text("max\n")
         (self.cg / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 2\noom_kill 1\n")
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.script = tmp / "supervisor.py"  # uploaded as a file, as on the hosts
+        self.script.write_text(script_text("supervisor"))
 
     def path(self, name: str) -> Path:
         return self.root / "rollout" / name
 
     def start(self, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
-        args = [PYTHON, str(SUPERVISOR), "--root", str(self.root),
+        args = [PYTHON, str(self.script), "--root", str(self.root),
                 "--cgroup-root", str(self.cg), "--daemon-args", "-c /data/zk/cuzk.toml",
                 "--backoff-initial", "0.1", *extra]
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -194,7 +196,8 @@ def test_starts_daemon_and_writes_pidfile_starts_and_state(host: Host) -> None:
     assert st["daemon_pid"] == pid
     sp = host.path("supervisor.pid").read_text().split()
     assert len(sp) == 2 and int(sp[0]) == host.procs[0].pid
-    assert "fake daemon" in host.path("daemon.log").read_text()
+    # the daemon writes its own first line: it may come a moment after the supervisor's state
+    assert wait_for(lambda: "fake daemon" in host.path("daemon.log").read_text())
 
 
 def test_reaps_promptly_and_records_signal_and_exit_code(host: Host) -> None:

@@ -2,18 +2,63 @@
 
 The controller sends them over SSH (``python3 - ARGS < script``) or uploads them
 (the supervisor goes to <root>/rollout/supervisor.py). Each is also importable for tests.
+The helpers they share live in common.py; script_text() inlines them, so what a host gets
+is still one self-contained file.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 
-SCRIPTS = ("supervisor", "drain", "facts", "stop")
+SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose")
+COMMON_IMPORT = "from rollout.hostside.common import "
+INLINED_MARK = "# inlined on hosts"
+FUTURE = "from __future__ import annotations"
+
+
+def _source(base: str) -> str:
+    return resources.files(__package__).joinpath(f"{base}.py").read_text(encoding="utf-8")
+
+
+def _split_docstring(src: str) -> tuple[str, list[str]]:
+    """(the module docstring, triple-quoted at the very top; the lines after it).
+
+    Plain text, no ast: ast.parse is not thread-safe on CPython 3.11, and the engine calls
+    script_text() from a thread per host.
+    """
+    quote = '"""'
+    end = src.find(quote, len(quote)) if src.startswith(quote) else -1
+    if end < 0:
+        return "", src.splitlines(keepends=True)
+    head, _, tail = src[end + len(quote) :].partition("\n")
+    if head.strip():
+        raise RuntimeError("a host script's docstring must end its line")
+    return src[: end + len(quote)] + "\n", tail.splitlines(keepends=True)
+
+
+def _is_common_import(line: str) -> bool:
+    return line.startswith(COMMON_IMPORT) and line.rstrip().endswith(INLINED_MARK)
 
 
 def script_text(name: str) -> str:
-    """Source of the host script ``name`` ("drain" or "drain.py"), ready to send."""
+    """Source of the host script ``name`` ("drain" or "drain.py"), ready to send.
+
+    Self-contained: the script's docstring, the __future__ import, common.py's helpers,
+    then the rest of the script without its ``from rollout.hostside.common import``
+    line and its own __future__ import.
+    """
     base = name[:-3] if name.endswith(".py") else name
     if base not in SCRIPTS:
         raise ValueError(f"unknown host script {name!r} (known: {', '.join(SCRIPTS)})")
-    return resources.files(__package__).joinpath(f"{base}.py").read_text(encoding="utf-8")
+    doc, rest = _split_docstring(_source(base))
+    _, common = _split_docstring(_source("common"))
+    if sum(1 for ln in rest if _is_common_import(ln)) != 1:
+        raise RuntimeError(f"{base}.py: expected one '{COMMON_IMPORT}...  {INLINED_MARK}' line")
+    script = [ln for ln in rest if not _is_common_import(ln) and ln.strip() != FUTURE]
+    common = [ln for ln in common if ln.strip() != FUTURE]
+    return (
+        f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/hostside/common.py\n\n"
+        + "".join(common).strip("\n")
+        + f"\n\n\n# ---- {base}.py\n\n"
+        + "".join(script).lstrip("\n")
+    )

@@ -19,8 +19,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
+
+# script_text() replaces the next line with common.py: it stays one line
+# ruff: noqa: E501
+# isort: off
+from rollout.hostside.common import Collector, parse_jsonl, read_int, read_kv, tail_window  # inlined on hosts
+# isort: on
 
 PATTERNS = (
     r"panic", r"FATAL", r"SIGSEGV", r"abort", r"CUDA_ERROR", r"cudaError", r"Xid",
@@ -46,42 +51,6 @@ def read_small(path: str, cap: int = 64 * 1024) -> str | None:
             return f.read(cap).decode(errors="replace")
     except OSError:
         return None
-
-
-def read_kv(path: str) -> dict[str, int] | None:
-    text = read_small(path)
-    if text is None:
-        return None
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            with contextlib.suppress(ValueError):
-                out[parts[0]] = int(parts[1])
-    return out
-
-
-def read_int(path: str) -> int | None:
-    text = (read_small(path, 64) or "").strip()
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def tail_window(path: str, max_bytes: int) -> tuple[bytes, int, int]:
-    """(the last max_bytes of a file, starting at a line boundary), its offset, file size."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        start = max(0, size - max_bytes)
-        f.seek(start)
-        data = f.read(size - start)
-    if start > 0:
-        cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else b""
-        start = size - len(data)
-    return data, start, size
 
 
 class LogScan:
@@ -195,12 +164,7 @@ def kernel_messages(path: str, max_records: int, keep: int, line_cap: int) -> di
 def jsonl_tail(path: str, max_bytes: int, keep: int) -> list[Any] | None:
     if not os.path.exists(path):
         return None
-    data = tail_window(path, max_bytes)[0]
-    out: list[Any] = []
-    for line in data.splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
-    return out[-keep:]
+    return parse_jsonl(tail_window(path, max_bytes)[0].splitlines())[-keep:]
 
 
 def text_tail(path: str, max_bytes: int, keep: int, cap: int) -> list[str] | None:
@@ -209,18 +173,11 @@ def text_tail(path: str, max_bytes: int, keep: int, cap: int) -> list[str] | Non
     return [clip(ln, cap) for ln in tail_window(path, max_bytes)[0].splitlines()[-keep:]]
 
 
-class Diagnose:
+class Diagnose(Collector):
     def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__()
         self.args = args
         self.dir = os.path.join(args.root, "rollout")
-        self.errors: dict[str, str] = {}
-
-    def safe(self, key: str, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except Exception as e:  # a missing piece becomes null, never a failure
-            self.errors[key] = f"{type(e).__name__}: {e}"
-            return None
 
     def collect(self) -> dict[str, Any]:
         a = self.args

@@ -20,65 +20,23 @@ Standard library only; runs on python3 >= 3.9.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import time
 from typing import Any
 
-HUGE_LIMIT = 1 << 60
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def read_int(path: str) -> int | None:
-    text = read_text(path)
-    if text is None:
-        return None
-    text = text.strip()
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def meminfo(proc: str) -> dict[str, int]:
-    """MemTotal, MemAvailable, ... in bytes."""
-    out: dict[str, int] = {}
-    for line in (read_text(f"{proc}/meminfo") or "").splitlines():
-        parts = line.replace(":", " ").split()
-        if len(parts) >= 2:
-            with contextlib.suppress(ValueError):
-                mult = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
-                out[parts[0]] = int(parts[1]) * mult
-    return out
+# script_text() replaces the next line with common.py: it stays one line
+# ruff: noqa: E501
+# isort: off
+from rollout.hostside.common import cgroup_memory, meminfo, proc_starttime, proc_state  # inlined on hosts
+# isort: on
 
 
 def memory(cgroup_root: str, proc: str) -> dict[str, Any]:
     """{usage, limit, source}: the container's cgroup if it has a limit, else /proc/meminfo."""
-    v1 = os.path.join(cgroup_root, "memory")
-    usage: int | None = None
-    limit: int | None = None
-    source: str | None = None
-    if os.path.exists(os.path.join(v1, "memory.usage_in_bytes")):
-        usage = read_int(os.path.join(v1, "memory.usage_in_bytes"))
-        limit = read_int(os.path.join(v1, "memory.limit_in_bytes"))
-        source = "cgroup-v1"
-    elif os.path.exists(os.path.join(cgroup_root, "memory.current")):
-        usage = read_int(os.path.join(cgroup_root, "memory.current"))
-        limit = read_int(os.path.join(cgroup_root, "memory.max"))
-        source = "cgroup-v2"
-    if limit is not None and limit >= HUGE_LIMIT:
-        limit = None
+    m = cgroup_memory(cgroup_root)
+    usage, limit, source = m["usage"], m["limit"], m["source"]
     if usage is not None and limit is not None:
         return {"usage": usage, "limit": limit, "source": source}
     mi = meminfo(proc)
@@ -105,36 +63,6 @@ def memory_back(mem: dict[str, Any], threshold: float, threshold_bytes: int | No
     return bool(usage < threshold * limit)
 
 
-def proc_state(proc: str, pid: int, starttime: int | None) -> tuple[str, int | None]:
-    """(running|zombie|gone, parent pid). Another start time means a reused pid: gone."""
-    text = read_text(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return "gone", None
-    fields = text[text.rfind(")") + 2 :].split()
-    if len(fields) < 20:
-        return "gone", None
-    if starttime is not None and fields[19] != str(starttime):
-        return "gone", None
-    try:
-        ppid: int | None = int(fields[1])
-    except ValueError:
-        ppid = None
-    if fields[0] in ("Z", "X", "x"):
-        return "zombie", ppid
-    return "running", ppid
-
-
-def read_starttime(proc: str, pid: int) -> int | None:
-    text = read_text(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
 def thin(samples: list[list[Any]], keep: int = 50) -> list[list[Any]]:
     n = len(samples)
     if n <= keep:
@@ -159,7 +87,7 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
     outcome = "deadline"
     state = "running"
     if args.starttime is None:  # pin the process seen now: a later reuse of the pid is "gone"
-        found = read_starttime(args.proc, args.pid)
+        found = proc_starttime(args.proc, args.pid)
         args.starttime = found if found is not None else -1
     while True:
         t = time.time()

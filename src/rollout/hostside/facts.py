@@ -17,90 +17,21 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-HUGE_LIMIT = 1 << 60
+# script_text() replaces the next line with common.py: it stays one line
+# ruff: noqa: E501
+# isort: off
+from rollout.hostside.common import Collector, cgroup_memory, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+# isort: on
+
 TAIL_BYTES = 256 * 1024
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def read_int(path: str) -> int | None:
-    text = read_text(path)
-    if text is None:
-        return None
-    text = text.strip()
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def read_kv(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (read_text(path) or "").splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            with contextlib.suppress(ValueError):
-                out[parts[0]] = int(parts[1])
-    return out
-
-
-def proc_stat(proc: str, pid: int) -> list[str] | None:
-    text = read_text(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields if len(fields) >= 20 else None
-
-
-def proc_cmdline(proc: str, pid: int) -> list[str]:
-    try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as f:
-            return [a for a in f.read().decode(errors="replace").split("\0") if a]
-    except OSError:
-        return []
-
-
-def start_epoch(proc: str, starttime: int) -> float | None:
-    for line in (read_text(f"{proc}/stat") or "").splitlines():
-        if line.startswith("btime "):
-            try:
-                return int(line.split()[1]) + starttime / os.sysconf("SC_CLK_TCK")
-            except (ValueError, OSError):
-                return None
-    return None
-
-
-def pidfile(path: str) -> tuple[int, int | None, str] | None:
-    text = read_text(path)
-    if not text:
-        return None
-    parts = text.split()
-    try:
-        pid = int(parts[0])
-    except (ValueError, IndexError):
-        return None
-    starttime: int | None = None
-    if len(parts) > 1:
-        with contextlib.suppress(ValueError):
-            starttime = int(parts[1])
-    return pid, starttime, " ".join(parts[2:])
 
 
 def process_state(proc: str, pid: int, starttime: int | None, exe: str) -> tuple[str, str | None]:
     """(running|zombie|gone, note). A different start time, or a cmdline without exe: gone."""
     fields = proc_stat(proc, pid)
-    if fields is None:
+    if fields is None or len(fields) < 20:
         return "gone", None
     if starttime is None:
         return "gone", "pidfile has no start time"
@@ -114,103 +45,47 @@ def process_state(proc: str, pid: int, starttime: int | None, exe: str) -> tuple
 
 
 def cgroup(cgroup_root: str) -> dict[str, Any]:
-    v1 = os.path.join(cgroup_root, "memory")
-    if os.path.exists(os.path.join(v1, "memory.usage_in_bytes")):
-        limit = read_int(os.path.join(v1, "memory.limit_in_bytes"))
-        if limit is not None and limit >= HUGE_LIMIT:
-            limit = None
-        oc = read_kv(os.path.join(v1, "memory.oom_control"))
-        return {
-            "version": 1,
-            "memory": {
-                "usage": read_int(os.path.join(v1, "memory.usage_in_bytes")),
-                "limit": limit,
-                "source": "cgroup-v1",
-            },
-            "oom": {
-                "failcnt": read_int(os.path.join(v1, "memory.failcnt")),
-                "oom_kill": oc.get("oom_kill"),
-                "under_oom": oc.get("under_oom"),
-            },
-        }
-    if os.path.exists(os.path.join(cgroup_root, "memory.current")) or os.path.exists(
-        os.path.join(cgroup_root, "cgroup.controllers")
-    ):
-        ev = read_kv(os.path.join(cgroup_root, "memory.events"))
-        limit = read_int(os.path.join(cgroup_root, "memory.max"))
-        return {
-            "version": 2,
-            "memory": {
-                "usage": read_int(os.path.join(cgroup_root, "memory.current")),
-                "limit": limit if limit is None or limit < HUGE_LIMIT else None,
-                "source": "cgroup-v2",
-            },
-            "oom": {"oom": ev.get("oom"), "oom_kill": ev.get("oom_kill")},
-        }
-    return {"version": None, "memory": {"usage": None, "limit": None, "source": None}, "oom": None}
+    m = cgroup_memory(cgroup_root)
+    return {
+        "version": {"cgroup-v1": 1, "cgroup-v2": 2}.get(m["source"]),
+        "memory": {"usage": m["usage"], "limit": m["limit"], "source": m["source"]},
+        "oom": m["oom"],
+    }
 
 
-def meminfo(proc: str) -> dict[str, Any]:
-    vals: dict[str, int] = {}
-    for line in (read_text(f"{proc}/meminfo") or "").splitlines():
-        parts = line.replace(":", " ").split()
-        if len(parts) >= 2:
-            with contextlib.suppress(ValueError):
-                mult = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
-                vals[parts[0]] = int(parts[1]) * mult
+def memory_summary(proc: str) -> dict[str, Any]:
+    vals = meminfo(proc)
     return {"total": vals.get("MemTotal"), "available": vals.get("MemAvailable")}
 
 
 def tail_lines(path: str, max_bytes: int = TAIL_BYTES) -> tuple[list[str], bool]:
     """The last complete lines within max_bytes of the end; True when that is the whole file."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        start = max(0, size - max_bytes)
-        f.seek(start)
-        data = f.read(size - start)
+    data, start, _ = tail_window(path, max_bytes)
     lines = data.decode(errors="replace").splitlines()
-    if start > 0 and lines:
-        lines = lines[1:]  # the first one is probably cut
     return [ln for ln in lines if ln.strip()], start == 0
 
 
-def parse_jsonl(lines: list[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
+def records(lines: list[str]) -> list[dict[str, Any]]:
+    return [r for r in parse_jsonl(lines) if isinstance(r, dict)]
 
 
-class Facts:
+class Facts(Collector):
     def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__()
         self.root: str = args.root
         self.dir = os.path.join(args.root, "rollout")
         self.proc: str = args.proc
         self.cgroup_root: str = args.cgroup_root
-        self.errors: dict[str, str] = {}
         self.now = time.time()
 
-    def safe(self, key: str, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except Exception as e:  # a missing piece becomes null, never a failure
-            self.errors[key] = f"{type(e).__name__}: {e}"
-            return None
-
     def daemon(self) -> dict[str, Any]:
-        pf = pidfile(os.path.join(self.dir, "daemon.pid"))
+        pf = read_pidfile(os.path.join(self.dir, "daemon.pid"))
         if pf is None:
             return {"pid": None, "starttime": None, "exe": None, "state": "none",
                     "note": None, "started_at": None, "uptime_secs": None}
         pid, starttime, exe = pf
         state, note = process_state(self.proc, pid, starttime, exe)
-        started = start_epoch(self.proc, starttime) if starttime is not None else None
+        started = proc_start_epoch(self.proc, starttime)
         return {
             "pid": pid,
             "starttime": starttime,
@@ -222,7 +97,7 @@ class Facts:
         }
 
     def supervisor(self) -> dict[str, Any]:
-        pf = pidfile(os.path.join(self.dir, "supervisor.pid"))
+        pf = read_pidfile(os.path.join(self.dir, "supervisor.pid"))
         alive = False
         pid = None
         if pf is not None:
@@ -282,7 +157,7 @@ class Facts:
             return {"last_exit": None, "restarts_last_hour": 0, "exits_last_hour": 0,
                     "count_complete": True}
         lines, whole = tail_lines(path)
-        recs = parse_jsonl(lines)
+        recs = records(lines)
         hour = [r for r in recs if isinstance(r.get("time"), (int, float))
                 and r["time"] >= self.now - 3600]
         oldest_in_hour = bool(recs) and len(hour) == len(recs)
@@ -298,7 +173,7 @@ class Facts:
         path = os.path.join(self.dir, "starts.jsonl")
         if not os.path.exists(path):
             return None
-        recs = parse_jsonl(tail_lines(path, 64 * 1024)[0])
+        recs = records(tail_lines(path, 64 * 1024)[0])
         return recs[-1] if recs else None
 
     def collect(self) -> dict[str, Any]:
@@ -306,7 +181,7 @@ class Facts:
         out["hostname"] = self.safe("hostname", socket.gethostname)
         out["python"] = self.safe("python", platform.python_version)
         out["cgroup"] = self.safe("cgroup", lambda: cgroup(self.cgroup_root))
-        out["meminfo"] = self.safe("meminfo", lambda: meminfo(self.proc))
+        out["meminfo"] = self.safe("meminfo", lambda: memory_summary(self.proc))
         out["daemon"] = self.safe("daemon", self.daemon)
         out["supervisor"] = self.safe("supervisor", self.supervisor)
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))

@@ -14,36 +14,16 @@ import sys
 import time
 from typing import Any
 
-
-def read_pidfile(path: str) -> tuple[int, int, str] | None:
-    try:
-        with open(path) as f:
-            parts = f.read().split()
-        return int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else ""
-    except (OSError, ValueError, IndexError):
-        return None
+from rollout.hostside.common import proc_cmdline, proc_state, read_pidfile  # inlined on hosts
 
 
-def proc_state(proc: str, pid: int, starttime: int, exe: str) -> str:
+def daemon_state(proc: str, pid: int, starttime: int, exe: str) -> str:
     """running, zombie or gone: a reused pid (other start time or command) is gone."""
-    try:
-        with open(f"{proc}/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+    state = proc_state(proc, pid, starttime)[0]
+    if state != "running" or not exe:
+        return state
+    if not _names(exe, proc_cmdline(proc, pid)[:3]) and not _exe_is(proc, pid, exe):
         return "gone"
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if int(fields[19]) != starttime:
-        return "gone"
-    if fields[0] in ("Z", "X"):
-        return "zombie"
-    if exe:
-        try:
-            with open(f"{proc}/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            return "gone"
-        if not _names(exe, argv[:3]) and not _exe_is(proc, pid, exe):
-            return "gone"
     return "running"
 
 
@@ -60,20 +40,20 @@ def _exe_is(proc: str, pid: int, exe: str) -> bool:
 
 def wait_dead(proc: str, pid: int, starttime: int, exe: str, seconds: float) -> str:
     end = time.monotonic() + seconds
-    state = proc_state(proc, pid, starttime, exe)
+    state = daemon_state(proc, pid, starttime, exe)
     while state == "running" and time.monotonic() < end:
         time.sleep(0.1)
-        state = proc_state(proc, pid, starttime, exe)
+        state = daemon_state(proc, pid, starttime, exe)
     return state
 
 
 def stop(args: argparse.Namespace) -> dict[str, Any]:
     pidfile = read_pidfile(f"{args.root}/rollout/daemon.pid")
-    if pidfile is None:
+    pid, starttime, exe = pidfile if pidfile is not None else (0, None, "")
+    if starttime is None:  # no pidfile, or one without a start time to confirm the pid by
         return {"outcome": "none", "note": "no daemon pidfile: nothing to stop"}
-    pid, starttime, exe = pidfile
     out: dict[str, Any] = {"pid": pid, "starttime": starttime, "exe": exe}
-    state = proc_state(args.proc, pid, starttime, exe)
+    state = daemon_state(args.proc, pid, starttime, exe)
     if state != "running":
         out.update(outcome="already-dead", state=state)
         return out

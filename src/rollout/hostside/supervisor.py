@@ -28,6 +28,12 @@ import sys
 import time
 from typing import Any
 
+# script_text() replaces the next line with common.py: it stays one line
+# ruff: noqa: E501
+# isort: off
+from rollout.hostside.common import cgroup_memory, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text  # inlined on hosts
+# isort: on
+
 DEFAULTS: dict[str, Any] = {
     "daemon_args": "",
     "launcher": "",
@@ -43,7 +49,6 @@ DEFAULTS: dict[str, Any] = {
     "cgroup_root": "/sys/fs/cgroup",
     "proc": "/proc",
 }
-HUGE_LIMIT = 1 << 60
 
 
 # ---------------------------------------------------------------- small helpers
@@ -51,37 +56,6 @@ HUGE_LIMIT = 1 << 60
 
 def now() -> float:
     return time.time()
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def read_int(path: str) -> int | None:
-    text = read_text(path)
-    if text is None:
-        return None
-    text = text.strip()
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def read_kv(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (read_text(path) or "").splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            with contextlib.suppress(ValueError):
-                out[parts[0]] = int(parts[1])
-    return out
 
 
 def unlink_quiet(path: str) -> None:
@@ -101,57 +75,6 @@ def append_line(path: str, obj: dict[str, Any]) -> None:
         f.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
-def proc_stat(proc: str, pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat from field 3 (state) on; None when the pid is gone."""
-    text = read_text(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    return text[text.rfind(")") + 2 :].split()
-
-
-def proc_starttime(proc: str, pid: int) -> int | None:
-    fields = proc_stat(proc, pid)
-    if fields is None or len(fields) < 20:
-        return None
-    try:
-        return int(fields[19])
-    except ValueError:
-        return None
-
-
-def proc_cmdline(proc: str, pid: int) -> list[str]:
-    try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as f:
-            return [a for a in f.read().decode(errors="replace").split("\0") if a]
-    except OSError:
-        return []
-
-
-def proc_state(proc: str, pid: int, starttime: int | None) -> str:
-    """running, zombie or gone (a different start time means the pid was reused)."""
-    fields = proc_stat(proc, pid)
-    if fields is None or len(fields) < 20:
-        return "gone"
-    if starttime is not None and fields[19] != str(starttime):
-        return "gone"
-    if fields[0] in ("Z", "X", "x"):
-        return "zombie"
-    return "running"
-
-
-def proc_start_epoch(proc: str, starttime: int | None) -> float | None:
-    """Wall-clock start of a process from its start time (clock ticks since boot)."""
-    if starttime is None:
-        return None
-    for line in (read_text(f"{proc}/stat") or "").splitlines():
-        if line.startswith("btime "):
-            try:
-                return int(line.split()[1]) + starttime / os.sysconf("SC_CLK_TCK")
-            except (ValueError, OSError):
-                return None
-    return None
-
-
 def children_map(proc: str) -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     try:
@@ -169,35 +92,6 @@ def children_map(proc: str) -> dict[int, list[int]]:
         except ValueError:
             continue
     return kids
-
-
-def cgroup_memory(cgroup_root: str) -> dict[str, Any]:
-    """Container memory from the cgroup files: usage, limit (None: no limit), oom counters."""
-    v1 = os.path.join(cgroup_root, "memory")
-    if os.path.exists(os.path.join(v1, "memory.usage_in_bytes")):
-        limit = read_int(os.path.join(v1, "memory.limit_in_bytes"))
-        if limit is not None and limit >= HUGE_LIMIT:
-            limit = None
-        oom_control = read_kv(os.path.join(v1, "memory.oom_control"))
-        return {
-            "source": "cgroup-v1",
-            "usage": read_int(os.path.join(v1, "memory.usage_in_bytes")),
-            "limit": limit,
-            "oom": {
-                "failcnt": read_int(os.path.join(v1, "memory.failcnt")),
-                "oom_kill": oom_control.get("oom_kill"),
-                "under_oom": oom_control.get("under_oom"),
-            },
-        }
-    if os.path.exists(os.path.join(cgroup_root, "memory.current")):
-        events = read_kv(os.path.join(cgroup_root, "memory.events"))
-        return {
-            "source": "cgroup-v2",
-            "usage": read_int(os.path.join(cgroup_root, "memory.current")),
-            "limit": read_int(os.path.join(cgroup_root, "memory.max")),
-            "oom": {"oom": events.get("oom"), "oom_kill": events.get("oom_kill")},
-        }
-    return {"source": None, "usage": None, "limit": None, "oom": None}
 
 
 def release_of(root: str) -> str | None:
@@ -284,6 +178,13 @@ class Supervisor:
             sys.stderr.write(line)
             sys.stderr.flush()
 
+    def append(self, name: str, rec: dict[str, Any]) -> None:
+        """One JSON line more in <root>/rollout/NAME; a failure is logged, never raised."""
+        try:
+            append_line(self.path(name), rec)
+        except OSError as e:
+            self.log(f"cannot write {name}: {e}")
+
     def held(self) -> bool:
         return os.path.exists(self.path("hold"))
 
@@ -340,16 +241,10 @@ class Supervisor:
 
     def adopt(self) -> None:
         """A daemon left running by a previous supervisor keeps running: track it, start none."""
-        text = read_text(self.path("daemon.pid"))
-        if not text:
+        pid, starttime, exe = read_pidfile(self.path("daemon.pid")) or (0, None, "")
+        if starttime is None:
             return
-        parts = text.split()
-        try:
-            pid, starttime = int(parts[0]), int(parts[1])
-        except (ValueError, IndexError):
-            return
-        exe = parts[2] if len(parts) > 2 else ""
-        if proc_state(self.proc, pid, starttime) != "running":
+        if proc_state(self.proc, pid, starttime)[0] != "running":
             self.log(f"daemon.pid names pid {pid}, which is not running: ignored")
             self.remove_pidfile()
             return
@@ -454,10 +349,7 @@ class Supervisor:
             rec["launcher_pid"] = d.child
         if d.launcher_note:
             rec["note"] = d.launcher_note
-        try:
-            append_line(self.path("starts.jsonl"), rec)
-        except OSError as e:
-            self.log(f"cannot write starts.jsonl: {e}")
+        self.append("starts.jsonl", rec)
         self.log(f"daemon started: pid {pid} release {d.release}")
         self.set_state("running")
         self.write_json()
@@ -486,7 +378,7 @@ class Supervisor:
             dead = (
                 d.own_status is not None
                 or (d.child == d.pid and d.child_status is not None)
-                or proc_state(self.proc, d.pid, d.starttime) != "running"
+                or proc_state(self.proc, d.pid, d.starttime)[0] != "running"
             )
             if not dead:
                 return
@@ -530,10 +422,7 @@ class Supervisor:
         rec.update(describe_status(status))
         if d.launcher_note:
             rec["note"] = d.launcher_note
-        try:
-            append_line(self.path("exits.jsonl"), rec)
-        except OSError as e:
-            self.log(f"cannot write exits.jsonl: {e}")
+        self.append("exits.jsonl", rec)
         how = rec["signal"] or f"exit code {rec['exit_code']}"
         self.log(f"daemon pid {d.pid} exited ({how}) after {rec['uptime_secs']} s, held={held}")
         self.remove_pidfile()

@@ -1,0 +1,207 @@
+"""Helpers shared by the host scripts: /proc, cgroup and file readers. Never raise on bad input.
+
+Not sent on its own: script_text() puts this source in front of each script (whose
+``from rollout.hostside.common import ...  # inlined on hosts`` line it drops), so what runs
+on a host is still one standard-library-only file. Runs on python3 >= 3.9.
+Names defined here must not be redefined by a script: the inlined copy would be replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+HUGE_LIMIT = 1 << 60  # a cgroup v1 "no limit" is a page-rounded 2**63 - 1
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_int(path: str) -> int | None:
+    """The integer in a file; None when unreadable, not a number, or "max" (no limit)."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def read_kv(path: str) -> dict[str, int] | None:
+    """"name value" lines (memory.events, oom_control) as a dict; None when unreadable."""
+    text = read_text(path)
+    if text is None:
+        return None
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            with contextlib.suppress(ValueError):
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+def read_pidfile(path: str) -> tuple[int, int | None, str] | None:
+    """A "PID STARTTIME EXE" file as (pid, start time or None, exe or ""); None without a pid."""
+    text = read_text(path)
+    if not text:
+        return None
+    parts = text.split()
+    try:
+        pid = int(parts[0])
+    except (ValueError, IndexError):
+        return None
+    starttime: int | None = None
+    if len(parts) > 1:
+        with contextlib.suppress(ValueError):
+            starttime = int(parts[1])
+    return pid, starttime, " ".join(parts[2:])
+
+
+def proc_stat(proc: str, pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from field 3 (state) on; None when the pid is gone."""
+    text = read_text(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def proc_starttime(proc: str, pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: the start time in clock ticks since boot."""
+    fields = proc_stat(proc, pid)
+    if fields is None or len(fields) < 20:
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
+def proc_cmdline(proc: str, pid: int) -> list[str]:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            return [a for a in f.read().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return []
+
+
+def proc_state(proc: str, pid: int, starttime: int | None) -> tuple[str, int | None]:
+    """(running|zombie|gone, parent pid). Another start time means a reused pid: gone."""
+    fields = proc_stat(proc, pid)
+    if fields is None or len(fields) < 20:
+        return "gone", None
+    if starttime is not None and fields[19] != str(starttime):
+        return "gone", None
+    try:
+        ppid: int | None = int(fields[1])
+    except ValueError:
+        ppid = None
+    if fields[0] in ("Z", "X", "x"):
+        return "zombie", ppid
+    return "running", ppid
+
+
+def proc_start_epoch(proc: str, starttime: int | None) -> float | None:
+    """Wall-clock start of a process from its start time (clock ticks since boot)."""
+    if starttime is None:
+        return None
+    for line in (read_text(f"{proc}/stat") or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1]) + starttime / os.sysconf("SC_CLK_TCK")
+            except (ValueError, OSError):
+                return None
+    return None
+
+
+def cgroup_memory(cgroup_root: str) -> dict[str, Any]:
+    """The container's memory from its cgroup (v1 or v2): source, usage, limit, oom.
+
+    limit is None when there is none ("max", or a v1 limit of about 2**63); oom holds the
+    OOM counters (None without a cgroup).
+    """
+    v1 = os.path.join(cgroup_root, "memory")
+    if os.path.exists(os.path.join(v1, "memory.usage_in_bytes")):
+        limit = read_int(os.path.join(v1, "memory.limit_in_bytes"))
+        oom_control = read_kv(os.path.join(v1, "memory.oom_control")) or {}
+        return {
+            "source": "cgroup-v1",
+            "usage": read_int(os.path.join(v1, "memory.usage_in_bytes")),
+            "limit": limit if limit is None or limit < HUGE_LIMIT else None,
+            "oom": {
+                "failcnt": read_int(os.path.join(v1, "memory.failcnt")),
+                "oom_kill": oom_control.get("oom_kill"),
+                "under_oom": oom_control.get("under_oom"),
+            },
+        }
+    if os.path.exists(os.path.join(cgroup_root, "memory.current")) or os.path.exists(
+        os.path.join(cgroup_root, "cgroup.controllers")
+    ):
+        events = read_kv(os.path.join(cgroup_root, "memory.events")) or {}
+        limit = read_int(os.path.join(cgroup_root, "memory.max"))
+        return {
+            "source": "cgroup-v2",
+            "usage": read_int(os.path.join(cgroup_root, "memory.current")),
+            "limit": limit if limit is None or limit < HUGE_LIMIT else None,
+            "oom": {"oom": events.get("oom"), "oom_kill": events.get("oom_kill")},
+        }
+    return {"source": None, "usage": None, "limit": None, "oom": None}
+
+
+def meminfo(proc: str) -> dict[str, int]:
+    """/proc/meminfo: MemTotal, MemAvailable, ... in bytes."""
+    out: dict[str, int] = {}
+    for line in (read_text(f"{proc}/meminfo") or "").splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2:
+            with contextlib.suppress(ValueError):
+                mult = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
+                out[parts[0]] = int(parts[1]) * mult
+    return out
+
+
+def tail_window(path: str, max_bytes: int) -> tuple[bytes, int, int]:
+    """(the last max_bytes of a file, starting at a line boundary), its offset, file size."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        start = max(0, size - max_bytes)
+        f.seek(start)
+        data = f.read(size - start)
+    if start > 0:
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+        start = size - len(data)
+    return data, start, size
+
+
+def parse_jsonl(lines: Iterable[str | bytes]) -> list[Any]:
+    """The lines that are JSON, decoded; the others (cut, blank, garbage) are skipped."""
+    out: list[Any] = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+class Collector:
+    """Gathers one JSON object piece by piece: a piece that raises becomes None, its error kept."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+
+    def safe(self, key: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # a missing piece becomes null, never a failure
+            self.errors[key] = f"{type(e).__name__}: {e}"
+            return None
