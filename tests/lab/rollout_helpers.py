@@ -110,10 +110,11 @@ def reset_host(host: str) -> None:
 
 def host_snapshot(host: str) -> str:
     """Everything a rollout could change on a host; not what the running daemon and its
-    supervisor rewrite on their own (logs, the supervisor's heartbeat)."""
+    supervisor rewrite on their own (logs, the supervisor's heartbeat, which renames a file
+    in /data/rollout and so moves that folder's mtime)."""
     return sh(
         host,
-        "find /data -not -name '*.log' -not -name supervisor.json "
+        "find /data -not -name '*.log' -not -name supervisor.json -not -path /data/rollout "
         "-printf '%p %s %T@ %l\\n' | sort; cat /data/rollout/daemon.pid "
         "2>/dev/null; ls /data/rollout/hold 2>/dev/null; true",
     )

@@ -99,7 +99,10 @@ def test_dry_run_changes_nothing(fleet: LabFleet, work: Path) -> None:
     run = rollout(work, fleet, "v3", "--dry-run")
     assert run.code == 0, run.stderr[-3000:]
     assert all(h.name in run.stdout for h in fleet.hosts)
-    assert {h.name: host_snapshot(h.name) for h in fleet.hosts} == before
+    for host in fleet.hosts:
+        after = host_snapshot(host.name)
+        changed = set(after.splitlines()) ^ set(before[host.name].splitlines())
+        assert not changed, f"{host.name}: {sorted(changed)}"
 
 
 def test_canary_validates_before_any_other_host_stops(fleet: LabFleet, work: Path) -> None:
@@ -188,7 +191,7 @@ def _inventory_with(work: Path, fleet: LabFleet, host: str, extra_vars: str) -> 
 
 
 def test_hosts_of_a_batch_roll_at_their_own_pace(fleet: LabFleet, work: Path) -> None:
-    slow = "lab_knobs: {pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 24, prove_secs: 0.1}"
+    slow = "lab_knobs: {pool_mib: 160, load_secs: 0.3, drain_mib_per_sec: 16, prove_secs: 0.1}"
     inventory = _inventory_with(work, fleet, "lab-3", slow)
     one_batch = ("--set", "serial=[3]")  # host vars win over playbook vars, --set over both
     first = run_cli(
@@ -217,13 +220,11 @@ def test_rollback_on_abort_all_reverts_validated_hosts(fleet: LabFleet, work: Pa
         "--set",
         "version=aborted",
         "--set",
-        f"lab_knobs={FAST_KNOBS}",
-        "--set",
         "serial=[1]",
         "--set",
         "rollback_on_abort=all",
     )
-    assert run.code == 1
+    assert run.code == 1, run.stderr[-3000:]
     ends = [e for e in run.events if e["kind"] == "host_end"]
     assert [(e["host"], e["status"]) for e in ends] == [
         ("lab-1", "validated"),

@@ -65,4 +65,5 @@ def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
     if not ctx.write_if_changed(daemon.config_path, text, previous_config(daemon.config_path)):
         return skipped(f"{daemon.config_path} already up to date (budget {budget_text})")
-    return changed(f"wrote {daemon.config_path}: total_budget {budget_text}", total_budget=budget)
+    return changed(f"wrote {daemon.config_path}: total_budget {budget_text}", total_budget=budget,
+                   extra_config=daemon.extra_config)
