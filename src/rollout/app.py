@@ -25,7 +25,7 @@ from rollout.errors import UserError
 from rollout.events import EventBus, JsonLinesSink
 from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.plan import Plan, make_plan
-from rollout.transport.ssh import SshTarget, SshTransport
+from rollout.transport.ssh import SshTransport
 
 
 def default_playbook() -> Path:
@@ -43,17 +43,7 @@ def cache_dir() -> Path:
 
 
 def connect(host: Host) -> SshTransport:
-    target = SshTarget(
-        host.name,
-        host.address,
-        host.port,
-        host.user,
-        host.key_file,
-        host.known_hosts,
-        host.host_key_policy,
-        host.connect_timeout,
-    )
-    transport = SshTransport(target)
+    transport = SshTransport(host)
     transport.run("true", timeout=host.connect_timeout + 5).check()
     return transport
 

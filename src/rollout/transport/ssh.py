@@ -10,8 +10,8 @@ import base64
 import contextlib
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import paramiko
 from fabric import Connection
@@ -22,16 +22,25 @@ from rollout.errors import HostKeyError, TransportError
 from rollout.transport.base import RunResult, Transport
 
 
-@dataclass(frozen=True)
-class SshTarget:
-    name: str
-    address: str
-    port: int
-    user: str
-    key_file: Path | None
-    known_hosts: Path
-    host_key_policy: str = "strict"
-    connect_timeout: float = 10.0
+class SshTarget(Protocol):
+    """What the transport needs to know of a host (rollout.config.inventory.Host has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def key_file(self) -> Path | None: ...
+    @property
+    def known_hosts(self) -> Path: ...
+    @property
+    def host_key_policy(self) -> str: ...
+    @property
+    def connect_timeout(self) -> float: ...
 
 
 _MAX_INLINE = 96 * 1024
