@@ -149,7 +149,7 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
     if req.dry_run:
         from rollout.dryrun import dry_run
 
-        dry_run(plan, connect)
+        dry_run(plan, connect, cache_dir())
         return RunSummary(plan.run_id, {}, dry_run=True)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
     options = EngineOptions(

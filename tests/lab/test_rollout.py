@@ -85,6 +85,10 @@ def test_v1_onto_empty_hosts_then_v2(fleet: LabFleet, work: Path) -> None:
 
 
 def test_rerun_same_build_uploads_nothing(fleet: LabFleet, work: Path) -> None:
+    planned = rollout(work, fleet, "v2", "--dry-run")
+    assert planned.code == 0, planned.stderr[-3000:]
+    assert planned.stdout.count("already on host, sha256 matches") == 3, planned.stdout
+    assert planned.stdout.count("already runs release") == 3 * 4, planned.stdout
     run = rollout(work, fleet, "v2")
     assert run.code == 0, run.stderr[-3000:]
     for host in fleet.hosts:
@@ -99,6 +103,7 @@ def test_dry_run_changes_nothing(fleet: LabFleet, work: Path) -> None:
     run = rollout(work, fleet, "v3", "--dry-run")
     assert run.code == 0, run.stderr[-3000:]
     assert all(h.name in run.stdout for h in fleet.hosts)
+    assert "would build" in run.stdout  # v3 was never built: the plan says so, builds nothing
     for host in fleet.hosts:
         after = host_snapshot(host.name)
         changed = set(after.splitlines()) ^ set(before[host.name].splitlines())

@@ -58,7 +58,7 @@ def release_hold(ctx: HostContext) -> None:
     ctx.sh(f"rm -f -- {q(ctx.layout.hold)}").check()
 
 
-def _runs_release(ctx: HostContext) -> dict[str, Any] | None:
+def runs_release(ctx: HostContext) -> dict[str, Any] | None:
     """The daemon's facts when it already runs the release being rolled out."""
     if ctx.release is None:
         return None
@@ -77,7 +77,7 @@ def _runs_release(ctx: HostContext) -> dict[str, Any] | None:
 
 def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     daemon = ctx.settings.daemon
-    running = None if params.get("force") else _runs_release(ctx)
+    running = None if params.get("force") else runs_release(ctx)
     ctx.notes["already_running"] = running is not None
     if running is not None:
         return skipped(

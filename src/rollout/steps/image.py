@@ -57,12 +57,29 @@ def _repository(tag: str) -> str:
     return tag.rsplit(":", 1)[0] if ":" in last else tag
 
 
+def content_tag(spec: Any) -> str:
+    """The image tag that names these build inputs: same inputs, same tag, no rebuild."""
+    args = {k: str(v) for k, v in (spec.args or {}).items()}
+    digest = context_digest(Path(spec.context), Path(spec.dockerfile), args)
+    return f"{_repository(spec.tag)}:c-{digest}"
+
+
+def existing_image(ctx: ControllerContext) -> str | None:
+    """The content tag when the image for these inputs is already built (reads only)."""
+    tag = content_tag(ctx.build)
+    try:
+        ctx.docker().images.get(tag)
+    except ImageNotFound:
+        return None
+    return tag
+
+
 def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
     spec = ctx.build
     context, dockerfile = Path(spec.context), Path(spec.dockerfile)
     args = {k: str(v) for k, v in (spec.args or {}).items()}
     repository = _repository(spec.tag)
-    tag = f"{repository}:c-{context_digest(context, dockerfile, args)}"
+    tag = content_tag(spec)
     client = ctx.docker()
     try:
         image = client.images.get(tag)

@@ -28,7 +28,7 @@ def _sha256s(ctx: HostContext, directory: str, names: list[str]) -> dict[str, st
     return sums
 
 
-def _mismatches(ctx: HostContext, directory: str, release: Release) -> list[str]:
+def release_mismatches(ctx: HostContext, directory: str, release: Release) -> list[str]:
     found = _sha256s(ctx, directory, [a.name for a in release.artifacts])
     return [a.name for a in release.artifacts if found.get(a.name) != a.sha256]
 
@@ -42,7 +42,7 @@ def _need_release(ctx: HostContext) -> Release:
 def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     release = _need_release(ctx)
     dest = ctx.layout.release_dir(release.id)
-    if not _mismatches(ctx, dest, release):
+    if not release_mismatches(ctx, dest, release):
         return skipped(f"release {release.id} already on host, sha256 matches", release=release.id)
     partial = f"{ctx.layout.releases}/.partial-{release.id}-{uuid.uuid4().hex[:8]}"
     ctx.sh(f"mkdir -p {q(partial)}").check()
@@ -51,7 +51,7 @@ def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
             ctx.transport.put(artifact.local_path, f"{partial}/{artifact.name}")
         names = " ".join(q(a.name) for a in release.artifacts)
         ctx.sh(f"cd {q(partial)} && chmod 0755 -- {names}").check()
-        bad = _mismatches(ctx, partial, release)
+        bad = release_mismatches(ctx, partial, release)
         if bad:
             raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
         meta = json.dumps(release.to_dict(), indent=2)
@@ -92,7 +92,7 @@ def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     ctx.notes.setdefault("previous_release", before)
     if before == release.id:
         return skipped(f"current already points at {release.id}", release=release.id)
-    if _mismatches(ctx, ctx.layout.release_dir(release.id), release):
+    if release_mismatches(ctx, ctx.layout.release_dir(release.id), release):
         raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
     if before:
         ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
