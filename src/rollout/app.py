@@ -119,18 +119,20 @@ def make_bus(plan: Plan, json_stream: IO[str] | None, verbose: bool) -> EventBus
 
 @contextmanager
 def interrupts(flag: threading.Event) -> Iterator[None]:
-    """First Ctrl-C: start no new hosts, let hosts in flight reach a safe point."""
+    """Ctrl-C: start no new hosts; hosts in flight go on to a safe point (validated, or
+    back on their previous release), never left stopped or half switched."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if flag.is_set():
-            raise KeyboardInterrupt
+        again = flag.is_set()
         flag.set()
         print(
-            "\ninterrupt: no new hosts will start; finishing hosts in flight "
-            "(Ctrl-C again to abort at once)",
+            "\ninterrupt: "
+            + ("still " if again else "no new hosts will start; ")
+            + "finishing the hosts in flight so that none is left stopped; the run can be "
+            "resumed with --resume",
             file=sys.stderr,
         )
 
