@@ -125,7 +125,7 @@ class Engine:
             if self.options.interrupted.is_set():
                 summary.aborted = (
                     f"interrupted: no new hosts started; resume with "
-                    f"`rollout --resume {self.plan.run_id}`"
+                    f"`rollout rollout --resume {self.plan.run_id}`"
                 )
                 return
             self.bus.emit("batch_start", data={"index": index, "hosts": batch})
@@ -264,20 +264,33 @@ class Engine:
 
     def _revert_done_hosts(self, summary: RunSummary) -> None:
         """rollback_on_abort: all: hosts that reached the new release go back too."""
-        for outcome in summary.outcomes.values():
-            if not outcome.succeeded:
-                continue
+        for outcome in list(summary.outcomes.values()):
+            if outcome.succeeded:
+                summary.outcomes[outcome.host] = self._end(self._revert(outcome, summary))
+
+    def _revert(self, outcome: HostOutcome, summary: RunSummary) -> HostOutcome:
+        try:
             transport = self.connect(self.plan.host(outcome.host))
-            try:
-                ctx = self._context(outcome.host, transport, summary.release)
-                ctx.notes["stopped"] = {}
-                rolled = roll_back_host(ctx, "abort: rollback_on_abort is all", self._run_step)
-                status = "rolled_back" if rolled.ok else "failed"
-                summary.outcomes[outcome.host] = self._end(
-                    HostOutcome(outcome.host, status, rolled.reason, rolled.release, outcome.steps)
-                )
-            finally:
-                transport.close()
+        except RolloutError as e:
+            return HostOutcome(
+                outcome.host,
+                "failed",
+                f"revert after abort: unreachable: {e}",
+                outcome.release,
+                outcome.steps,
+            )
+        try:
+            ctx = self._context(outcome.host, transport, summary.release)
+            ctx.notes["stopped"] = {}
+            rolled = roll_back_host(ctx, "abort: rollback_on_abort is all", self._run_step)
+            status = "rolled_back" if rolled.ok else "failed"
+            return HostOutcome(outcome.host, status, rolled.reason, rolled.release, outcome.steps)
+        except RolloutError as e:
+            return HostOutcome(
+                outcome.host, "failed", f"revert after abort: {e}", outcome.release, outcome.steps
+            )
+        finally:
+            transport.close()
 
     def run_steps_on(self, name: str, specs: list[Any]) -> list[StepResult]:
         """Run some steps on one host, outside a rollout (the single-step commands)."""
