@@ -19,13 +19,14 @@ from rollout.app import (
     runs_dir,
     step_spec,
 )
+from rollout.config.steps import StepSpec
 from rollout.console import print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import StepFailed
 from rollout.layout import q
 from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.steps.base import HostContext, Release
-from rollout.steps.release import current_release, recorded_previous
+from rollout.steps.current import current_release, recorded_previous
 
 ROLLBACK_STEPS = ("preflight", "stop", "drain", "switch", "start", "ready", "validate")
 
@@ -50,6 +51,14 @@ def target_for(to: str | None) -> Any:
     return resolve
 
 
+def _rollback_spec(plan: Any, kind: str) -> StepSpec:
+    """The playbook's step; switching back also brings back the config that release ran with."""
+    spec = step_spec(plan, kind)
+    if kind == "switch":
+        return spec.model_copy(update={"params": {**spec.params, "restore_config": True}})
+    return spec
+
+
 def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
     plan = load_plan(req)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, f"rollback:{to or 'previous'}")
@@ -58,7 +67,7 @@ def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
         LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
         interrupted=threading.Event(),
         target=target_for(to),
-        host_steps=[step_spec(plan, kind) for kind in ROLLBACK_STEPS],
+        host_steps=[_rollback_spec(plan, kind) for kind in ROLLBACK_STEPS],
     )
     with (
         fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),

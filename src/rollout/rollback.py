@@ -10,8 +10,8 @@ from typing import Any
 from rollout.events import StepResult
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
-from rollout.steps.config import restore_previous_config
-from rollout.steps.release import current_release, point_current_at, recorded_previous
+from rollout.steps.config import restore_config_of
+from rollout.steps.current import current_release, point_current_at, recorded_previous
 
 RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
 
@@ -67,8 +67,8 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
         if kind == "start":
             if current_release(ctx) != previous:
                 point_current_at(ctx, previous)
-            if restore_previous_config(ctx):
-                ctx.log("restored the config the previous release ran with")
+            if restore_config_of(ctx, previous):
+                ctx.log(f"restored the config {previous} ran with")
         spec = RollbackStep(
             f"rollback-{kind}",
             kind,

@@ -8,6 +8,7 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.layout import q
 from rollout.steps.base import HostContext
+from rollout.steps.current import current_release
 from rollout.units import format_size, parse_size
 
 
@@ -30,20 +31,23 @@ def memory_budget(facts: dict[str, Any], safety_margin: str) -> int:
     return budget
 
 
-def previous_config(config_path: str) -> str:
-    """Where the config step keeps the config it replaced, for a rollback to restore."""
-    return f"{config_path}.rollback"
+def config_of(config_path: str, release_id: str) -> str:
+    """Where the config a release last ran with is kept, for a rollback to that release."""
+    return f"{config_path}.for-{release_id}"
 
 
-def restore_previous_config(ctx: HostContext) -> bool:
-    """Put back the config the previous release ran with; True when there was one."""
+def restore_config_of(ctx: HostContext, release_id: str) -> bool:
+    """Put back the config `release_id` ran with, if kept; True when it was."""
     path = ctx.settings.daemon.config_path
-    kept = previous_config(path)
-    return ctx.sh(f"test -f {q(kept)} && mv -T -- {q(kept)} {q(path)}").ok
+    kept = q(config_of(path, release_id))
+    copy = f"cp -p -- {kept} {q(path)}.new && mv -T -- {q(path)}.new {q(path)}"
+    return ctx.sh(f"test -f {kept} && {copy}").ok
 
 
-def drop_previous_config(ctx: HostContext) -> None:
-    ctx.sh(f"rm -f -- {q(previous_config(ctx.settings.daemon.config_path))}").check()
+def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
+    path = ctx.settings.daemon.config_path
+    kept = " ".join(q(config_of(path, rid)) for rid in release_ids)
+    ctx.sh(f"rm -f -- {kept}").check()
 
 
 def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
@@ -63,7 +67,9 @@ def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
-    if not ctx.write_if_changed(daemon.config_path, text, previous_config(daemon.config_path)):
+    running = current_release(ctx)  # config runs before switch: the release in service
+    keep = config_of(daemon.config_path, running) if running else None
+    if not ctx.write_if_changed(daemon.config_path, text, keep):
         return skipped(f"{daemon.config_path} already up to date (budget {budget_text})")
     return changed(f"wrote {daemon.config_path}: total_budget {budget_text}", total_budget=budget,
                    extra_config=daemon.extra_config)

@@ -11,7 +11,8 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.layout import q
 from rollout.steps.base import HostContext, Release
-from rollout.steps.config import drop_previous_config
+from rollout.steps.config import forget_configs_of, restore_config_of
+from rollout.steps.current import current_release, point_current_at
 
 _RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
@@ -67,23 +68,10 @@ def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
 
 
-def current_release(ctx: HostContext) -> str | None:
-    r = ctx.sh(f"readlink -- {q(ctx.layout.current)}")
-    target = r.stdout.strip()
-    return target.rsplit("/", 1)[-1] if r.ok and target else None
 
 
-def point_current_at(ctx: HostContext, release_id: str) -> None:
-    """Atomically repoint current: a new symlink renamed over the old one."""
-    tmp = f"{ctx.layout.current}.new"
-    target = f"releases/{release_id}"
-    ctx.sh(f"ln -sfn -- {q(target)} {q(tmp)} && mv -T -- {q(tmp)} {q(ctx.layout.current)}").check()
 
 
-def recorded_previous(ctx: HostContext) -> str | None:
-    """The release current pointed at before the last switch (survives a dead controller)."""
-    r = ctx.sh(f"cat -- {q(ctx.layout.previous_release)} 2>/dev/null")
-    return r.stdout.strip() or None if r.ok else None
 
 
 def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
@@ -97,13 +85,14 @@ def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     if before:
         ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
     point_current_at(ctx, release.id)
+    if params.get("restore_config") and restore_config_of(ctx, release.id):
+        ctx.log(f"restored the config {release.id} ran with")
     return changed(
         f"current: {before or 'none'} -> {release.id}", previous=before, release=release.id
     )
 
 
 def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    drop_previous_config(ctx)  # the new release is validated: no rollback will need it
     keep = int(params.get("keep", ctx.settings.release.keep))
     r = ctx.sh(f"ls -1t -- {q(ctx.layout.releases)} 2>/dev/null").stdout.split()
     releases = [name for name in r if _RELEASE_ID.match(name)]
@@ -117,4 +106,5 @@ def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         return skipped(f"{len(releases)} release(s) on host, keeping up to {keep}")
     paths = " ".join(q(ctx.layout.release_dir(rid)) for rid in doomed)
     ctx.sh(f"rm -rf -- {paths}").check()
+    forget_configs_of(ctx, doomed)
     return changed(f"pruned {len(doomed)} old release(s), kept {len(kept)}", pruned=doomed)

@@ -1,0 +1,25 @@
+"""The `current` symlink: which release a host serves, and the one it served before."""
+
+from __future__ import annotations
+
+from rollout.layout import q
+from rollout.steps.base import HostContext
+
+
+def current_release(ctx: HostContext) -> str | None:
+    r = ctx.sh(f"readlink -- {q(ctx.layout.current)}")
+    target = r.stdout.strip()
+    return target.rsplit("/", 1)[-1] if r.ok and target else None
+
+
+def point_current_at(ctx: HostContext, release_id: str) -> None:
+    """Atomically repoint current: a new symlink renamed over the old one."""
+    tmp = f"{ctx.layout.current}.new"
+    target = f"releases/{release_id}"
+    ctx.sh(f"ln -sfn -- {q(target)} {q(tmp)} && mv -T -- {q(tmp)} {q(ctx.layout.current)}").check()
+
+
+def recorded_previous(ctx: HostContext) -> str | None:
+    """The release current pointed at before the last switch (survives a dead controller)."""
+    r = ctx.sh(f"cat -- {q(ctx.layout.previous_release)} 2>/dev/null")
+    return r.stdout.strip() or None if r.ok else None
