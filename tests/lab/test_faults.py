@@ -16,6 +16,7 @@ from rollout import lab
 from .conftest import LabFleet
 from .rollout_helpers import (
     REPO,
+    Background,
     CliRun,
     assert_serving,
     daemon_pid,
@@ -70,6 +71,20 @@ def deploy(
         *FAST,
         *extra,
         env=env,
+    )
+
+
+def start_slow_deploy(work: Path, fleet: LabFleet, version: str) -> Background:
+    """A rollout in the background whose drains take seconds: time to interfere with it."""
+    return start_cli(
+        work,
+        "rollout",
+        "--hosts",
+        str(fleet.fleet_path),
+        "--set",
+        f"version={version}",
+        *FAST,
+        *SLOW_DRAIN,
     )
 
 
@@ -212,16 +227,7 @@ def test_stale_lock_blocks_until_broken(fleet: LabFleet, work: Path) -> None:
 
 
 def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
-    first = start_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        "version=first",
-        *FAST,
-        *SLOW_DRAIN,
-    )
+    first = start_slow_deploy(work, fleet, "first")
     first.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
     second = run_cli(
         work, "rollout", "--hosts", str(fleet.fleet_path), "--set", "version=second", *FAST
@@ -251,16 +257,7 @@ def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
 
 
 def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -> None:
-    run = start_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        "version=resumed",
-        *FAST,
-        *SLOW_DRAIN,
-    )
+    run = start_slow_deploy(work, fleet, "resumed")
     run.wait_for(
         lambda e: (
             e["kind"] == "step_start" and e["step"] == "drain" and e["host"] in ("lab-2", "lab-3")
@@ -277,16 +274,7 @@ def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -
 
 
 def test_sigint_stops_new_hosts_and_the_run_resumes(fleet: LabFleet, work: Path) -> None:
-    run = start_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        "version=interrupted",
-        *FAST,
-        *SLOW_DRAIN,
-    )
+    run = start_slow_deploy(work, fleet, "interrupted")
     run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
     run.process.send_signal(signal.SIGINT)
     stopped = run.finish()

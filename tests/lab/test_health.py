@@ -68,13 +68,13 @@ def fault(host: str, name: str, **knobs: object) -> None:
              f"sed -i 's/^\\[lab\\]$/[lab]\\n{lines}/' {CONFIG} && rm -f /data/rollout/hold")
 
 
-def wait_for(what: str, check: Any, timeout: float = 40.0) -> None:
+def wait_for(what: str, check: Any, timeout: float = 40.0, explain: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
         time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f":\n{explain()}" if explain else ""))
 
 
 def last_exit(host: str) -> dict[str, Any]:
@@ -111,7 +111,10 @@ def test_capacity_stop_and_faults(fleet: LabFleet, tmp_path: Path) -> None:
     fault(two, "oom")
     fault(three, "crash_at_start")
     wait_for("silent kill", lambda: last_exit(one).get("signal") == "SIGKILL")
-    wait_for("OOM kill", lambda: last_exit(two).get("signal") == "SIGKILL")
+    wait_for("OOM kill", lambda: last_exit(two).get("signal") == "SIGKILL",
+             explain=lambda: sh(two, "tail -n 5 /data/rollout/exits.jsonl /data/rollout/"
+                                     "supervisor.log /data/rollout/daemon.log; ps -eo pid,ppid,"
+                                     "stat,rss,oom_score_adj,args"))
     wait_for("crash loop", lambda: supervisor_state(three) == "crash-looping", 60)
     _, rows = status(fleet, tmp_path)
     assert rows[one]["last_exit_cause"] == "external-sigkill", rows[one]
