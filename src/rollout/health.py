@@ -58,6 +58,14 @@ def format_duration(secs: float | None) -> str:
     return f"{s}s"
 
 
+def supervisor_state(facts: dict[str, Any]) -> str | None:
+    """The supervisor's own state, or "dead": then nothing restarts the daemon."""
+    supervisor = facts.get("supervisor") or {}
+    if supervisor.get("pid") and not supervisor.get("alive"):
+        return "dead"
+    return supervisor.get("state") if supervisor.get("alive") else None
+
+
 def host_row(ev: HostEvidence) -> dict[str, Any]:
     """The status of one host as plain data (the JSON output is a list of these)."""
     if not ev.reachable:
@@ -75,7 +83,7 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "restarts_last_hour": facts.get("restarts_last_hour"),
         "restart_count_complete": facts.get("exit_counts_complete"),
         "memory_used": memory.get("usage"), "memory_limit": memory.get("limit"),
-        "supervisor": (facts.get("supervisor") or {}).get("state"),
+        "supervisor": supervisor_state(facts),
         "last_exit": facts.get("last_exit"),
         "last_exit_cause": verdict.cause if facts.get("last_exit") else None,
         "last_exit_summary": verdict.summary if facts.get("last_exit") else None,
@@ -98,7 +106,8 @@ def capacity(rows: list[dict[str, Any]]) -> Capacity:
 
 
 def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
-    out = {"host": row["host"], "state": row["state"]}
+    dead = " (supervisor dead)" if row.get("supervisor") == "dead" else ""
+    out = {"host": row["host"], "state": row["state"] + dead}
     if row["state"] == "unreachable":
         return {**out, "last_exit": str(row.get("error") or "")[:60]}
     restarts = row.get("restarts_last_hour")
