@@ -189,6 +189,8 @@ def test_starts_daemon_and_writes_pidfile_starts_and_state(host: Host) -> None:
     stat = Path(f"/proc/{pid}/stat").read_text()
     assert int(stat.rsplit(")", 1)[1].split()[19]) == starttime
     assert os.getsid(pid) == pid  # its own session: a signal to the supervisor's group misses it
+    with open(f"/proc/{pid}/oom_score_adj") as f:  # the OOM killer takes it, not us
+        assert f.read().strip() == "1000"
     start = wait_for(host.starts)[0]
     assert start["pid"] == pid and start["release"] == RELEASE
     assert start["memory"] == {"usage": 1000, "limit": None, "source": "cgroup-v2"}

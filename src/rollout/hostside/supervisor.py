@@ -48,10 +48,23 @@ DEFAULTS: dict[str, Any] = {
     "log_max_bytes": 512 * 1024 * 1024,
     "cgroup_root": "/sys/fs/cgroup",
     "proc": "/proc",
+    # The daemon (and all it starts) is the OOM killer's first choice, never the supervisor
+    # that would restart it: raising a child's score needs no privilege, lowering ours would.
+    "daemon_oom_score_adj": 1000,
 }
 
 
 # ---------------------------------------------------------------- small helpers
+
+
+def oom_first(score: int) -> Any:
+    """A pre-exec hook that sets the child's oom_score_adj (best effort)."""
+
+    def apply() -> None:
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(score))
+
+    return apply
 
 
 def now() -> float:
@@ -288,6 +301,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=oom_first(int(self.cfg["daemon_oom_score_adj"])),
             )
         except OSError as e:
             self.log(f"cannot start {argv}: {e}")
@@ -521,6 +535,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--discover-timeout", type=float)
     p.add_argument("--launcher-grace", type=float)
     p.add_argument("--log-max-bytes", type=int)
+    p.add_argument("--daemon-oom-score-adj", type=int, help="the daemon's oom_score_adj (1000)")
     p.add_argument("--cgroup-root")
     p.add_argument("--proc")
     p.add_argument("--daemonize", action="store_true")
