@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from rollout.errors import ConfigError, UserError
+from rollout.errors import UserError
 
-from .yamlfile import YamlDoc, load_yaml, to_plain, validate
+from .yamlfile import YamlDoc, check_unique_names, load_yaml, to_plain, validate
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
@@ -155,20 +155,8 @@ def load_inventory(path: Path | str) -> Inventory:
     """Read, validate and resolve an inventory file. Errors raise ConfigError."""
     doc = load_yaml(path, "inventory")
     spec = validate(InventoryFile, to_plain(doc.root), doc)
-    _check_unique_names(spec, doc)
+    check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
     return Inventory(doc.path, [_resolve(entry, spec.defaults, doc) for entry in spec.hosts])
-
-
-def _check_unique_names(spec: InventoryFile, doc: YamlDoc) -> None:
-    seen: dict[str, int] = {}
-    for index, entry in enumerate(spec.hosts):
-        if entry.name in seen:
-            first = doc.line_of(("hosts", seen[entry.name], "name"))
-            raise ConfigError(
-                f"duplicate host name {entry.name!r} (first defined on line {first})",
-                doc.location(("hosts", index, "name")),
-            )
-        seen[entry.name] = index
 
 
 def _resolve(entry: HostEntry, defaults: InventoryDefaults, doc: YamlDoc) -> Host:

@@ -29,7 +29,15 @@ from .inventory import Host
 from .render import render_tree, resolve_vars
 from .sections import BuildSpec, DaemonSpec, ReleaseSpec, RollingSpec, Section, ValidateSpec
 from .steps import Scope, StepSpec
-from .yamlfile import KeyPath, YamlDoc, dotted_key, load_yaml, to_plain, validate
+from .yamlfile import (
+    KeyPath,
+    YamlDoc,
+    check_unique_names,
+    dotted_key,
+    load_yaml,
+    to_plain,
+    validate,
+)
 
 DEFAULT_PLAYBOOK = Path(__file__).resolve().parent.parent / "resources/playbooks/rollout.yaml"
 RESERVED_NAMES = frozenset(
@@ -194,15 +202,7 @@ def _runtime_kind(path: KeyPath) -> str | None:
 
 
 def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
-    seen: dict[str, int] = {}
-    for index, step in enumerate(playbook.steps):
-        if step.name in seen:
-            first = doc.line_of(("steps", seen[step.name], "name"))
-            raise ConfigError(
-                f"duplicate step name {step.name!r} (first on line {first})",
-                doc.location(("steps", index, "name")),
-            )
-        seen[step.name] = index
+    check_unique_names(doc, "steps", [step.name for step in playbook.steps], "step")
     scopes = [step.scope for step in playbook.steps]
     if "host" in scopes and "controller" in scopes[scopes.index("host") :]:
         index = scopes.index("controller", scopes.index("host"))

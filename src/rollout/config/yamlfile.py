@@ -72,6 +72,19 @@ def load_yaml(path: Path | str, what: str) -> YamlDoc:
     return YamlDoc(file, CommentedMap() if root is None else root)
 
 
+def check_unique_names(doc: YamlDoc, section: str, names: list[str], what: str) -> None:
+    """Names in the list under `section` are unique; a repeat is an error at its own line."""
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            first = doc.line_of((section, seen[name], "name"))
+            raise ConfigError(
+                f"duplicate {what} name {name!r} (first defined on line {first})",
+                doc.location((section, index, "name")),
+            )
+        seen[name] = index
+
+
 def dotted_key(path: KeyPath) -> str:
     """('hosts', 1, 'port') -> 'hosts[1].port'."""
     out = ""

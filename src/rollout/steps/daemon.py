@@ -20,9 +20,8 @@ def _supervisor_conf(ctx: HostContext, params: dict[str, Any]) -> str:
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
 
 
-def supervisor_alive(ctx: HostContext) -> bool:
-    supervisor = ctx.facts().get("supervisor") or {}
-    return bool(supervisor.get("alive"))
+def supervisor_alive(facts: dict[str, Any]) -> bool:
+    return bool((facts.get("supervisor") or {}).get("alive"))
 
 
 def start_supervisor(ctx: HostContext) -> None:
@@ -36,7 +35,7 @@ def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
     script_changed = ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
     conf_changed = ctx.write_if_changed(lay.supervisor_conf, _supervisor_conf(ctx, params))
-    alive = supervisor_alive(ctx)
+    alive = supervisor_alive(ctx.facts())
     if alive and not (script_changed or conf_changed):
         return skipped("supervisor running, script and settings unchanged")
     if alive:
@@ -160,12 +159,14 @@ def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     target = ctx.sh(f"readlink -f -- {q(lay.current)}").stdout.strip()
     if not target:
         raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
-    held = ctx.sh(f"test -e {q(lay.hold)}").ok
-    running = ctx.facts().get("daemon") or {}
-    if not held and running.get("state") == "running" and target in str(running.get("exe")):
+    facts = ctx.facts()  # one read: hold, daemon and supervisor as they are now
+    running = facts.get("daemon") or {}
+    if not facts.get("held") and running.get("state") == "running" and target in str(
+        running.get("exe")
+    ):
         return skipped(f"daemon {running.get('pid')} already runs {target}")
     release_hold(ctx)
-    if not supervisor_alive(ctx):
+    if not supervisor_alive(facts):
         start_supervisor(ctx)
     pidline = _wait_daemon_of(ctx, target, float(params.get("wait", 30)))
     ctx.notes["daemon_pid"] = pidline.split()[0]
