@@ -48,9 +48,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_cli(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
-) -> CliRun:
+def run_cli(tmp: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> CliRun:
     """`rollout ARGS --json FILE` as a user runs it, from the repository root by default."""
     cmd, events_file = _command(tmp, args)
     p = subprocess.run(
@@ -157,3 +155,24 @@ def assert_serving(host: str) -> str:
     )
     assert "status:    COMPLETED" in proof, f"{host}: {proof}"
     return str(version)
+
+
+def rollout_args(fleet_path: Path, version: str) -> tuple[str, ...]:
+    """`rollout --hosts FLEET --set version=V`: the start of every test rollout."""
+    return ("rollout", "--hosts", str(fleet_path), "--set", f"version={version}")
+
+
+def inventory_with(work: Path, fleet_path: Path, host: str, extra_vars: str) -> Path:
+    """A copy of the lab inventory, usable from another folder, where one host has vars of
+    its own (`extra_vars`: YAML flow-mapping entries, e.g. `job: "x"`)."""
+    lab_dir = fleet_path.parent
+    text = fleet_path.read_text()
+    text = text.replace("key_file: keys/", f"key_file: {lab_dir}/keys/")
+    text = text.replace("known_hosts: known_hosts", f"known_hosts: {lab_dir}/known_hosts")
+    marker = f"  - name: {host}\n"
+    head, _, tail = text.partition(marker)
+    own = f"vars: {{memory_limit: 512m, {extra_vars}}}"
+    tail = tail.replace("vars: {memory_limit: 512m}", own, 1)
+    path = work / f"fleet-{host}.yaml"
+    path.write_text(head + marker + tail)
+    return path

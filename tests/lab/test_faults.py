@@ -20,7 +20,9 @@ from .rollout_helpers import (
     CliRun,
     assert_serving,
     daemon_pid,
+    inventory_with,
     reset_host,
+    rollout_args,
     run_cli,
     sh,
     start_cli,
@@ -61,31 +63,12 @@ def work(tmp_path: Path) -> Path:
 def deploy(
     work: Path, fleet: LabFleet, version: str, *extra: str, env: dict[str, str] | None = None
 ) -> CliRun:
-    return run_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        f"version={version}",
-        *FAST,
-        *extra,
-        env=env,
-    )
+    return run_cli(work, *rollout_args(fleet.fleet_path, version), *FAST, *extra, env=env)
 
 
 def start_slow_deploy(work: Path, fleet: LabFleet, version: str) -> Background:
     """A rollout in the background whose drains take seconds: time to interfere with it."""
-    return start_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        f"version={version}",
-        *FAST,
-        *SLOW_DRAIN,
-    )
+    return start_cli(work, *rollout_args(fleet.fleet_path, version), *FAST, *SLOW_DRAIN)
 
 
 def serving_everywhere() -> dict[str, str]:
@@ -167,16 +150,7 @@ def test_broken_upload_is_caught_and_retried(
 
 
 def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
-    inventory = work / "fleet.yaml"
-    text = fleet.fleet_path.read_text().replace(
-        "known_hosts: known_hosts", f"known_hosts: {fleet.fleet_path.parent}/known_hosts"
-    )
-    text = text.replace("key_file: keys/", f"key_file: {fleet.fleet_path.parent}/keys/")
-    inventory.write_text(
-        text.replace(
-            "vars: {memory_limit: 512m}", 'vars: {memory_limit: 512m, job: "x; touch /tmp/pwned"}'
-        )
-    )
+    inventory = inventory_with(work, fleet.fleet_path, "lab-3", 'job: "x; touch /tmp/pwned"')
     playbook = work / "play.yaml"
     source = (REPO / "playbooks" / "rollout.yaml").read_text()
     source = source.replace("../dockerfiles", str(REPO / "dockerfiles"))

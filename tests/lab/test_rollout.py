@@ -11,8 +11,10 @@ from .rollout_helpers import (
     FAST_KNOBS,
     assert_serving,
     host_snapshot,
+    inventory_with,
     jsonl,
     reset_host,
+    rollout_args,
     run_cli,
     sh,
     status_json,
@@ -48,15 +50,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def rollout(work: Path, fleet: LabFleet, version: str, *extra: str):  # type: ignore[no-untyped-def]
     return run_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(fleet.fleet_path),
-        "--set",
-        f"version={version}",
-        "--set",
-        f"lab_knobs={FAST_KNOBS}",
-        *extra,
+        work, *rollout_args(fleet.fleet_path, version), "--set", f"lab_knobs={FAST_KNOBS}", *extra
     )
 
 
@@ -179,25 +173,9 @@ def test_single_step_commands(fleet: LabFleet, work: Path) -> None:
     assert_serving("lab-2")
 
 
-def _inventory_with(work: Path, fleet: LabFleet, host: str, extra_vars: str) -> Path:
-    """A copy of the lab inventory where one host has vars of its own."""
-    lab_dir = fleet.fleet_path.parent
-    text = fleet.fleet_path.read_text()
-    text = text.replace("key_file: keys/", f"key_file: {lab_dir}/keys/")
-    text = text.replace("known_hosts: known_hosts", f"known_hosts: {lab_dir}/known_hosts")
-    marker = f"  - name: {host}\n"
-    head, _, tail = text.partition(marker)
-    tail = tail.replace(
-        "vars: {memory_limit: 512m}", f"vars: {{memory_limit: 512m, {extra_vars}}}", 1
-    )
-    path = work / f"fleet-{host}.yaml"
-    path.write_text(head + marker + tail)
-    return path
-
-
 def test_hosts_of_a_batch_roll_at_their_own_pace(fleet: LabFleet, work: Path) -> None:
     slow = "lab_knobs: {pool_mib: 160, load_secs: 0.3, drain_mib_per_sec: 16, prove_secs: 0.1}"
-    inventory = _inventory_with(work, fleet, "lab-3", slow)
+    inventory = inventory_with(work, fleet.fleet_path, "lab-3", slow)
     one_batch = ("--set", "serial=[3]")  # host vars win over playbook vars, --set over both
     first = run_cli(
         work, "rollout", "--hosts", str(inventory), "--set", "version=pace-1", *one_batch
@@ -216,7 +194,7 @@ def test_rollback_on_abort_all_reverts_validated_hosts(fleet: LabFleet, work: Pa
         "lab_knobs: {pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1, "
         "fault: fail_validation}"
     )
-    inventory = _inventory_with(work, fleet, "lab-2", bad)
+    inventory = inventory_with(work, fleet.fleet_path, "lab-2", bad)
     run = run_cli(
         work,
         "rollout",
