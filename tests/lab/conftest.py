@@ -17,7 +17,7 @@ import pytest
 from rollout import lab
 from rollout.errors import EnvironmentProblem
 
-PROVER_TAG = "rollout-lab/prover:test-v1"
+PROVER_TAG = f"{lab.lab_prefix()}/prover:test-v1"
 PROVER_VERSION = "test-v1"
 ZK = "/data/zk"
 CONFIG = f"{ZK}/cuzk.toml"
@@ -99,7 +99,7 @@ class Standin:
 
     def install(self, archives: dict[str, bytes]) -> None:
         self.ok("mkdir -p /data/bin")
-        container = self.client.containers.get(f"rollout-lab-{self.host}")
+        container = self.client.containers.get(f"{lab.lab_prefix()}-{self.host}")
         for tar in archives.values():
             container.put_archive("/data/bin", tar)
 

@@ -124,9 +124,10 @@ def test_pause_and_sshd_stop_make_a_host_unreachable(lab_fleet: LabFleet) -> Non
 
 
 def lab_leftovers(client: docker.DockerClient) -> list[str]:
-    names = [c.name for c in client.containers.list(all=True) if c.name.startswith("rollout-lab")]
-    names += [v.name for v in client.volumes.list() if v.name.startswith("rollout-lab")]
-    names += [n.name for n in client.networks.list() if n.name.startswith("rollout-lab")]
+    prefix = lab.lab_prefix()
+    names = [c.name for c in client.containers.list(all=True) if c.name.startswith(prefix)]
+    names += [v.name for v in client.volumes.list() if v.name.startswith(prefix)]
+    names += [n.name for n in client.networks.list() if n.name.startswith(prefix)]
     return names
 
 
@@ -136,14 +137,15 @@ def test_down_leaves_nothing_and_8_hosts_come_up_fast(
 ) -> None:
     """Runs last in this module: it replaces the session's fleet, then restores it."""
     dead = docker_client.containers.create("rollout-lab/base:latest", command=["true"],
-                                           name="rollout-lab-stale", labels={"rollout.lab": "1"})
+                                           name=f"{lab.lab_prefix()}-stale",
+                                           labels={"rollout.lab": lab.lab_prefix()})
     assert dead.status == "created"
     seconds = lab.bench_lab_up(8)  # up 8 (removing the stale leftover first), then down
     assert seconds < 30, f"lab.up --hosts 8 took {seconds:.1f} s"
     assert lab_leftovers(docker_client) == []
     for cmd in (["docker", "ps", "-a"], ["docker", "volume", "ls"], ["docker", "network", "ls"]):
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        assert "rollout-lab" not in out
+        assert f"{lab.lab_prefix()}-" not in out and lab.lab_prefix() not in out.split()
     lab_fleet.refresh(lab.up(3))
     assert len(lab_fleet.hosts) == 3
 
@@ -167,10 +169,28 @@ def test_engine_down_as_root_installs_and_starts_dockerd(monkeypatch: pytest.Mon
     answers = iter([None, None, "client"])
     monkeypatch.setattr(engine, "_client", lambda: next(answers))
     monkeypatch.setattr("os.geteuid", lambda: 0)
-    monkeypatch.setattr("shutil.which", lambda name: None)
-    monkeypatch.setattr(engine, "_install_docker_io", lambda: calls.append("install"))
+    monkeypatch.setattr(engine, "ensure_command", lambda cmd, pkg: calls.append(f"install {pkg}"))
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: calls.append("dockerd"))
     monkeypatch.setattr(engine, "DOCKERD_LOG", "/dev/null")
     monkeypatch.setattr("time.sleep", lambda s: None)
     assert engine.ensure_engine() == "client"
-    assert calls == ["install", "dockerd"]
+    assert calls == ["install docker.io", "dockerd"]
+
+
+def test_missing_debootstrap_is_installed_with_apt(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rollout.lab import apt
+
+    ran: list[list[str]] = []
+    installed: set[str] = set()
+
+    def run(argv: list[str], **_: object) -> object:
+        ran.append(argv)
+        if argv[:2] == ["apt-get", "install"]:
+            installed.add("debootstrap")
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr(apt.shutil, "which", lambda name: "/x" if name in installed else None)
+    monkeypatch.setattr(apt.subprocess, "run", run)
+    apt.ensure_command("debootstrap", "debootstrap")
+    assert ran == [["apt-get", "update"], ["apt-get", "install", "-y", "debootstrap"]]

@@ -217,7 +217,7 @@ def test_fault_never_release_keeps_the_pool(standin: Standin) -> None:
 def test_baked_fault_is_the_default_and_overridable(
     standin: Standin, docker_client: docker.DockerClient
 ) -> None:
-    tag = lab.build_prover_image(docker_client, "rollout-lab/prover:test-bad", "bad-1",
+    tag = lab.build_prover_image(docker_client, f"{lab.lab_prefix()}/prover:test-bad", "bad-1",
                                  "fail_validation")
     try:
         standin.install(extract_standin(docker_client, tag))

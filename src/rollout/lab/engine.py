@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 
@@ -11,6 +10,7 @@ import docker
 from docker.errors import DockerException
 
 from rollout.errors import EnvironmentProblem
+from rollout.lab.apt import ensure_command
 
 DOCKERD_LOG = "/var/log/rollout-dockerd.log"
 START_TIMEOUT_S = 60.0
@@ -25,18 +25,8 @@ def _client() -> docker.DockerClient | None:
         return None
 
 
-def _install_docker_io() -> None:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "docker.io"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-            raise EnvironmentProblem(f"installing docker.io failed: {' '.join(argv)}: {tail}")
-
-
 def _start_dockerd() -> None:
-    if shutil.which("dockerd") is None:
-        _install_docker_io()
+    ensure_command("dockerd", "docker.io")
     with open(DOCKERD_LOG, "ab") as log:
         subprocess.Popen(  # noqa: S603 - fixed argv
             ["dockerd"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True

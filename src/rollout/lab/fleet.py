@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import socket
 import tarfile
 import time
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,12 +27,25 @@ from rollout.lab.image import HOST_REPO, ensure_host_image
 from rollout.lab.keys import HostKey, ensure_client_key, known_hosts_line, new_host_key
 
 LABEL = "rollout.lab"
-NETWORK = "rollout-lab"
+DEFAULT_PREFIX = "rollout-lab"
 ADDRESS = "127.0.0.1"
 FIRST_PORT = 22001
 SSH_WAIT_S = 30.0
 MAX_HOSTS = 64
 SSHD_STOPPED_FLAG = "/run/lab-sshd-stopped"  # lab-init does not restart sshd while it exists
+
+
+def lab_prefix() -> str:
+    """Names of this lab's containers, volumes and network: $ROLLOUT_LAB_PREFIX, else
+    rollout-lab. Two labs with different prefixes run side by side on one engine."""
+    prefix = os.environ.get("ROLLOUT_LAB_PREFIX") or DEFAULT_PREFIX
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", prefix):
+        raise UserError(f"ROLLOUT_LAB_PREFIX {prefix!r}: use lowercase letters, digits and -")
+    return prefix
+
+
+def _label_filter() -> dict[str, str]:
+    return {"label": f"{LABEL}={lab_prefix()}"}
 
 
 @dataclass(frozen=True)
@@ -42,11 +57,11 @@ class LabHost:
 
     @property
     def container(self) -> str:
-        return f"rollout-lab-{self.name}"
+        return f"{lab_prefix()}-{self.name}"
 
     @property
     def volume(self) -> str:
-        return f"rollout-lab-{self.name}-data"
+        return f"{lab_prefix()}-{self.name}-data"
 
 
 def lab_dir() -> Path:
@@ -64,9 +79,16 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def free_odd_ports(count: int, start: int = FIRST_PORT) -> list[int]:
+def _first_port() -> int:
+    """Labs with other prefixes start elsewhere, so two coming up at once never race."""
+    prefix = lab_prefix()
+    return FIRST_PORT if prefix == DEFAULT_PREFIX else FIRST_PORT + 200 * (zlib.crc32(
+        prefix.encode()) % 150)
+
+
+def free_odd_ports(count: int, start: int | None = None) -> list[int]:
     ports: list[int] = []
-    port = start | 1
+    port = (start or _first_port()) | 1
     while len(ports) < count:
         if port > 65535:
             raise EnvironmentProblem(f"no {count} free odd ports on {ADDRESS} from {start}")
@@ -119,11 +141,11 @@ def _secrets_tar(key: HostKey, authorized_key: str) -> bytes:
 
 # -- containers ----------------------------------------------------------------------------
 def _remove_leftovers(client: docker.DockerClient) -> None:
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in client.containers.list(all=True, filters=_label_filter()):
         container.remove(force=True, v=True)
-    for volume in client.volumes.list(filters={"label": LABEL}):
+    for volume in client.volumes.list(filters=_label_filter()):
         volume.remove(force=True)
-    for network in client.networks.list(names=[NETWORK]):
+    for network in client.networks.list(names=[lab_prefix()]):
         network.remove()
 
 
@@ -131,14 +153,14 @@ def _start_host(
     client: docker.DockerClient, image: str, host: LabHost, index: int, authorized_key: str
 ) -> HostKey:
     key = new_host_key(host.name)
-    labels = {LABEL: "1", f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
+    labels = {LABEL: lab_prefix(), f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
     opts = ({"type": "tmpfs", "device": "tmpfs", "o": f"size={host.data_size}"}
             if host.data_size else None)
     client.volumes.create(host.volume, labels=labels, driver_opts=opts)
     container = client.containers.create(
         image, name=host.container, hostname=host.name, labels=labels, detach=True,
         mem_limit=host.memory, memswap_limit=host.memory, shm_size=host.memory,
-        ports={"22/tcp": (ADDRESS, host.port)}, network=NETWORK,
+        ports={"22/tcp": (ADDRESS, host.port)}, network=lab_prefix(),
         volumes={host.volume: {"bind": "/data", "mode": "rw"}},
     )  # fmt: skip
     container.put_archive("/", _secrets_tar(key, authorized_key))
@@ -171,7 +193,7 @@ def up(hosts: int = 3, memory: str = "512m") -> Path:
     client = ensure_engine()
     image = ensure_host_image(client)
     _remove_leftovers(client)
-    client.networks.create(NETWORK, driver="bridge", labels={LABEL: "1"})
+    client.networks.create(lab_prefix(), driver="bridge", labels={LABEL: lab_prefix()})
     lab = lab_dir()
     authorized = ensure_client_key(lab).with_suffix(".pub").read_text()
     planned = [
@@ -194,10 +216,16 @@ def down() -> None:
     """Remove every container, volume, network and host image tag the lab created."""
     client = ensure_engine()
     _remove_leftovers(client)
+    if client.containers.list(all=True, filters={"label": LABEL}):
+        return _forget_lab_files()  # another lab (another prefix) still uses the host image
     for image in client.images.list(name=HOST_REPO):
         for tag in image.tags:
             if tag.startswith(HOST_REPO + ":"):
                 client.images.remove(tag, noprune=False)
+    _forget_lab_files()
+
+
+def _forget_lab_files() -> None:
     lab = lab_dir()
     for name in ("fleet.yaml", "known_hosts"):
         (lab / name).unlink(missing_ok=True)
@@ -221,14 +249,15 @@ def _describe(container: Container) -> dict[str, Any]:
 def status() -> list[dict[str, Any]]:
     """One dict per lab host: name, container, state, address, port, memory_limit."""
     client = ensure_engine()
-    found = client.containers.list(all=True, filters={"label": LABEL})
+    found = client.containers.list(all=True, filters=_label_filter())
     return sorted((_describe(c) for c in found), key=lambda d: (d["index"], d["name"]))
 
 
 # -- poking at one host --------------------------------------------------------------------
 def _container(name: str) -> Container:
     client = ensure_engine()
-    cname = name if name.startswith("rollout-lab-") else f"rollout-lab-{name}"
+    prefix = lab_prefix()
+    cname = name if name.startswith(f"{prefix}-") else f"{prefix}-{name}"
     try:
         return client.containers.get(cname)
     except NotFound as exc:

@@ -19,6 +19,7 @@ import docker
 from docker.errors import BuildError, ImageNotFound
 
 from rollout.errors import EnvironmentProblem
+from rollout.lab.apt import ensure_command
 
 BASE_REPO = "rollout-lab/base"
 HOST_REPO = "rollout-lab/host"
@@ -99,10 +100,9 @@ def _run(argv: list[str], what: str) -> None:
 
 
 def _debootstrap(mirror: Mirror, tarball: Path) -> None:
-    if shutil.which("debootstrap") is None:
-        raise EnvironmentProblem("debootstrap is not installed (apt-get install debootstrap)")
     if os.geteuid() != 0:
         raise EnvironmentProblem("building the lab base image needs root (debootstrap)")
+    ensure_command("debootstrap", "debootstrap")
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as tmp:
         root = Path(tmp) / "root"
