@@ -81,6 +81,8 @@ def load_fleet(
     """Inventory and playbook, validated and rendered for each selected host."""
     inventory = load_inventory(hosts_file)
     loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return make_plan(loaded, inventory, limit, run_id)
 
 

@@ -42,6 +42,8 @@ steps:
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "plays" / "play.yaml"
     path.parent.mkdir(exist_ok=True)
+    (tmp_path / "docker").mkdir(exist_ok=True)
+    (tmp_path / "docker" / "Dockerfile").touch()
     path.write_text(text)
     return path
 

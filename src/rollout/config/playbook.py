@@ -5,10 +5,11 @@ Variables, in increasing precedence: playbook `vars`, inventory host vars (only 
 `Playbook.for_host`), `--set KEY=VALUE` overrides. At load time only the variables
 are in scope (not `daemon`, `host`, ...); a var used per host needs a default in `vars`.
 
-Runtime templates are left as written (after a syntax check) and rendered by the
-engine with `render.render_runtime` / `render.evaluate_condition` and
-`Playbook.template_context(host, release_dir=...)`: `validate.command`, each step's
-`when`, and the contents of the `daemon.config_template` file.
+Runtime templates are left as written and rendered once, by the engine, with
+`render.render_shell` / `render_runtime` / `evaluate_condition` and
+`Playbook.template_context(host, release_dir=...)`: `validate.command` and a step's
+`params.command`, each step's `when`, and the contents of the `daemon.config_template`
+file. They are checked at load (syntax; names, per host: `playbook_checks`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from ruamel.yaml.error import YAMLError
 from rollout.errors import ConfigError, Location, UserError
 
 from .inventory import Host
+from .playbook_checks import (
+    check_files,
+    check_runtime_templates,
+    config_template_text,
+    unused_overrides,
+)
 from .render import render_tree, resolve_vars
 from .sections import BuildSpec, DaemonSpec, ReleaseSpec, RollingSpec, Section, ValidateSpec
 from .steps import Scope, StepSpec
@@ -44,7 +51,12 @@ RESERVED_NAMES = frozenset(
     {"host", "release_dir", "release_id", "rolling", "release", "build", "daemon", "validate"}
 )
 """Names of the template context that variables may not take."""
-RUNTIME_TEMPLATES = ("validate.command", "steps[].when", "daemon.config_template")
+RUNTIME_TEMPLATES = (
+    "validate.command",
+    "steps[].params.command",
+    "steps[].when",
+    "daemon.config_template",
+)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -67,6 +79,12 @@ class Playbook(Section):
 
     _source: PlaybookSource | None = PrivateAttr(default=None)
     _host: str | None = PrivateAttr(default=None)
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Load-time warnings (a --set name no template uses)."""
+        return list(self._warnings)
 
     @property
     def path(self) -> Path | None:
@@ -120,27 +138,32 @@ class PlaybookSource:
         self, host_vars: Mapping[str, Any] | None = None, host: str | None = None
     ) -> Playbook:
         try:
-            playbook = self._render({**(host_vars or {}), **self.overrides})
+            playbook = self._render({**(host_vars or {}), **self.overrides}, host is not None)
         except ConfigError as exc:
             if host is None:
                 raise
             raise ConfigError(f"(for host {host}) {exc.message}", exc.location) from exc
         playbook._source, playbook._host = self, host
+        if host is None:
+            template = config_template_text(playbook, self.doc)
+            playbook._warnings = unused_overrides(self.doc, self.overrides, template)
         return playbook
 
-    def _render(self, fixed_vars: Mapping[str, Any]) -> Playbook:
+    def _render(self, fixed_vars: Mapping[str, Any], for_host: bool = False) -> Playbook:
         root = self.doc.root
         if not isinstance(root, Mapping):
             raise ConfigError("a playbook must be a mapping of keys", self.doc.location(()))
         variables = resolve_vars(self._raw_vars(root), fixed_vars, self.doc.location)
         data = {
-            key: render_tree(node, variables, self.doc.location, _runtime_kind, (key,))
+            key: render_tree(node, variables, self.doc.location, _is_runtime, (key,))
             for key, node in ((to_plain(k), v) for k, v in root.items())
             if key != "vars"
         }
         data["vars"] = variables
         playbook = validate(Playbook, data, self.doc, base_dir=self.doc.base_dir)
         _check_playbook(playbook, self.doc)
+        known = {*variables, *RESERVED_NAMES} if for_host else None
+        check_runtime_templates(playbook, self.doc, known)
         return playbook
 
     def _raw_vars(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -193,12 +216,11 @@ def _check_var_name(name: str, where: Location) -> None:
         raise ConfigError(f"variable name {name!r} is reserved for the template context", where)
 
 
-def _runtime_kind(path: KeyPath) -> str | None:
+def _is_runtime(path: KeyPath) -> bool:
     if path == ("validate", "command"):
-        return "template"
-    if len(path) == 3 and path[0] == "steps" and path[2] == "when":
-        return "expression"
-    return None
+        return True
+    in_step = len(path) > 2 and path[0] == "steps"
+    return in_step and path[2:] in (("when",), ("params", "command"))
 
 
 def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
@@ -210,6 +232,7 @@ def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
             "build and extract steps run once on the controller and must come before host steps",
             doc.location(("steps", index, "kind")),
         )
+    check_files(playbook, doc)
     missing = [n for n in playbook.release.executables if n not in playbook.build.image_paths]
     if missing:
         raise ConfigError(

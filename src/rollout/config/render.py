@@ -1,74 +1,49 @@
-"""Jinja2 templating of parsed YAML values.
+"""Jinja2 templating of parsed YAML values, in ONE sandboxed environment.
 
-Two moments, one set of rules (StrictUndefined: a missing name is an error):
+Two moments, one set of rules (StrictUndefined: a missing name is an error), and every
+template is rendered exactly once; a rendered value is data and never rendered again:
 
 * load time: every string of the playbook is rendered with its variables
   (`render_tree`). A string that is exactly one `{{ expression }}` keeps the
   expression's type, so `pool: "{{ pool }}"` with `--set pool=64` gives the int 64.
-* run time: the engine renders the "runtime templates" (`validate.command`, the
-  daemon config template file, the steps' `when` conditions) once the names only
-  known while running (`host`, `release_dir`, ...) exist: `render_runtime`,
-  `evaluate_condition`.
+* run time: the engine renders the "runtime templates" (`validate.command` and a
+  validate step's `params.command`, the daemon config template file, the steps' `when`
+  conditions) once the names only known while running (`host`, `release_dir`, ...)
+  exist: `render_shell`, `render_runtime`, `evaluate_condition`. They are checked at
+  load (`template_check`).
+
+Shell commands are rendered word by word (`shellwords`): a word holding a placeholder
+becomes one quoted word whatever quotes surround it; `{{ value | raw }}` opts out.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
-from itertools import chain, islice
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import Environment, StrictUndefined, TemplateError, Undefined, UndefinedError
-from jinja2.nativetypes import NativeEnvironment, NativeTemplate
+from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rollout.errors import ConfigError, Location
 from rollout.secrets import secret
 
+from .shellwords import ShellSyntaxError, Word, split_words
 from .yamlfile import KeyPath, to_plain
-
-
-def _native_concat(values: Iterable[Any]) -> Any:
-    """One expression keeps its type; anything else joins as text."""
-    head = list(islice(values, 2))
-    if len(head) == 1 and not isinstance(head[0], Undefined | str):
-        return head[0]
-    return "".join(str(v) for v in chain(head, values))
-
-
-class _NativeEnvironment(NativeEnvironment):
-    concat = staticmethod(_native_concat)
-
-
-class _NativeTemplate(NativeTemplate):
-    environment_class = _NativeEnvironment
-
-
-_NativeEnvironment.template_class = _NativeTemplate
 
 
 class ShellRaw(str):
     """Text a shell template inserts as it is: `{{ value | raw }}`. Use with care."""
 
 
-def _shell_quote(value: Any) -> Any:
-    """Every value inserted into a shell command is one quoted word, unless marked raw."""
-    if isinstance(value, ShellRaw | Undefined):
-        return value
-    return shlex.quote(str(value))
-
-
-def _environment(cls: type[Environment], **options: Any) -> Environment:
-    env = cls(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False, **options)
-    env.globals["secret"] = secret
-    env.filters["raw"] = ShellRaw
-    return env
-
-
-_NATIVE = _environment(_NativeEnvironment)
-_TEXT = _environment(Environment)
-_SHELL = _environment(Environment, finalize=_shell_quote)
+ENV = ImmutableSandboxedEnvironment(
+    undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+)
+ENV.globals["secret"] = secret
+ENV.filters["raw"] = ShellRaw
 _TEMPLATE_MARK = re.compile(r"{{|{%|{#")
+_ONE_EXPRESSION = re.compile(r"^{{((?:(?!}}|{{).)*)}}$", re.DOTALL)
 
 
 def is_template(text: str) -> bool:
@@ -83,32 +58,71 @@ def template_error(exc: Exception, where: Location | None, prefix: str = "") -> 
     return err
 
 
+def _expression_value(expression: str, context: Mapping[str, Any]) -> Any:
+    value = ENV.compile_expression(expression, undefined_to_none=False)(**context)
+    if isinstance(value, Undefined):
+        str(value)  # StrictUndefined raises here, naming the missing variable
+    return value
+
+
 def render_value(text: str, context: Mapping[str, Any]) -> Any:
     """Render one string at load time (typed when it is a single expression)."""
     if not is_template(text):
         return text
-    return _NATIVE.from_string(text).render(context)
+    single = _ONE_EXPRESSION.match(text)
+    if single is not None:
+        return _expression_value(single.group(1), context)
+    return ENV.from_string(text).render(context)
 
 
 def render_runtime(template: str, context: Mapping[str, Any], where: Location | None = None) -> str:
-    """Render a runtime template (validate.command, the daemon config template) to text.
+    """Render a runtime template (the daemon config template) to text.
 
     A missing name or a bad template raises ConfigError located at `where`
     (use `Playbook.location(...)` for the playbook line).
     """
     try:
-        return _TEXT.from_string(template).render(context)
+        return ENV.from_string(template).render(context)
     except Exception as exc:  # any error raised inside a user's template is theirs
         raise template_error(exc, where) from exc
+
+
+def raw_word(word: Word) -> bool:
+    """Whether a word's placeholders are `| raw` (all of them; a mix is an error)."""
+    outputs = [
+        node
+        for output in ENV.parse(word.template).find_all(nodes.Output)
+        for node in output.nodes
+        if not isinstance(node, nodes.TemplateData)
+    ]
+    raw = [n for n in outputs if isinstance(n, nodes.Filter) and n.name == "raw"]
+    if raw and len(raw) != len(outputs):
+        raise ShellSyntaxError(
+            f"{word.source!r}: a word with `| raw` takes only raw values; "
+            "put the others in their own word"
+        )
+    return bool(raw)
+
+
+def _render_word(word: Word, context: Mapping[str, Any]) -> str:
+    if not word.has_tag:
+        return word.source
+    if raw_word(word):
+        return ENV.from_string(word.source).render(context)
+    return shlex.quote(ENV.from_string(word.template).render(context))
 
 
 def render_shell(
     template: str, context: Mapping[str, Any], where: Location | None = None
 ) -> str:
-    """Render a shell command template: each `{{ value }}` becomes one quoted word, so an
-    inventory value like `x; touch /tmp/pwned` stays inert. `{{ value | raw }}` opts out."""
+    """Render a shell command template word by word: each word with a placeholder becomes
+    one quoted word (`'{{ v }}'` and `"{{ v }}"` too), so a value like `$(reboot)` or
+    `x; touch /tmp/pwned` stays inert. `{{ value | raw }}` opts out."""
     try:
-        return _SHELL.from_string(template).render(context)
+        return "".join(
+            piece if isinstance(piece, str) else _render_word(piece, context)
+            for piece in split_words(template)
+        )
     except Exception as exc:
         raise template_error(exc, where) from exc
 
@@ -121,48 +135,32 @@ def evaluate_condition(
     if isinstance(condition, bool):
         return condition
     try:
-        value = _TEXT.compile_expression(_strip_braces(condition), undefined_to_none=False)(
-            **context
-        )
-        if isinstance(value, Undefined):
-            str(value)  # StrictUndefined raises here, naming the missing variable
-        return bool(value)
+        return bool(_expression_value(strip_braces(condition), context))
     except Exception as exc:
         raise template_error(exc, where) from exc
 
 
-def check_syntax(text: str, where: Location | None, expression: bool = False) -> None:
-    """Parse a runtime template (or `when` expression) now so that mistakes show at load."""
-    try:
-        if expression:
-            _TEXT.compile_expression(_strip_braces(text))
-        else:
-            _TEXT.parse(text)
-    except TemplateError as exc:
-        raise template_error(exc, where) from exc
-
-
-def _strip_braces(expression: str) -> str:
+def strip_braces(expression: str) -> str:
     text = expression.strip()
     if text.startswith("{{") and text.endswith("}}"):
         return text[2:-2]
     return text
 
 
-RuntimeKind = Callable[[KeyPath], str | None]
-"""Says whether the string at a path is a runtime "template", an "expression", or None."""
+RuntimeKind = Callable[[KeyPath], bool]
+"""Says whether the string at a path is a runtime template (left for the engine)."""
 
 
 def render_tree(
     node: Any,
     context: Mapping[str, Any],
     locate: Callable[[KeyPath], Location],
-    runtime: RuntimeKind = lambda path: None,
+    runtime: RuntimeKind = lambda path: False,
     path: KeyPath = (),
 ) -> Any:
     """Render every string under `node` (round-trip YAML) and return plain data.
 
-    Strings that `runtime` marks are kept as they are after a syntax check.
+    Strings that `runtime` marks are kept as they are: rendered once, at run time.
     Errors raise ConfigError at the string's line and key.
     """
     if isinstance(node, Mapping):
@@ -174,10 +172,8 @@ def render_tree(
         return [render_tree(v, context, locate, runtime, (*path, i)) for i, v in enumerate(node)]
     if not isinstance(node, str):
         return to_plain(node)
-    kind = runtime(path)
-    if kind is not None:
-        check_syntax(node, locate(path), expression=kind == "expression")
-        return str(node)
+    if runtime(path):
+        return str(node)  # checked by template_check, rendered by the engine
     try:
         return render_value(str(node), context)
     except Exception as exc:
