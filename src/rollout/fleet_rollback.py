@@ -22,8 +22,8 @@ from rollout.app import (
 from rollout.config.steps import StepSpec
 from rollout.console import print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
-from rollout.errors import StepFailed
-from rollout.layout import q
+from rollout.errors import StepFailed, UserError
+from rollout.layout import is_release_id, q
 from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.steps.base import HostContext, Release
 from rollout.steps.current import current_release, recorded_previous
@@ -60,6 +60,8 @@ def _rollback_spec(plan: Any, kind: str) -> StepSpec:
 
 
 def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
+    if to is not None and not is_release_id(to):
+        raise UserError(f"--to {to!r} is not a release id (letters, digits, ._-; no ..)")
     plan = load_plan(req)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, f"rollback:{to or 'previous'}")
     options = EngineOptions(

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
+
+from rollout.errors import StepFailed
+
+_RELEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+EXECUTABLE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
+
+
+def is_release_id(text: str) -> bool:
+    """A release id names one folder under releases/: no `/`, no `..`, no leading `-`."""
+    return _RELEASE_ID.match(text) is not None and ".." not in text
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,8 @@ class Layout:
         return f"{self.state_dir}/lock"
 
     def release_dir(self, release_id: str) -> str:
+        if not is_release_id(release_id):
+            raise StepFailed(f"not a release id: {release_id!r}", retryable=False)
         return f"{self.releases}/{release_id}"
 
 

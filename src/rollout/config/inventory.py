@@ -9,15 +9,25 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from rollout.errors import UserError
+from rollout.errors import ConfigError, UserError
 
+from .durations import Seconds
 from .yamlfile import YamlDoc, check_unique_names, load_yaml, to_plain, validate
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a port number, not {str(value).lower()}")
+    return value
+
+
+Port = Annotated[int, BeforeValidator(_not_bool)]
 
 
 class _Strict(BaseModel):
@@ -28,7 +38,7 @@ class InventoryDefaults(_Strict):
     """Fleet-wide defaults; every one can be overridden per host."""
 
     user: str = Field(default="root", description="SSH user.")
-    port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
+    port: Port = Field(default=22, ge=1, le=65535, description="SSH port.")
     key_file: str | None = Field(
         default=None,
         description="Private key file. Relative paths are relative to the inventory file; "
@@ -44,7 +54,7 @@ class InventoryDefaults(_Strict):
         description="`strict`: refuse unknown host keys. `accept-new`: record an unknown key "
         "on first contact. A key that changed is always refused.",
     )
-    connect_timeout: float = Field(
+    connect_timeout: Seconds = Field(
         default=10, gt=0, description="Seconds to wait for an SSH connection."
     )
     vars: dict[str, Any] = Field(
@@ -57,12 +67,12 @@ class HostEntry(_Strict):
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique host name ([A-Za-z0-9._-]+).")
     address: str = Field(min_length=1, description="Address or DNS name to connect to.")
-    port: int | None = Field(default=None, ge=1, le=65535, description="SSH port.")
+    port: Port | None = Field(default=None, ge=1, le=65535, description="SSH port.")
     user: str | None = Field(default=None, description="SSH user.")
     key_file: str | None = Field(default=None, description="Private key file.")
     known_hosts: str | None = Field(default=None, description="known_hosts file.")
     host_key_policy: HostKeyPolicy | None = Field(default=None, description="Host key policy.")
-    connect_timeout: float | None = Field(
+    connect_timeout: Seconds | None = Field(
         default=None, gt=0, description="Connection timeout, seconds."
     )
     groups: list[Name] = Field(
@@ -156,7 +166,13 @@ def load_inventory(path: Path | str) -> Inventory:
     doc = load_yaml(path, "inventory")
     spec = validate(InventoryFile, to_plain(doc.root), doc)
     check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
-    return Inventory(doc.path, [_resolve(entry, spec.defaults, doc) for entry in spec.hosts])
+    hosts = [_resolve(entry, spec.defaults, doc) for entry in spec.hosts]
+    for index, (entry, host) in enumerate(zip(spec.hosts, hosts, strict=True)):
+        if host.known_hosts.is_dir():
+            key = ("hosts", index) if entry.known_hosts else ("defaults",)
+            where = doc.location((*key, "known_hosts"))
+            raise ConfigError(f"known_hosts {host.known_hosts} is a folder, not a file", where)
+    return Inventory(doc.path, hosts)
 
 
 def _resolve(entry: HostEntry, defaults: InventoryDefaults, doc: YamlDoc) -> Host:

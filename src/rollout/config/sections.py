@@ -8,9 +8,20 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+
+from rollout.layout import EXECUTABLE_NAME
 
 from .batches import BatchSize, parse_serial
+from .durations import Seconds
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -65,6 +76,7 @@ RemotePath = Annotated[str, AfterValidator(_check_remote_path)]
 LocalPath = Annotated[Path, AfterValidator(_resolve_local)]
 Listen = Annotated[str, AfterValidator(_check_listen)]
 Regex = Annotated[str, AfterValidator(_check_regex)]
+Executable = Annotated[str, StringConstraints(pattern=EXECUTABLE_NAME)]
 Signal = Literal["SIGTERM", "SIGINT", "SIGKILL", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"]
 
 
@@ -90,7 +102,7 @@ class RollingSpec(Section):
         le=100,
         description="Abort when failed hosts exceed this share of the run (%).",
     )
-    pause_between_batches: float = Field(
+    pause_between_batches: Seconds = Field(
         default=0, ge=0, description="Seconds to wait between batches."
     )
     rollback_on_abort: Literal["none", "all"] = Field(
@@ -99,7 +111,7 @@ class RollingSpec(Section):
         "every host of the run back to its previous release.",
     )
 
-    lock_stale_after: float = Field(
+    lock_stale_after: Seconds = Field(
         default=3600,
         gt=0,
         description="Seconds after which a host lock whose holder is gone counts as stale "
@@ -121,7 +133,7 @@ class ReleaseSpec(Section):
     keep: int = Field(
         default=3, ge=1, description="Releases kept per host (the current one included)."
     )
-    executables: list[str] = Field(
+    executables: list[Executable] = Field(
         default_factory=lambda: ["cuzk-daemon", "cuzk-bench"],
         min_length=1,
         description="Executables that make up a release.",
@@ -138,7 +150,7 @@ class BuildSpec(Section):
         default=None, description="Build stage to stop at (docker --target)."
     )
     args: dict[str, str] = Field(default_factory=dict, description="Build arguments.")
-    image_paths: dict[str, RemotePath] = Field(
+    image_paths: dict[Executable, RemotePath] = Field(
         description="Where each executable is inside the image: name -> absolute path."
     )
 
@@ -146,11 +158,11 @@ class BuildSpec(Section):
 class DrainSpec(Section):
     """Waiting for the old daemon's memory to come back after it stopped."""
 
-    deadline: float = Field(default=300, gt=0, description="Seconds before the drain gives up.")
+    deadline: Seconds = Field(default=300, gt=0, description="Seconds before the drain gives up.")
     memory_threshold: float = Field(
         default=0.10, gt=0, le=1, description="Drained when memory usage < this share of the limit."
     )
-    zombie_grace: float = Field(
+    zombie_grace: Seconds = Field(
         default=5,
         ge=0,
         description="Seconds a zombie (defunct) daemon may linger before it is reported.",
@@ -185,11 +197,11 @@ class DaemonSpec(Section):
         default_factory=dict, description="Extra TOML sections/keys merged into the config."
     )
     stop_signal: Signal = Field(default="SIGTERM", description="Signal that stops the daemon.")
-    stop_grace: float = Field(
+    stop_grace: Seconds = Field(
         default=10, ge=0, description="Seconds after stop_signal before SIGKILL."
     )
     drain: DrainSpec = Field(default_factory=DrainSpec, description="Memory drain after stop.")
-    ready_timeout: float = Field(default=60, gt=0, description="Seconds for the ports to answer.")
+    ready_timeout: Seconds = Field(default=60, gt=0, description="Seconds for the ports to answer.")
 
     @field_validator("total_budget")
     @classmethod

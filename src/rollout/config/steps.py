@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .durations import Seconds, check_seconds_param
 
 
 class StepKind(StrEnum):
@@ -28,6 +30,8 @@ CONTROLLER_KINDS = frozenset({StepKind.BUILD, StepKind.EXTRACT})
 """Kinds that run once, on the controller, before any host step."""
 
 Scope = Literal["controller", "host"]
+DURATION_PARAMS = frozenset({"timeout", "grace", "deadline", "zombie_grace", "wait"})
+"""Step params that are seconds (checked like every other duration)."""
 
 
 class FailureClass(StrEnum):
@@ -48,14 +52,16 @@ class RetryPolicy(_Strict):
     """When and how often the engine repeats a failed step (exponential backoff)."""
 
     attempts: int = Field(default=1, ge=1, description="Total attempts, the first one included.")
-    backoff: float = Field(default=1.0, ge=0, description="Seconds to wait before the first retry.")
-    multiplier: float = Field(
-        default=2.0, ge=1, description="Each later wait is this times the last."
+    backoff: Seconds = Field(
+        default=1.0, ge=0, description="Seconds to wait before the first retry."
     )
-    max_backoff: float = Field(
+    multiplier: float = Field(
+        default=2.0, ge=1, le=100, description="Each later wait is this times the last."
+    )
+    max_backoff: Seconds = Field(
         default=60.0, ge=0, description="Longest wait between attempts, seconds."
     )
-    jitter: float = Field(
+    jitter: Seconds = Field(
         default=0.0, ge=0, description="Random seconds (0..jitter) added to each wait."
     )
     on: list[FailureClass] = Field(
@@ -81,7 +87,7 @@ class StepSpec(_Strict):
     kind: StepKind = Field(
         description="What the step does: " + ", ".join(k.value for k in StepKind) + "."
     )
-    timeout: float | None = Field(
+    timeout: Seconds | None = Field(
         default=None,
         gt=0,
         description="Seconds before the step fails; null: the kind's own default.",
@@ -93,6 +99,13 @@ class StepSpec(_Strict):
         description="Run the step only when this is true: a bool or a Jinja2 expression, "
         "evaluated at run time (runtime template).",
     )
+
+    @field_validator("params")
+    @classmethod
+    def _durations(cls, params: dict[str, Any]) -> dict[str, Any]:
+        for name in DURATION_PARAMS.intersection(params):
+            check_seconds_param(name, params[name])
+        return params
 
     @property
     def scope(self) -> Scope:

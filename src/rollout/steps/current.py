@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from rollout.layout import q
+from rollout.layout import is_release_id, q
 from rollout.steps.base import HostContext
 
 
 def current_release(ctx: HostContext) -> str | None:
     r = ctx.sh(f"readlink -- {q(ctx.layout.current)}")
-    target = r.stdout.strip()
-    return target.rsplit("/", 1)[-1] if r.ok and target else None
+    release_id = r.stdout.strip().rsplit("/", 1)[-1]
+    return release_id if r.ok and is_release_id(release_id) else None
 
 
 def point_current_at(ctx: HostContext, release_id: str) -> None:
@@ -22,4 +22,5 @@ def point_current_at(ctx: HostContext, release_id: str) -> None:
 def recorded_previous(ctx: HostContext) -> str | None:
     """The release current pointed at before the last switch (survives a dead controller)."""
     r = ctx.sh(f"cat -- {q(ctx.layout.previous_release)} 2>/dev/null")
-    return r.stdout.strip() or None if r.ok else None
+    release_id = r.stdout.strip()
+    return release_id if r.ok and is_release_id(release_id) else None

@@ -105,8 +105,11 @@ class SshTransport(Transport):
             connect_timeout=int(t.connect_timeout),
             connect_kwargs=kwargs,
         )
-        if t.known_hosts.exists():
-            conn.client.load_host_keys(str(t.known_hosts))
+        try:
+            if t.known_hosts.exists():
+                conn.client.load_host_keys(str(t.known_hosts))
+        except (OSError, paramiko.SSHException) as e:
+            raise HostKeyError(f"cannot read known_hosts {t.known_hosts}: {e}") from e
         policy_cls = _AcceptNew if t.host_key_policy == "accept-new" else _Refuse
         conn.client.set_missing_host_key_policy(policy_cls(t.known_hosts))
         try:
