@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,19 +29,44 @@ _STYLE = {
 }
 
 
+PLAIN_WIDTH = 100_000  # without a terminal: one full line per event, never wrapped
+
+
+def make_console(file: IO[str] | None = None, stderr: bool = True) -> Console:
+    """A console for a terminal (colour, its width) or, without one, plain full lines; no
+    colour at all under NO_COLOR (https://no-color.org)."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    terminal = stream.isatty()
+    no_color = bool(os.environ.get("NO_COLOR"))
+    return Console(
+        file=stream,
+        highlight=False,
+        soft_wrap=not terminal,
+        width=None if terminal else PLAIN_WIDTH,
+        color_system=None if no_color else "auto",
+        no_color=no_color,
+    )
+
+
 def styled(status: str, text: str | None = None) -> str:
     """`text` (default: the status) in the status's colour, escaped: host output is no markup."""
     return f"[{_STYLE.get(status, 'default')}]{escape(text if text is not None else status)}[/]"
 
 
 class ConsoleSink:
-    """Prints one line per step end, retry and host end, prefixed with the host."""
+    """Prints one line per step end, retry and host end, prefixed with the host; `quiet`:
+    only failed steps and hosts that did not end validated."""
 
-    def __init__(self, console: Console | None = None, verbose: bool = False) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
-        self.verbose = verbose
+    def __init__(
+        self, console: Console | None = None, verbose: bool = False, quiet: bool = False
+    ) -> None:
+        self.console = console or make_console()
+        self.verbose = verbose and not quiet
+        self.quiet = quiet
 
     def __call__(self, event: Event) -> None:
+        if self.quiet and not _is_failure(event):
+            return
         line = self._line(event)
         if line:
             self.console.print(line)
@@ -69,6 +95,12 @@ class ConsoleSink:
         return None
 
 
+def _is_failure(e: Event) -> bool:
+    if e.kind == "step_end":
+        return e.status == "failed"
+    return e.kind == "host_end" and e.status != "validated"
+
+
 def summary_table(summary: RunSummary) -> Table:
     table = Table(title=f"rollout {summary.run_id}")
     for column in ("host", "result", "release", "reason"):
@@ -84,7 +116,7 @@ def summary_table(summary: RunSummary) -> Table:
 
 
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
-    console = console or Console(stderr=True)
+    console = console or make_console()
     console.print(summary_table(summary))
     if summary.aborted:
         console.print(f"[bold red]aborted:[/bold red] {escape(summary.aborted)}")
@@ -96,4 +128,4 @@ def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "")
         table.add_column(column)
     for row in rows:
         table.add_row(*(escape(str(row.get(c, "-"))) for c in columns))
-    Console(file=sys.stdout, width=160).print(table)
+    make_console(stderr=False).print(table)
