@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +25,7 @@ from rollout.errors import UserError
 from rollout.events import EventBus, JsonLinesSink
 from rollout.locks import LockPolicy, fleet_lock, holder_for
 from rollout.plan import Plan, make_plan
+from rollout.reports.sinks import STEP_SUMMARY, report_sinks
 from rollout.transport.ssh import SshTransport
 
 
@@ -48,6 +49,15 @@ def connect(host: Host) -> SshTransport:
     return transport
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run's events are rendered besides the console and the journal."""
+
+    junit: str | None = None
+    summary: str | None = None
+    quiet: bool = False
+
+
 @dataclass
 class RolloutRequest:
     hosts: str
@@ -60,6 +70,7 @@ class RolloutRequest:
     lock_wait: float = 0.0
     break_lock: bool = False
     resume: str | None = None
+    outputs: Outputs = field(default_factory=Outputs)
 
     def replayable(self) -> dict[str, Any]:
         """What a resumed run needs to rebuild the same plan."""
@@ -110,12 +121,17 @@ def json_stream(path: str | None) -> Iterator[IO[str] | None]:
             yield f
 
 
-def make_bus(plan: Plan, json_stream: IO[str] | None, verbose: bool) -> EventBus:
+def make_bus(
+    plan: Plan, json_stream: IO[str] | None, verbose: bool, outputs: Outputs | None = None
+) -> EventBus:
+    outputs = outputs or Outputs()
     bus = EventBus(plan.run_id)
     bus.subscribe(JsonLinesSink.to_path(runs_dir() / f"{plan.run_id}.jsonl", durable=True))
     if json_stream is not None:
         bus.subscribe(JsonLinesSink(json_stream))
-    bus.subscribe(ConsoleSink(verbose=verbose))
+    for sink in report_sinks(outputs.junit, outputs.summary, os.environ.get(STEP_SUMMARY)):
+        bus.subscribe(sink)
+    bus.subscribe(ConsoleSink(verbose=verbose, quiet=outputs.quiet))
     return bus
 
 
@@ -166,7 +182,7 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
         json_stream(req.json_path) as stream,
         interrupts(options.interrupted),
     ):
-        bus = make_bus(plan, stream, req.verbose)
+        bus = make_bus(plan, stream, req.verbose, req.outputs)
         summary = Engine(plan, bus, connect, cache_dir(), options).run(req.replayable())
     print_summary(summary)
     return summary

@@ -76,7 +76,7 @@ def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
         json_stream(req.json_path) as stream,
         interrupts(options.interrupted),
     ):
-        bus = make_bus(plan, stream, req.verbose)
+        bus = make_bus(plan, stream, req.verbose, req.outputs)
         summary = Engine(plan, bus, connect, cache_dir(), options).run({"rollback_to": to})
     print_summary(summary)
     return summary
