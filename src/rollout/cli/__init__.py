@@ -21,6 +21,7 @@ namespace = Collection(
     rollout_tasks.status,
     rollout_tasks.diagnose,
     rollout_tasks.docs,
+    rollout_tasks.report,
     bench_tasks.bench,
 )
 namespace.add_collection(lab_tasks.ns)

@@ -16,6 +16,15 @@ from rollout.errors import UserError
 
 HOSTS_HELP = "Inventory file (fleet.yaml). Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
 PLAYBOOK_HELP = "Playbook file. Default: playbooks/rollout.yaml, else the built-in one."
+# The options that render a run (rollout, rollback); each declared here, once.
+RUN_OUTPUT_HELP = {
+    "json_": "Write every event as a JSON line to this file ('-' for stdout).",
+    "junit": "Write a JUnit XML file when the run ends: one testsuite, one testcase per "
+    "host with its steps; a host not validated is a failure with its reason and output tail.",
+    "summary": "Write a Markdown summary when the run ends (each host's result, durations, "
+    "what changed); also appended to $GITHUB_STEP_SUMMARY when that is set.",
+    "quiet": "Print only failed steps, hosts that did not end validated, and the result table.",
+}
 
 
 def hosts_file(hosts: str | None) -> str:
@@ -35,7 +44,7 @@ def hosts_file(hosts: str | None) -> str:
         "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e.",
         "limit": "Only these hosts: comma-separated names, groups or globs.",
         "dry_run": "Read facts and print each host's plan; change nothing.",
-        "json_": "Write every event as a JSON line to this file ('-' for stdout).",
+        **RUN_OUTPUT_HELP,
         "verbose": "Also print each step's start.",
         "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
         "break_lock": "Break a stale host lock (holder gone, older than "
@@ -56,6 +65,9 @@ def rollout(
     lock_wait: float = 0.0,
     break_lock: bool = False,
     resume: str | None = None,
+    junit: str | None = None,
+    summary: str | None = None,
+    quiet: bool = False,
 ) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
     inventory = hosts or "" if resume else hosts_file(hosts)
@@ -70,10 +82,11 @@ def rollout(
         lock_wait,
         break_lock,
         resume,
+        app.Outputs(junit, summary, quiet),
     )
-    summary = app.run_rollout(request)
-    if summary.exit_code:
-        raise Exit(code=summary.exit_code)
+    result = app.run_rollout(request)
+    if result.exit_code:
+        raise Exit(code=result.exit_code)
 
 
 @task(
@@ -82,7 +95,7 @@ def rollout(
         "playbook": PLAYBOOK_HELP,
         "to": "Release id to go back to (default: each host's previous release).",
         "limit": "Only these hosts: comma-separated names, groups or globs.",
-        "json_": "Write every event as a JSON line to this file ('-' for stdout).",
+        **RUN_OUTPUT_HELP,
         "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
         "break_lock": "Break a stale host lock; the break is logged.",
     },
@@ -97,16 +110,28 @@ def rollback(
     json_: str | None = None,
     lock_wait: float = 0.0,
     break_lock: bool = False,
+    junit: str | None = None,
+    summary: str | None = None,
+    quiet: bool = False,
 ) -> None:
     """Take the fleet back to an earlier release, in batches, drained and validated."""
     from rollout.fleet_rollback import run_fleet_rollback
 
     request = app.RolloutRequest(
-        hosts_file(hosts), playbook, (), limit, False, json_, False, lock_wait, break_lock
+        hosts_file(hosts),
+        playbook,
+        (),
+        limit,
+        False,
+        json_,
+        False,
+        lock_wait,
+        break_lock,
+        outputs=app.Outputs(junit, summary, quiet),
     )
-    summary = run_fleet_rollback(request, to)
-    if summary.exit_code:
-        raise Exit(code=summary.exit_code)
+    result = run_fleet_rollback(request, to)
+    if result.exit_code:
+        raise Exit(code=result.exit_code)
 
 
 def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None) -> None:
@@ -160,6 +185,9 @@ def validate(c: Context, host: str, hosts: str | None = None, playbook: str | No
         "are serving; for cron or CI alerts. Default 0: never.",
         "watch": "Refresh the table until Ctrl-C.",
         "interval": "Seconds between refreshes with --watch (default 5).",
+        "prom": "Also write Prometheus text-format metrics to this file (replaced atomically) "
+        "for node_exporter's textfile collector: serving, state, restarts, memory used and "
+        "limit, last exit with its cause.",
     }
 )
 @reports_errors
@@ -172,12 +200,15 @@ def status(
     min_capacity: float = 0.0,
     watch: bool = False,
     interval: float = 5.0,
+    prom: str | None = None,
 ) -> None:
     """Per host: daemon state, release, version, uptime, restarts, memory, last exit and cause."""
     path = hosts_file(hosts)
 
     def once() -> int:
-        return health.status(path, playbook, limit, as_json=json_, min_capacity=min_capacity)
+        return health.status(
+            path, playbook, limit, as_json=json_, min_capacity=min_capacity, prom=prom
+        )
 
     code = health.watch(once, interval) if watch else once()
     if code:
@@ -222,3 +253,27 @@ def docs(c: Context, output: str | None = None) -> None:
         Path(output).write_text(text)
     else:
         print(text)
+
+
+@task(
+    help={
+        "run_id": "The run to report on (its journal is runs/RUN_ID.jsonl).",
+        "html": "Write the HTML report to this file: one page, no network needed.",
+        "junit": RUN_OUTPUT_HELP["junit"],
+        "summary": "Write the Markdown summary (each host's result, durations, what changed).",
+    }
+)
+@reports_errors
+def report(
+    c: Context,
+    run_id: str,
+    html: str | None = None,
+    junit: str | None = None,
+    summary: str | None = None,
+) -> None:
+    """Render a finished run from its journal: an HTML timeline, JUnit XML or Markdown."""
+    from rollout.reports.files import write_run_reports
+
+    if not (html or junit or summary):
+        raise UserError("give at least one of --html FILE, --junit FILE, --summary FILE")
+    write_run_reports(app.runs_dir() / f"{run_id}.jsonl", html, junit, summary)
