@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rollout.app import load_fleet
@@ -152,11 +153,16 @@ def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> in
 
 
 def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bool,
-           min_capacity: float | None = None) -> int:
-    """Print the fleet status once; 1 when fewer than min_capacity of the hosts serve."""
+           min_capacity: float | None = None, prom: str | None = None) -> int:
+    """Print the fleet status once (and write it as Prometheus metrics to `prom`); 1 when
+    fewer than min_capacity of the hosts serve."""
     if min_capacity is not None and not 0.0 <= min_capacity <= 1.0:
         raise UserError(f"--min-capacity must be a share between 0 and 1, got {min_capacity}")
     rows = fleet_rows(load_fleet(hosts_file, playbook, limit))
+    if prom:
+        from rollout.reports import prom as prom_file
+
+        prom_file.write(Path(prom), rows, time.time())
     print_status(rows, as_json)
     return check_capacity(rows, min_capacity)
 
