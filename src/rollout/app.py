@@ -23,7 +23,7 @@ from rollout.console import ConsoleSink, print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
 from rollout.events import EventBus, JsonLinesSink
-from rollout.locks import LockPolicy, fleet_lock, holder_for
+from rollout.locks import LockPolicy, holder_for
 from rollout.plan import Plan, make_plan
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
 from rollout.transport.ssh import SshTransport
@@ -178,7 +178,6 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
         done,
     )
     with (
-        fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
         json_stream(req.json_path) as stream,
         interrupts(options.interrupted),
     ):

@@ -5,22 +5,32 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
 from rollout.config.render import evaluate_condition
-from rollout.errors import RolloutError
+from rollout.errors import LockHeld, RolloutError
 from rollout.events import EventBus, Status, StepResult
 from rollout.layout import Layout
-from rollout.locks import Holder, LockPolicy, acquire_host_lock, as_dict, release_host_lock
+from rollout.locks import (
+    FleetLocks,
+    FoundLock,
+    Holder,
+    LockEvents,
+    LockPolicy,
+    as_dict,
+    fleet_locks,
+    lock_order,
+)
 from rollout.plan import Plan
 from rollout.retry import failure_class, run_with_retry
-from rollout.rollback import RollbackStep, roll_back_host
+from rollout.rollback import roll_back_host
 from rollout.steps import HOST_STEPS, image
 from rollout.steps.base import HostContext, Release
 from rollout.transport.base import Transport
@@ -86,18 +96,18 @@ class Engine:
         self.connect = connect
         self.cache_dir = cache_dir
         self.options = options or EngineOptions()
+        self._locks: FleetLocks | None = None
 
     def run(self, request: dict[str, Any] | None = None) -> RunSummary:
         plan = self.plan
         self.bus.emit("run_start", data={**plan.describe(), "request": request or {}})
         summary = RunSummary(plan.run_id, {})
-        summary.release = PER_HOST if self.options.target else self._controller_steps()
-        if summary.release is None:
-            summary.aborted = "controller steps failed"
-        else:
-            self._batches(summary.release, summary)
-        if summary.aborted and plan.playbook.rolling.rollback_on_abort == "all":
-            self._revert_done_hosts(summary)
+        try:
+            with self._locks_held():
+                self._locked_run(summary)
+        except LockHeld as e:
+            self.bus.emit("run_end", status="locked", reason=str(e), data={})
+            raise
         for name in plan.host_names:
             summary.outcomes.setdefault(
                 name, HostOutcome(name, "not_started", summary.aborted or "not reached")
@@ -109,6 +119,59 @@ class Engine:
             data={n: o.__dict__ for n, o in summary.outcomes.items()},
         )
         return summary
+
+    def _locked_run(self, summary: RunSummary) -> None:
+        summary.release = PER_HOST if self.options.target else self._controller_steps()
+        if summary.release is None:
+            summary.aborted = "controller steps failed"
+        else:
+            self._batches(summary.release, summary)
+        if summary.aborted and self.plan.playbook.rolling.rollback_on_abort == "all":
+            self._revert_done_hosts(summary)
+
+    @contextlib.contextmanager
+    def _locks_held(self) -> Iterator[None]:
+        """Every host's lock, before the build and the first batch, held to the run's end."""
+        holder = self.options.holder
+        if holder is None:
+            yield
+            return
+        names = [h.name for h in sorted(map(self.plan.host, self.plan.host_names), key=lock_order)]
+        events = LockEvents(self._locks_taken, self._broke, self._lost, self._unlockable)
+        with fleet_locks(names, self._open, holder, self.options.locks, events) as locks:
+            self._locks = locks
+            failpoints.park("park-after-locks", self._parked)
+            try:
+                yield
+            finally:
+                failpoints.park("park-before-unlock", self._parked)
+
+    def _parked(self, name: str, go: str) -> None:
+        self.bus.emit("parked", reason=f"failpoint {name}: parked until {go} exists",
+                      data={"failpoint": name, "go": go})
+
+    def _open(self, name: str) -> HostContext:
+        return self._context(name, self.connect(self.plan.host(name)), None)
+
+    def _locks_taken(self, hosts: list[str]) -> None:
+        holder = self.options.holder
+        self.bus.emit(
+            "locks_taken",
+            reason=f"{len(hosts)} host lock(s) taken; held to the end of the run",
+            data={"hosts": hosts, "holder": as_dict(holder) if holder else {}},
+        )
+
+    def _lost(self, other: FoundLock) -> None:
+        self.bus.emit(
+            "lock_lost",
+            host=other.host,
+            reason=f"our lock was broken and taken by {other.describe()}: "
+            "no step of this run starts there any more",
+            data={"holder": as_dict(other.holder)},
+        )
+
+    def _unlockable(self, host: str, error: str) -> None:
+        self.bus.emit("note", host=host, reason=f"not locked, left alone by this run: {error}")
 
     def _controller_steps(self) -> Release | None:
         ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version, self.cache_dir)
@@ -157,17 +220,15 @@ class Engine:
         )
 
     def _host(self, name: str, release: Release) -> HostOutcome:
+        unlocked = self._not_locked(name)
+        if unlocked is not None:
+            return self._end(unlocked)
         try:
             transport = self.connect(self.plan.host(name))
         except RolloutError as e:
             return self._end(HostOutcome(name, "unreachable", str(e)))
         ctx = self._context(name, transport, release)
-        holder = self.options.holder
         try:
-            if holder is not None:
-                locked = self._lock(ctx, holder)
-                if locked is not None:
-                    return self._end(locked)
             if self.options.target is not None:
                 ctx.release = self.options.target(ctx)
             if name in self.options.done_hosts and self._still_validated(ctx):
@@ -183,28 +244,25 @@ class Engine:
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
         finally:
-            if holder is not None:
-                _quietly(release_host_lock, ctx, holder)
             transport.close()
 
-    def _lock(self, ctx: HostContext, holder: Holder) -> HostOutcome | None:
-        spec = RollbackStep("lock", "lock")
-
-        def take() -> StepResult:
-            acquire_host_lock(ctx, holder, self.options.locks, partial(self._broke, ctx.name))
-            return StepResult(Status.OK, f"host lock taken for run {holder.run_id}")
-
-        result = self._run_step(ctx, spec, take)
-        if result.failed:
-            return HostOutcome(ctx.name, "locked", result.reason)
+    def _not_locked(self, name: str) -> HostOutcome | None:
+        """A host this run does not hold the lock of is never touched."""
+        locks = self._locks
+        if locks is None:
+            return None
+        if name in locks.unreachable:
+            return HostOutcome(name, "unreachable", locks.unreachable[name])
+        if name in locks.lost:
+            return HostOutcome(name, "locked", "its lock was broken by another run")
         return None
 
-    def _broke(self, host: str, holder: Holder) -> None:
+    def _broke(self, found: FoundLock) -> None:
         self.bus.emit(
             "lock_broken",
-            host=host,
-            reason=f"broke stale lock of {holder.describe()}",
-            data={"holder": as_dict(holder)},
+            host=found.host,
+            reason=f"broke the lock of {found.describe()} (--break-lock)",
+            data={"holder": as_dict(found.holder), "age": found.age},
         )
 
     def _still_validated(self, ctx: HostContext) -> bool:
@@ -373,8 +431,3 @@ class Engine:
             },
         )
         return result
-
-
-def _quietly(fn: Callable[..., Any], *args: Any) -> None:
-    with contextlib.suppress(RolloutError):
-        fn(*args)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 from rollout.app import (
@@ -16,7 +15,6 @@ from rollout.app import (
     json_stream,
     load_plan,
     make_bus,
-    runs_dir,
     step_spec,
 )
 from rollout.config.steps import StepSpec
@@ -24,7 +22,7 @@ from rollout.console import print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import StepFailed, UserError
 from rollout.layout import is_release_id, q
-from rollout.locks import LockPolicy, fleet_lock, holder_for
+from rollout.locks import LockPolicy, holder_for
 from rollout.steps.base import HostContext, Release
 from rollout.steps.current import current_release, recorded_previous
 
@@ -72,7 +70,6 @@ def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
         host_steps=[_rollback_spec(plan, kind) for kind in ROLLBACK_STEPS],
     )
     with (
-        fleet_lock(runs_dir(), Path(req.hosts), holder, req.lock_wait),
         json_stream(req.json_path) as stream,
         interrupts(options.interrupted),
     ):

@@ -1,27 +1,31 @@
-"""Locks: one per host (a file under the release root) and one per fleet on the controller.
+"""Locks: every host's deploy lock, taken before anything changes and held to the run's end.
 
-A second rollout fails fast and names the holder, or waits (`lock_wait`). A stale host
-lock (holder gone, older than a limit) is broken only when asked (`break_lock`), and the
-break is reported as an event.
+The lock lives on each host (``<root>/rollout/lock``, see rollout.hostside.lock), so a second
+rollout is refused whatever controller, checkout or inventory it runs from. A run takes
+all its hosts' locks before its first batch: the first host in a fixed order (by address
+and port, the same from any inventory) alone, then the others; two runs of one fleet
+thus meet on that first host and exactly one goes on. A heartbeat rewrites each lock while
+the run lasts; a lock whose heartbeat is older than ``stale_after`` (measured on the host)
+is stale. A stale lock, or one that cannot be read as a holder (empty, cut, ``null``,
+ill-typed), is broken only when asked (``--break-lock``), and the break is reported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
-import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout.errors import LockHeld
-from rollout.layout import q
+from rollout.errors import LockHeld, RolloutError
 from rollout.steps.base import HostContext
+
+HEARTBEATS_PER_STALE = 6  # a live holder refreshes its locks this often within stale_after
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Holder:
     pid: int
     started: float
     version: str
+    heartbeat: float | None = None  # the host's clock at the lock's last refresh
 
     def describe(self) -> str:
         age = time.time() - self.started
@@ -40,115 +45,225 @@ class Holder:
             f"version {self.version or '-'}, started {age:.0f}s ago"
         )
 
-    def gone(self) -> bool:
-        """The holder's process is gone. Only knowable when it ran on this controller."""
-        if self.controller != socket.gethostname():
-            return True
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "operator": (str,),
+    "controller": (str,),
+    "pid": (int,),
+    "started": (int, float),
+    "version": (str,),
+    "heartbeat": (int, float, type(None)),
+}
+
+
+def parse_holder(text: str) -> Holder | str:
+    """The holder a lock names, or why it names none (empty, cut, null, ill-typed)."""
+    if not text.strip():
+        return "the lock file is empty"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return f"the lock file is not JSON (cut short?): {text[:80]!r}"
+    if not isinstance(doc, dict):
+        return f"the lock file holds {json.dumps(doc)[:40]}, not a holder"
+    for key, types in _TYPES.items():
+        value = doc.get(key)
+        if key not in doc and key != "heartbeat":
+            return f"the lock file lacks {key}"
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"the lock file's {key} is {type(value).__name__}, not {types[0].__name__}"
+    fields: dict[str, Any] = {k: doc.get(k) for k in _TYPES}
+    return Holder(**fields)
+
+
+@dataclass(frozen=True)
+class FoundLock:
+    """Another holder's lock, as read on its host."""
+
+    host: str
+    holder: Holder | str  # str: why no holder could be read from it
+    age: float  # seconds since its last heartbeat, on the host's clock
+    sha256: str
+
+    @classmethod
+    def read(cls, host: str, raw: dict[str, Any]) -> FoundLock:
+        return cls(host, parse_holder(str(raw.get("text", ""))), float(raw.get("age", 0.0)),
+                   str(raw.get("sha256", "")))
+
+    def breakable(self, stale_after: float) -> bool:
+        return isinstance(self.holder, str) or self.age > stale_after
+
+    def describe(self) -> str:
+        if isinstance(self.holder, str):
+            return f"an unknown holder ({self.holder})"
+        return f"{self.holder.describe()}; last heartbeat {self.age:.0f}s ago"
 
 
 @dataclass(frozen=True)
 class LockPolicy:
     wait: float = 0.0  # seconds to wait for a held lock
     break_stale: bool = False
-    stale_after: float = 3600.0  # a lock older than this whose holder is gone is stale
+    stale_after: float = 300.0  # a lock whose heartbeat is older than this is stale
+
+    @property
+    def heartbeat(self) -> float:
+        return max(0.2, self.stale_after / HEARTBEATS_PER_STALE)
 
 
-def _parse(text: str) -> Holder | None:
-    try:
-        return Holder(**json.loads(text))
-    except (ValueError, TypeError):
-        return None
+def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> dict[str, Any]:
+    mine = json.dumps({k: v for k, v in asdict(me).items() if k != "heartbeat"})
+    _, out = ctx.script("lock", "--root", ctx.layout.root, action, "--holder", mine, *extra,
+                        timeout=60)
+    return out if isinstance(out, dict) else {}
 
 
-def _try_host_lock(ctx: HostContext, me: Holder) -> Holder | None:
-    """Take the lock (or keep our own); return the other holder when it is held."""
-    path = q(ctx.layout.lock)
-    mine = q(json.dumps(asdict(me)))
-    r = ctx.sh(
-        f"mkdir -p -- {q(ctx.layout.state_dir)} && "
-        f"if (set -o noclobber; printf %s {mine} > {path}) 2>/dev/null; then echo TAKEN; "
-        f"else cat -- {path}; fi"
-    ).check()
-    if r.stdout.strip() == "TAKEN":
-        return None
-    holder = _parse(r.stdout.strip())
-    if holder is None or holder.run_id == me.run_id:  # unreadable, or ours (a resumed run)
-        ctx.sh(f"printf %s {mine} > {path}").check()
-        return None
-    return holder
+def _refusal(found: FoundLock, policy: LockPolicy) -> LockHeld:
+    if found.breakable(policy.stale_after):
+        hint = " It is stale or unreadable: --break-lock breaks it."
+    else:
+        hint = " Wait for it, or pass --lock-wait SECONDS."
+    return LockHeld(f"{found.host} is locked by {found.describe()}.{hint}")
 
 
-def acquire_host_lock(
-    ctx: HostContext, me: Holder, policy: LockPolicy, on_break: Callable[[Holder], None]
+def take_host_lock(
+    ctx: HostContext, me: Holder, policy: LockPolicy, on_break: Callable[[FoundLock], None]
 ) -> None:
+    """Take this host's lock (or keep our own, for a resumed run); LockHeld names the holder."""
     deadline = time.monotonic() + policy.wait
-    while True:
-        holder = _try_host_lock(ctx, me)
-        if holder is None:
-            return
-        stale = holder.gone() and time.time() - holder.started > policy.stale_after
-        if stale and policy.break_stale:
-            on_break(holder)
-            ctx.sh(f"rm -f -- {q(ctx.layout.lock)}").check()
+    out = _lock_script(ctx, "take", me)
+    while not out.get("ok"):
+        found = FoundLock.read(ctx.name, out.get("lock") or {})
+        if policy.break_stale and found.breakable(policy.stale_after):
+            on_break(found)
+            out = _lock_script(ctx, "break", me, "--expect", found.sha256)
             continue
         if time.monotonic() >= deadline:
-            hint = (
-                " It looks stale: --break-lock breaks it."
-                if stale
-                else " Wait for it, or pass --lock-wait SECONDS."
-            )
-            raise LockHeld(f"{ctx.name} is locked by {holder.describe()}.{hint}")
+            raise _refusal(found, policy)
         time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        out = _lock_script(ctx, "take", me)
+
+
+def refresh_host_lock(ctx: HostContext, me: Holder) -> FoundLock | None:
+    """Rewrite our lock's heartbeat; the other holder's lock when ours was broken and taken."""
+    out = _lock_script(ctx, "refresh", me)
+    if out.get("ok"):
+        return None
+    return FoundLock.read(ctx.name, out.get("lock") or {"text": "", "age": 0.0})
 
 
 def release_host_lock(ctx: HostContext, me: Holder) -> None:
-    path = q(ctx.layout.lock)
-    ctx.sh(f"grep -qF -- {q(me.run_id)} {path} 2>/dev/null && rm -f -- {path}")
+    _lock_script(ctx, "release", me)
+
+
+def lock_order(host: Any) -> tuple[str, int, str]:
+    """The same order from any inventory that names these hosts."""
+    return (str(host.address), int(host.port), str(host.name))
+
+
+@dataclass
+class LockEvents:
+    """What the fleet's locks report as they go (the engine turns them into events)."""
+
+    taken: Callable[[list[str]], None]
+    broken: Callable[[FoundLock], None]
+    lost: Callable[[FoundLock], None]
+    unreachable: Callable[[str, str], None]
+
+
+@dataclass
+class FleetLocks:
+    """The locks one run holds: a connection of their own per host, and a heartbeat."""
+
+    me: Holder
+    policy: LockPolicy
+    events: LockEvents
+    held: dict[str, HostContext] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def take(self, names: list[str], open_host: Callable[[str], HostContext]) -> None:
+        """Every host's lock: the first reachable alone (where two runs of one fleet meet),
+        then the rest at once. LockHeld names a holder."""
+        rest = list(names)
+        while rest and not self.held:
+            refused = self._take_one(rest.pop(0), open_host)
+            if refused is not None:
+                raise refused
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(rest)))) as pool:
+            refusals = [e for e in pool.map(lambda n: self._take_one(n, open_host), rest) if e]
+        if refusals:
+            raise refusals[0]
+        self.events.taken(sorted(self.held))
+
+    def _take_one(self, name: str, open_host: Callable[[str], HostContext]) -> LockHeld | None:
+        try:
+            ctx = open_host(name)
+        except RolloutError as e:  # left alone by this run: not locked, never touched
+            self._unreachable(name, e)
+            return None
+        try:
+            take_host_lock(ctx, self.me, self.policy, self.events.broken)
+        except LockHeld as e:
+            ctx.transport.close()
+            return e
+        except RolloutError as e:
+            ctx.transport.close()
+            self._unreachable(name, e)
+            return None
+        self.held[name] = ctx
+        return None
+
+    def _unreachable(self, name: str, error: RolloutError) -> None:
+        self.unreachable[name] = f"{type(error).__name__}: {error}"
+        self.events.unreachable(name, self.unreachable[name])
+
+    def beat(self) -> None:
+        """Refresh every lock until stopped: the sign of life a stale lock lacks."""
+        while not self._stop.wait(self.policy.heartbeat):
+            for name, ctx in list(self.held.items()):
+                with contextlib.suppress(RolloutError):  # a dropped link: the next beat retries
+                    other = refresh_host_lock(ctx, self.me)
+                    if other is not None and name not in self.lost:
+                        self.lost.add(name)
+                        self.events.lost(other)
+
+    def release(self) -> None:
+        self._stop.set()
+        for ctx in self.held.values():
+            with contextlib.suppress(RolloutError):
+                release_host_lock(ctx, self.me)
+            ctx.transport.close()
+        self.held.clear()
 
 
 @contextlib.contextmanager
-def fleet_lock(runs_dir: Path, inventory: Path, me: Holder, wait: float) -> Iterator[None]:
-    """One rollout per inventory on this controller (flock: freed if the process dies)."""
-    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:12]
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    path = runs_dir / f"fleet-{key}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def fleet_locks(
+    names: list[str],
+    open_host: Callable[[str], HostContext],
+    me: Holder,
+    policy: LockPolicy,
+    events: LockEvents,
+) -> Iterator[FleetLocks]:
+    """Hold every named host's lock (names in lock_order) for the body; LockHeld when one is
+    held by another run, after giving back those taken."""
+    locks = FleetLocks(me, policy, events)
+    heartbeat = threading.Thread(target=locks.beat, name="lock-heartbeat", daemon=True)
     try:
-        _flock(fd, path, wait)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(asdict(me)).encode())
-        yield
+        locks.take(names, open_host)
+        heartbeat.start()
+        yield locks
     finally:
-        os.close(fd)
-
-
-def _flock(fd: int, path: Path, wait: float) -> None:
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = _parse(path.read_text())
-                who = holder.describe() if holder else "another rollout"
-                raise LockHeld(
-                    f"the fleet is locked by {who} ({path}). "
-                    "Wait for it, or pass --lock-wait SECONDS."
-                ) from None
-            time.sleep(0.5)
+        locks._stop.set()
+        if heartbeat.is_alive():
+            heartbeat.join()
+        locks.release()
 
 
 def holder_for(run_id: str, operator: str, controller: str, version: str) -> Holder:
     return Holder(run_id, operator, controller, os.getpid(), time.time(), version)
 
 
-def as_dict(holder: Holder) -> dict[str, Any]:
-    return asdict(holder)
+def as_dict(holder: Holder | str) -> dict[str, Any]:
+    return asdict(holder) if isinstance(holder, Holder) else {"unknown": holder}

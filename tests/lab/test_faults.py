@@ -4,6 +4,8 @@ daemon, the new release or the one it had. Each case ends by reading the hosts d
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import signal
 import socket
 import time
@@ -188,43 +190,79 @@ def test_stale_lock_blocks_until_broken(fleet: LabFleet, work: Path) -> None:
         "started": time.time() - 7200,
         "version": "old",
     }
-    sh("lab-1", f"echo '{json.dumps(holder)}' > /data/rollout/lock")
+    # no heartbeat for two hours (the lock's mtime on the host is its last heartbeat)
+    sh("lab-1", f"echo '{json.dumps(holder)}' > /data/rollout/lock && "
+                "touch -d '2 hours ago' /data/rollout/lock")
     blocked = deploy(work, fleet, "after-lock", "--limit", "lab-1")
-    assert blocked.code != 0
-    end = blocked.host_end("lab-1")
-    assert end["status"] == "locked" and "old-run" in end["reason"] and "alice" in end["reason"]
-    assert "--break-lock" in end["reason"]
+    assert blocked.code == 4, blocked.stderr[-3000:]
+    assert "old-run" in blocked.stderr and "alice" in blocked.stderr
+    assert "--break-lock" in blocked.stderr
     broken = deploy(work, fleet, "after-lock", "--limit", "lab-1", "--break-lock")
     assert broken.code == 0, broken.stderr[-3000:]
     assert any(e["kind"] == "lock_broken" and "old-run" in e["reason"] for e in broken.events)
     assert assert_serving("lab-1") == "after-lock"
 
 
+@pytest.mark.parametrize("text", ["", "null", '{"run_id": "cut-sh'])
+def test_unreadable_lock_is_an_unknown_holder_not_taken_over(
+    fleet: LabFleet, work: Path, text: str
+) -> None:
+    sh("lab-2", f"printf %s {shlex.quote(text)} > /data/rollout/lock")
+    try:
+        blocked = deploy(work, fleet, "over-garbage", "--limit", "lab-2")
+        assert blocked.code == 4, blocked.stderr[-3000:]
+        assert "unknown holder" in blocked.stderr and "--break-lock" in blocked.stderr
+        assert sh("lab-2", "cat /data/rollout/lock") == text
+        assert "stop" not in blocked.steps("lab-2")
+    finally:
+        sh("lab-2", "rm -f /data/rollout/lock")
+
+
+def other_checkout(work: Path, fleet: LabFleet) -> Path:
+    """A second CI runner: its own copy of the repository's playbooks and of the lab's
+    inventory, keys and known_hosts, in another folder. Returns its inventory."""
+    root = work / "checkout-2"
+    shutil.copytree(REPO / "playbooks", root / "playbooks")
+    lab_dir = fleet.fleet_path.parent
+    shutil.copytree(lab_dir / "keys", root / "lab" / "keys")
+    shutil.copy2(lab_dir / "known_hosts", root / "lab" / "known_hosts")
+    shutil.copy2(fleet.fleet_path, root / "lab" / "fleet.yaml")
+    return root / "lab" / "fleet.yaml"
+
+
 def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
-    first = start_slow_deploy(work, fleet, "first")
-    first.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
-    second = run_cli(
-        work, "rollout", "--hosts", str(fleet.fleet_path), "--set", "version=second", *FAST
-    )
-    assert second.code == 4, second.stderr
-    assert "locked by run" in second.stderr and first.events()[0]["run_id"] in second.stderr
-    other_inventory = work / "same-fleet.yaml"
-    other_inventory.write_text(fleet.fleet_path.read_text())
-    for name in ("keys", "known_hosts"):
-        (work / name).symlink_to(fleet.fleet_path.parent / name)
-    third = run_cli(
-        work,
-        "rollout",
-        "--hosts",
-        str(other_inventory),
-        "--set",
-        "version=third",
-        *FAST,
-        "--limit",
-        "lab-1",
-    )
-    assert third.code == 1
-    assert third.host_end("lab-1")["status"] == "locked"
+    """A run holds every host's lock from before its first batch to its end, so a second
+    one, from this checkout or another, is refused (exit 4, naming the holder). The first
+    run parks at two known points (failpoints): no timing decides anything here."""
+    park = work / "park"
+    park.mkdir()
+    env = {
+        "ROLLOUT_FAILPOINTS": "park-after-locks@controller,park-before-unlock@controller",
+        "ROLLOUT_PARK_DIR": str(park),
+    }
+    first = start_cli(work, *rollout_args(fleet.fleet_path, "first"), *FAST, env=env)
+    other = other_checkout(work, fleet)
+    try:
+        first.wait_for(lambda e: e["kind"] == "parked")
+        run_id = first.events()[0]["run_id"]
+        assert "stop" not in {e["step"] for e in first.events() if e["kind"] == "step_end"}
+        second = deploy(work, fleet, "second")
+        assert second.code == 4, second.stderr[-3000:]
+        assert f"locked by run {run_id}" in second.stderr
+        third = run_cli(work, *rollout_args(other, "third"), *FAST, "--limit", "lab-3",
+                        cwd=other.parents[1])
+        assert third.code == 4, third.stderr[-3000:]
+        assert f"lab-3 is locked by run {run_id}" in third.stderr
+        (park / "park-after-locks.go").touch()
+        first.wait_for(lambda e: e["kind"] == "parked" and "unlock" in e["reason"])
+        assert {e["host"] for e in first.events() if e["kind"] == "host_end"} == set(HOSTS)
+        fourth = run_cli(work, *rollout_args(other, "fourth"), *FAST, "--limit", "lab-1",
+                         cwd=other.parents[1])
+        assert fourth.code == 4, fourth.stderr[-3000:]
+        assert f"lab-1 is locked by run {run_id}" in fourth.stderr
+    finally:
+        for name in ("park-after-locks", "park-before-unlock"):
+            (park / f"{name}.go").touch()
     done = first.finish()
     assert done.code == 0, done.stderr[-3000:]
     assert set(serving_everywhere().values()) == {"first"}

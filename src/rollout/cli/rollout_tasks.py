@@ -46,9 +46,9 @@ def hosts_file(hosts: str | None) -> str:
         "dry_run": "Read facts and print each host's plan; change nothing.",
         **RUN_OUTPUT_HELP,
         "verbose": "Also print each step's start.",
-        "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
-        "break_lock": "Break a stale host lock (holder gone, older than "
-        "rolling.lock_stale_after); the break is logged.",
+        "lock_wait": "Seconds to wait for host locks held by another rollout.",
+        "break_lock": "Break a host lock that is stale (no heartbeat for "
+        "rolling.lock_stale_after) or unreadable; the break is logged.",
         "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
     },
 )
@@ -96,8 +96,8 @@ def rollout(
         "to": "Release id to go back to (default: each host's previous release).",
         "limit": "Only these hosts: comma-separated names, groups or globs.",
         **RUN_OUTPUT_HELP,
-        "lock_wait": "Seconds to wait for a fleet or host lock held by another rollout.",
-        "break_lock": "Break a stale host lock; the break is logged.",
+        "lock_wait": "Seconds to wait for host locks held by another rollout.",
+        "break_lock": "Break a host lock that is stale or unreadable; the break is logged.",
     },
 )
 @reports_errors

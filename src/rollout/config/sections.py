@@ -112,10 +112,11 @@ class RollingSpec(Section):
     )
 
     lock_stale_after: Seconds = Field(
-        default=3600,
+        default=300,
         gt=0,
-        description="Seconds after which a host lock whose holder is gone counts as stale "
-        "(then --break-lock may break it).",
+        description="Seconds without a heartbeat after which a host lock counts as stale "
+        "(then --break-lock may break it). A running rollout refreshes its locks six times "
+        "in this span.",
     )
 
     @field_validator("serial", mode="before")

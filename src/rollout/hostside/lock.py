@@ -1,0 +1,141 @@
+"""The host's deploy lock, <root>/rollout/lock: one rollout at a time on this host.
+
+Run on the host by the controller:
+
+    python3 - --root /data ACTION --holder JSON [--expect SHA256] < lock.py
+
+ACTION is take, refresh, release or break. The lock lives on the host (as Kamal keeps its
+deploy lock on the servers), so a second controller is refused whatever checkout or
+inventory it runs from. Every change happens under an flock on <root>/rollout/lock.guard,
+and the lock file is only ever replaced whole (a temporary file, fsynced, then linked or
+renamed into place): nobody reads half a lock.
+
+The holder's JSON gets a "heartbeat" (this host's clock) each time it is written; `refresh`
+rewrites it, and the lock's age is the time since that write, measured on this host, so
+the controller's clock never matters.
+
+Prints one JSON object: {"ok": true, ...} when ACTION was done; {"ok": false, "lock":
+{"text", "sha256", "age"}} when another holder's lock (its text as found, unparsed) stands
+in the way. `break` removes the lock only when its sha256 is still --expect.
+Standard library only; runs on python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+MAX_TEXT = 2000  # of another holder's lock, reported as found
+
+
+@contextlib.contextmanager
+def guarded(state_dir: str) -> Iterator[None]:
+    fd = os.open(os.path.join(state_dir, "lock.guard"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def found(path: str) -> dict[str, Any] | None:
+    """The lock as it is: its text, sha256 and age in seconds; None when there is none."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a directory, unreadable: still a lock someone must look at
+        return {"text": f"<unreadable: {e.strerror}>", "sha256": "", "age": 0.0}
+    return {
+        "text": data[:MAX_TEXT].decode(errors="replace"),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "age": round(max(0.0, age), 3),
+    }
+
+
+def is_mine(lock: dict[str, Any], run_id: str) -> bool:
+    try:
+        doc = json.loads(lock["text"])
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("run_id") == run_id
+
+
+def write_whole(path: str, holder: dict[str, Any], replace: bool) -> bool:
+    """Write the lock in one piece; without `replace`, only where there is none."""
+    text = json.dumps({**holder, "heartbeat": time.time()}, sort_keys=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True
+
+
+def act(action: str, path: str, holder: dict[str, Any], expect: str | None) -> dict[str, Any]:
+    """One action on the lock; the caller holds the guard."""
+    lock = found(path)
+    run_id = str(holder.get("run_id"))
+    if action == "break" and lock is not None:
+        if lock["sha256"] != expect:
+            return {"ok": False, "lock": lock, "note": "the lock changed: not broken"}
+        os.unlink(path)
+        lock, action = None, "take"
+    if lock is None:
+        if action != "take":
+            return {"ok": action == "release", "note": "no lock"}
+        if not write_whole(path, holder, replace=False):
+            return {"ok": False, "lock": found(path)}
+        return {"ok": True, "note": "taken"}
+    if not is_mine(lock, run_id):
+        return {"ok": False, "lock": lock}
+    if action == "release":
+        os.unlink(path)
+        return {"ok": True, "note": "released"}
+    write_whole(path, holder, replace=True)
+    return {"ok": True, "note": "kept" if action == "take" else "refreshed"}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description="the host's deploy lock")
+    p.add_argument("--root", default="/data")
+    p.add_argument("action", choices=("take", "refresh", "release", "break"))
+    p.add_argument("--holder", required=True, help="the holder's JSON object")
+    p.add_argument("--expect", help="break: the sha256 of the lock judged breakable")
+    args = p.parse_args(argv)
+    holder = json.loads(args.holder)
+    state_dir = os.path.join(args.root, "rollout")
+    os.makedirs(state_dir, exist_ok=True)
+    with guarded(state_dir):
+        result = act(args.action, os.path.join(state_dir, "lock"), holder, args.expect)
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
