@@ -5,7 +5,6 @@ The CLI (rollout.cli) parses flags and calls these; the engine never imports the
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -23,6 +22,7 @@ from rollout.console import ConsoleSink, print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
 from rollout.events import EventBus, JsonLinesSink
+from rollout.journal import read_journal
 from rollout.locks import LockPolicy, holder_for
 from rollout.plan import Plan, make_plan
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
@@ -193,13 +193,17 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
     journal = runs_dir() / f"{req.resume}.jsonl"
     if not journal.exists():
         raise UserError(f"no journal {journal} for run {req.resume}")
-    events = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    events, warnings = read_journal(journal)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     start = next((e for e in events if e["kind"] == "run_start"), None)
-    if start is None or not start["data"].get("request"):
+    if start is None or not (start.get("data") or {}).get("request"):
         raise UserError(f"{journal} has no run_start event: cannot resume {req.resume}")
     old = start["data"]["request"]
     done = frozenset(
-        e["host"] for e in events if e["kind"] == "host_end" and e["status"] == "validated"
+        str(e.get("host"))
+        for e in events
+        if e["kind"] == "host_end" and e.get("status") == "validated"
     )
     resumed = replace(
         req,

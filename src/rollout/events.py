@@ -96,6 +96,14 @@ class EventBus:
         return event
 
 
+def _ends_mid_line(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 class JsonLinesSink:
     """Writes events as JSON lines; `durable` fsyncs each line (the run journal)."""
 
@@ -106,7 +114,10 @@ class JsonLinesSink:
     @classmethod
     def to_path(cls, path: Path, durable: bool = False) -> JsonLinesSink:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return cls(path.open("a", encoding="utf-8"), durable)
+        stream = path.open("a", encoding="utf-8")
+        if _ends_mid_line(path):  # a journal resumed after a crash: end the line cut short
+            stream.write("\n")
+        return cls(stream, durable)
 
     def __call__(self, event: Event) -> None:
         self.stream.write(event.to_json() + "\n")

@@ -3,7 +3,6 @@ the same batches, locks, drain and validation as a rollout."""
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
@@ -21,20 +20,13 @@ from rollout.config.steps import StepSpec
 from rollout.console import print_summary
 from rollout.engine import Engine, EngineOptions, RunSummary
 from rollout.errors import StepFailed, UserError
-from rollout.layout import is_release_id, q
+from rollout.layout import is_release_id
 from rollout.locks import LockPolicy, holder_for
 from rollout.steps.base import HostContext, Release
 from rollout.steps.current import current_release, recorded_previous
+from rollout.steps.manifest import read_release
 
 ROLLBACK_STEPS = ("preflight", "stop", "drain", "switch", "start", "ready", "validate")
-
-
-def _release_on_host(ctx: HostContext, release_id: str) -> Release:
-    r = ctx.sh(f"cat -- {q(ctx.layout.release_dir(release_id))}/RELEASE.json")
-    if not r.ok:
-        raise StepFailed(f"release {release_id} is not on {ctx.name}", retryable=False)
-    meta: dict[str, Any] = json.loads(r.stdout)
-    return Release(release_id, str(meta.get("image", "")), str(meta.get("version", "")), ())
 
 
 def target_for(to: str | None) -> Any:
@@ -44,7 +36,7 @@ def target_for(to: str | None) -> Any:
         release_id = to or recorded_previous(ctx)
         if not release_id or release_id == current_release(ctx):
             raise StepFailed(f"{ctx.name} has no earlier release to go back to", retryable=False)
-        return _release_on_host(ctx, release_id)
+        return read_release(ctx, release_id)
 
     return resolve
 

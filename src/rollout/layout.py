@@ -14,7 +14,7 @@ EXECUTABLE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
 
 def is_release_id(text: str) -> bool:
     """A release id names one folder under releases/: no `/`, no `..`, no leading `-`."""
-    return _RELEASE_ID.match(text) is not None and ".." not in text
+    return _RELEASE_ID.fullmatch(text) is not None and ".." not in text
 
 
 @dataclass(frozen=True)

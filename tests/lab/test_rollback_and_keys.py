@@ -13,7 +13,14 @@ from rollout.config.inventory import load_inventory
 from rollout.errors import HostKeyError
 
 from .conftest import LabFleet
-from .rollout_helpers import assert_serving, reset_host, run_cli
+from .rollout_helpers import (
+    assert_serving,
+    daemon_pid,
+    read_events,
+    reset_host,
+    run_cli,
+    sh,
+)
 
 pytestmark = pytest.mark.lab
 FAST = ("--set", "lab_knobs={pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, "
@@ -28,11 +35,24 @@ def test_rollback_command_takes_the_fleet_back(lab_fleet: LabFleet, tmp_path: Pa
         run = run_cli(tmp_path, "rollout", "--hosts", str(lab_fleet.fleet_path),
                       "--set", f"version={version}", *FAST)
         assert run.code == 0, run.stderr[-3000:]
+    r2 = sh("lab-1", "readlink /data/current").strip().rsplit("/", 1)[-1]
     back = run_cli(tmp_path, "rollback", "--hosts", str(lab_fleet.fleet_path),
                    "--json", str(tmp_path / "rollback.jsonl"))
     assert back.code == 0, back.stderr[-3000:]
     assert {h: assert_serving(h) for h in HOSTS} == dict.fromkeys(HOSTS, "r1")
     assert "validation proof COMPLETED" in (tmp_path / "rollback.jsonl").read_text()
+    # r2's daemon on lab-2 no longer matches its manifest: lab-2 is refused, untouched
+    sh("lab-2", f"printf x >> /data/releases/{r2}/cuzk-daemon")
+    pid = daemon_pid("lab-2")
+    forward = run_cli(tmp_path, "rollback", "--hosts", str(lab_fleet.fleet_path), "--to", r2,
+                      "--json", str(tmp_path / "forward.jsonl"))
+    assert forward.code == 1, forward.stderr[-3000:]
+    ends = {e["host"]: e for e in read_events(tmp_path / "forward.jsonl")
+            if e["kind"] == "host_end"}  # fmt: skip
+    assert ends["lab-2"]["status"] == "failed", ends["lab-2"]
+    assert "cuzk-daemon does not match RELEASE.json" in ends["lab-2"]["reason"]
+    assert daemon_pid("lab-2") == pid and assert_serving("lab-2") == "r1"
+    assert assert_serving("lab-1") == "r2" and assert_serving("lab-3") == "r2"
 
 
 def test_the_installed_command_works_outside_the_repository(

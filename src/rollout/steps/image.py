@@ -16,6 +16,7 @@ from docker.errors import BuildError, DockerException, ImageNotFound
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.steps.base import Artifact, Release
+from rollout.steps.manifest import release_id_of
 
 
 @dataclass
@@ -143,8 +144,7 @@ def extract(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
             fresh = True
         data = local.read_bytes()
         artifacts.append(Artifact(name, str(local), hashlib.sha256(data).hexdigest(), len(data)))
-    combined = hashlib.sha256("".join(f"{a.name}={a.sha256};" for a in artifacts).encode())
-    ctx.release = Release(combined.hexdigest()[:12], ctx.image, ctx.version, tuple(artifacts))
+    ctx.release = Release(release_id_of(artifacts), ctx.image, ctx.version, tuple(artifacts))
     summary = ", ".join(f"{a.name} {a.sha256[:12]} {a.size}B" for a in artifacts)
     data = {"release": ctx.release.to_dict()}
     if not fresh:

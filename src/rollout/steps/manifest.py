@@ -1,0 +1,72 @@
+"""A release as its manifest on the host (RELEASE.json, beside the executables) describes it,
+checked before anything is switched to it.
+
+Everything read from a host is hostile: the release id and the executable names must match
+strict patterns, the id must be the digest of the executables the manifest lists, and each
+executable's sha256 on the host must be the one listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.layout import EXECUTABLE_NAME, is_release_id, q
+from rollout.steps.base import Artifact, HostContext, Release
+from rollout.steps.release import release_mismatches
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def release_id_of(artifacts: Iterable[Artifact]) -> str:
+    """A release's id: the combined digest of its executables' names and sha256s."""
+    joined = "".join(f"{a.name}={a.sha256};" for a in artifacts)
+    return hashlib.sha256(joined.encode()).hexdigest()[:12]
+
+
+def _refuse(ctx: HostContext, release_id: str, why: str) -> StepFailed:
+    return StepFailed(f"release {release_id} on {ctx.name}: {why}; not switching to it",
+                      retryable=False)
+
+
+def _artifacts(ctx: HostContext, release_id: str, meta: Any) -> tuple[Artifact, ...]:
+    listed = meta.get("artifacts") if isinstance(meta, dict) else None
+    if not isinstance(listed, dict) or not listed:
+        raise _refuse(ctx, release_id, "RELEASE.json lists no executables")
+    out = []
+    for name, entry in listed.items():
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if not re.fullmatch(EXECUTABLE_NAME, name) or ".." in name:
+            raise _refuse(ctx, release_id, f"RELEASE.json names an executable {name[:40]!r}")
+        if not isinstance(sha, str) or not SHA256.fullmatch(sha):
+            raise _refuse(ctx, release_id, f"RELEASE.json has no sha256 for {name}")
+        out.append(Artifact(name, "", sha, size if isinstance(size, int) else 0))
+    return tuple(out)
+
+
+def read_release(ctx: HostContext, release_id: str) -> Release:
+    """The release `release_id` on this host, its manifest and executables checked."""
+    if not is_release_id(release_id):
+        raise StepFailed(f"{release_id[:40]!r} is not a release id", retryable=False)
+    directory = ctx.layout.release_dir(release_id)
+    r = ctx.sh(f"cat -- {q(directory)}/RELEASE.json")
+    if not r.ok:
+        raise StepFailed(f"release {release_id} is not on {ctx.name}", retryable=False)
+    try:
+        meta = json.loads(r.stdout)
+    except ValueError:
+        raise _refuse(ctx, release_id, "its RELEASE.json is not JSON") from None
+    artifacts = _artifacts(ctx, release_id, meta)
+    if release_id_of(artifacts) != release_id:
+        raise _refuse(ctx, release_id, "RELEASE.json lists executables of another release")
+    release = Release(release_id, str(meta.get("image", "")), str(meta.get("version", "")),
+                      artifacts)
+    bad = release_mismatches(ctx, directory, release)
+    if bad:
+        raise _refuse(ctx, release_id, f"sha256 of {', '.join(bad)} does not match RELEASE.json")
+    return release
