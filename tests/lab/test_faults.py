@@ -268,6 +268,51 @@ def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
     assert set(serving_everywhere().values()) == {"first"}
 
 
+def bystander(host: str) -> tuple[int, int]:
+    """A process on the host that is not rollout's: (pid, its real start time)."""
+    pid = int(sh(host, "nohup sleep 100000 > /dev/null 2>&1 < /dev/null & echo $!").split()[0])
+    return pid, int(sh(host, f"cut -d' ' -f22 /proc/{pid}/stat"))
+
+
+def running(host: str, pid: int) -> bool:
+    return lab.exec_on(host, f"grep -qv '^[^)]*) [ZX] ' /proc/{pid}/stat")[0] == 0
+
+
+def test_forged_daemon_pid_never_gets_a_bystander_signalled(fleet: LabFleet, work: Path) -> None:
+    """daemon.pid names another process with that process's real start time, with no
+    executable or with our daemon's: stop signals nothing, and says why."""
+    original = sh("lab-3", "cat /data/rollout/daemon.pid").strip()
+    pid, start = bystander("lab-3")
+    try:
+        for exe in ("", f" {original.split()[2]}"):
+            sh("lab-3", f"echo '{pid} {start}{exe}' > /data/rollout/daemon.pid")
+            stopped = run_cli(work, "stop", "lab-3", "--hosts", str(fleet.fleet_path))
+            assert stopped.code == 0, stopped.stderr[-3000:]
+            assert "nothing signalled" in stopped.stderr and "not a daemon" in stopped.stderr
+            assert running("lab-3", pid)
+    finally:
+        sh("lab-3", f"kill -KILL {pid}; echo '{original}' > /data/rollout/daemon.pid")
+    started = run_cli(work, "start", "lab-3", "--hosts", str(fleet.fleet_path))
+    assert started.code == 0, started.stderr[-3000:]
+    assert_serving("lab-3")
+
+
+def test_forged_supervisor_pid_never_gets_a_bystander_killed(fleet: LabFleet, work: Path) -> None:
+    """The supervisor's script changed on the host, so `start` restarts the supervisor; its
+    pidfile names another process with its real start time, which must live on."""
+    original = sh("lab-2", "cat /data/rollout/supervisor.pid").strip()
+    pid, start = bystander("lab-2")
+    try:
+        sh("lab-2", "echo '# changed' >> /data/rollout/supervisor.py && "
+                    f"echo '{pid} {start}' > /data/rollout/supervisor.pid")
+        started = run_cli(work, "start", "lab-2", "--hosts", str(fleet.fleet_path))
+        assert started.code == 0, started.stderr[-3000:]
+        assert running("lab-2", pid)
+    finally:
+        sh("lab-2", f"kill -KILL {pid}; echo '{original}' > /data/rollout/supervisor.pid")
+    assert_serving("lab-2")
+
+
 def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -> None:
     run = start_slow_deploy(work, fleet, "resumed")
     run.wait_for(

@@ -52,7 +52,9 @@ def tree(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[bytes]]]
     exe_path = str(root / "releases" / "bbbbbbbbbbbb" / "cuzk-daemon")
     daemon = subprocess.Popen([sys.executable, exe_path])
     (rd / "daemon.pid").write_text(f"{daemon.pid} {starttime(daemon.pid)} {exe_path}\n")
-    (rd / "supervisor.pid").write_text(f"{os.getpid()} {starttime(os.getpid())}\n")
+    (rd / "supervisor.py").write_text("import time\ntime.sleep(30)\n")
+    supervisor = subprocess.Popen([sys.executable, str(rd / "supervisor.py")])
+    (rd / "supervisor.pid").write_text(f"{supervisor.pid} {starttime(supervisor.pid)}\n")
     (rd / "supervisor.json").write_text(json.dumps({"state": "running", "since": 1.0,
                                                     "daemon_pid": daemon.pid, "updated": 2.0}))
     (rd / "hold").write_text("")
@@ -72,8 +74,22 @@ def tree(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[bytes]]]
     try:
         yield root, cg, daemon
     finally:
-        daemon.kill()
-        daemon.wait()
+        for process in (daemon, supervisor):
+            process.kill()
+            process.wait()
+
+
+def test_pidfiles_naming_other_processes_are_not_trusted(
+    tree: tuple[Path, Path, subprocess.Popen[bytes]],
+) -> None:
+    """Real processes with their real start times, but not our daemon nor our supervisor."""
+    root, cg, _ = tree
+    me = os.getpid()
+    (root / "rollout" / "daemon.pid").write_text(f"{me} {starttime(me)}\n")  # no exe named
+    (root / "rollout" / "supervisor.pid").write_text(f"{me} {starttime(me)}\n")
+    out = run_facts("--root", str(root), "--cgroup-root", str(cg))
+    assert out["daemon"]["state"] == "gone" and "not trusted" in out["daemon"]["note"]
+    assert out["supervisor"]["alive"] is False
 
 
 def test_shape_on_fake_tree(tree: tuple[Path, Path, subprocess.Popen[bytes]]) -> None:

@@ -94,6 +94,68 @@ def proc_cmdline(proc: str, pid: int) -> list[str]:
         return []
 
 
+def proc_exe(proc: str, pid: int) -> str | None:
+    """The real path of a process's executable (a deleted one's too); None when unreadable."""
+    try:
+        path = os.readlink(f"{proc}/{pid}/exe")
+    except OSError:
+        return None
+    if path.endswith(" (deleted)"):
+        path = path[: -len(" (deleted)")]
+    return os.path.realpath(path)
+
+
+def proc_program(proc: str, pid: int) -> str | None:
+    """What a process runs: its executable or, when that is a Python interpreter, the script
+    it was started with (a shebang script: the lab's stand-in daemon, the supervisor)."""
+    exe = proc_exe(proc, pid)
+    if exe is None or not os.path.basename(exe).startswith("python"):
+        return exe
+    argv = proc_cmdline(proc, pid)
+    script = argv[1] if len(argv) > 1 else ""
+    return os.path.realpath(script) if script.startswith("/") else None
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return path.startswith(os.path.realpath(folder).rstrip("/") + "/")
+
+
+def distrust_pid(proc: str, pid: int, starttime: int | None, program_ok: Callable[[str], bool],
+                 what: str) -> str | None:
+    """Why a pid read from a pidfile must not be acted on; None when it may be: a pid above
+    1, running the start time the pidfile recorded, and a program that program_ok accepts."""
+    if pid <= 1:
+        return f"pid {pid} is never {what}"
+    if starttime is None:
+        return f"the pidfile gives pid {pid} no start time to confirm it by"
+    found = proc_starttime(proc, pid)
+    if found != starttime:
+        return f"pid {pid} started at {found}, not at {starttime} as recorded: another process"
+    program = proc_program(proc, pid)
+    if program is None or not program_ok(program):
+        return f"pid {pid} runs {program or 'an unknown program'}, not {what}"
+    return None
+
+
+def distrust_daemon(proc: str, root: str, pid: int, starttime: int | None,
+                    exe: str) -> str | None:
+    """None when the pid is our daemon: the recorded executable, under <root>/releases."""
+    releases = os.path.join(root, "releases")
+    want = os.path.realpath(exe) if exe else None
+
+    def ours(program: str) -> bool:
+        return _is_under(program, releases) and want in (None, program)
+
+    return distrust_pid(proc, pid, starttime, ours, f"a daemon under {releases}")
+
+
+def distrust_supervisor(proc: str, root: str, pid: int, starttime: int | None) -> str | None:
+    """None when the pid is this root's supervisor: python3 running <root>/rollout/supervisor.py."""
+    script = os.path.realpath(os.path.join(root, "rollout", "supervisor.py"))
+    return distrust_pid(proc, pid, starttime, lambda program: program == script,
+                        f"the supervisor {script}")
+
+
 def proc_state(proc: str, pid: int, starttime: int | None) -> tuple[str, int | None]:
     """(running|zombie|gone, parent pid). Another start time means a reused pid: gone."""
     fields = proc_stat(proc, pid)

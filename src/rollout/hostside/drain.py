@@ -86,6 +86,8 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
     mem: dict[str, Any] = {}
     outcome = "deadline"
     state = "running"
+    if args.pid <= 1:  # 0: no daemon was stopped; 1 (init) or below is never the daemon
+        args.pid, args.starttime = 0, -1
     if args.starttime is None:  # pin the process seen now: a later reuse of the pid is "gone"
         found = proc_starttime(args.proc, args.pid)
         args.starttime = found if found is not None else -1

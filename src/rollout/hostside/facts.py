@@ -22,7 +22,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import Collector, cgroup_memory, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.hostside.common import Collector, cgroup_memory, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 # isort: on
 
 TAIL_BYTES = 256 * 1024
@@ -85,6 +85,9 @@ class Facts(Collector):
                     "note": None, "started_at": None, "uptime_secs": None}
         pid, starttime, exe = pf
         state, note = process_state(self.proc, pid, starttime, exe)
+        distrust = distrust_daemon(self.proc, self.root, pid, starttime, exe)
+        if state == "running" and distrust:  # not our daemon, whatever the pidfile says
+            state, note = "gone", f"daemon.pid not trusted: {distrust}"
         started = proc_start_epoch(self.proc, starttime)
         return {
             "pid": pid,
@@ -102,7 +105,8 @@ class Facts(Collector):
         pid = None
         if pf is not None:
             pid = pf[0]
-            alive = process_state(self.proc, pid, pf[1], "")[0] == "running"
+            alive = process_state(self.proc, pid, pf[1], "")[0] == "running" and not (
+                distrust_supervisor(self.proc, self.root, pid, pf[1]))
         doc: Any = None
         text = read_text(os.path.join(self.dir, "supervisor.json"))
         if text:

@@ -1,7 +1,9 @@
 """Stop the daemon named by the pidfile, confirmed through /proc; escalate to SIGKILL.
 
 Run on the host: python3 - --root /data --signal SIGTERM --grace 10 < stop.py
-Prints one JSON object. Never matches processes by name.
+Prints one JSON object. Never matches processes by name, and never signals a pid that is not
+our daemon: above 1, with the start time the pidfile recorded, running the recorded
+executable under <root>/releases (outcome "untrusted" otherwise).
 """
 
 from __future__ import annotations
@@ -14,36 +16,24 @@ import sys
 import time
 from typing import Any
 
-from rollout.hostside.common import proc_cmdline, proc_state, read_pidfile  # inlined on hosts
+from rollout.hostside.common import distrust_daemon, proc_state, read_pidfile  # inlined on hosts
 
 
-def daemon_state(proc: str, pid: int, starttime: int, exe: str) -> str:
-    """running, zombie or gone: a reused pid (other start time or command) is gone."""
+def daemon_state(proc: str, root: str, pid: int, starttime: int, exe: str) -> str:
+    """running, zombie or gone: a pid that is no longer our daemon (reused) is gone."""
     state = proc_state(proc, pid, starttime)[0]
-    if state != "running" or not exe:
+    if state != "running":
         return state
-    if not _names(exe, proc_cmdline(proc, pid)[:3]) and not _exe_is(proc, pid, exe):
-        return "gone"
-    return "running"
+    return "gone" if distrust_daemon(proc, root, pid, starttime, exe) else "running"
 
 
-def _names(exe: str, argv: list[str]) -> bool:
-    return any(a == exe or (a.startswith("/") and os.path.realpath(a) == exe) for a in argv)
-
-
-def _exe_is(proc: str, pid: int, exe: str) -> bool:
-    try:
-        return os.path.realpath(os.readlink(f"{proc}/{pid}/exe")) == os.path.realpath(exe)
-    except OSError:
-        return False
-
-
-def wait_dead(proc: str, pid: int, starttime: int, exe: str, seconds: float) -> str:
+def wait_dead(args: argparse.Namespace, pid: int, starttime: int, exe: str,
+              seconds: float) -> str:
     end = time.monotonic() + seconds
-    state = daemon_state(proc, pid, starttime, exe)
+    state = daemon_state(args.proc, args.root, pid, starttime, exe)
     while state == "running" and time.monotonic() < end:
         time.sleep(0.1)
-        state = daemon_state(proc, pid, starttime, exe)
+        state = daemon_state(args.proc, args.root, pid, starttime, exe)
     return state
 
 
@@ -52,19 +42,22 @@ def stop(args: argparse.Namespace) -> dict[str, Any]:
     pid, starttime, exe = pidfile if pidfile is not None else (0, None, "")
     if starttime is None:  # no pidfile, or one without a start time to confirm the pid by
         return {"outcome": "none", "note": "no daemon pidfile: nothing to stop"}
+    state = proc_state(args.proc, pid, starttime)[0]
+    if state != "running" and pid > 1:
+        return {"pid": pid, "starttime": starttime, "exe": exe, "outcome": "already-dead",
+                "state": state}
+    distrust = distrust_daemon(args.proc, args.root, pid, starttime, exe)
+    if distrust:  # never signal what a pidfile names unless it is our daemon
+        return {"outcome": "untrusted", "named_pid": pid, "note": f"daemon.pid: {distrust}"}
     out: dict[str, Any] = {"pid": pid, "starttime": starttime, "exe": exe}
-    state = daemon_state(args.proc, pid, starttime, exe)
-    if state != "running":
-        out.update(outcome="already-dead", state=state)
-        return out
     sig = signal.Signals[args.signal]
     os.kill(pid, sig)
     out.update(signal=sig.name, signalled_at=time.time())
-    state = wait_dead(args.proc, pid, starttime, exe, args.grace)
+    state = wait_dead(args, pid, starttime, exe, args.grace)
     if state == "running":
         os.kill(pid, signal.SIGKILL)
         out.update(escalated=True, killed_at=time.time())
-        state = wait_dead(args.proc, pid, starttime, exe, 10)
+        state = wait_dead(args, pid, starttime, exe, 10)
     out.update(outcome="stopped" if state != "running" else "still-running", state=state,
                died_at=time.time())
     return out

@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import cgroup_memory, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text  # inlined on hosts
+from rollout.hostside.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -261,8 +261,9 @@ class Supervisor:
             self.log(f"daemon.pid names pid {pid}, which is not running: ignored")
             self.remove_pidfile()
             return
-        if exe and not any(exe in a for a in proc_cmdline(self.proc, pid)):
-            self.log(f"daemon.pid names pid {pid}, whose cmdline lacks {exe}: ignored")
+        distrust = distrust_daemon(self.proc, self.root, pid, starttime, exe)
+        if distrust:
+            self.log(f"daemon.pid not trusted, not adopted: {distrust}")
             self.remove_pidfile()
             return
         rel = os.path.basename(os.path.dirname(exe)) if exe else release_of(self.root)
@@ -539,6 +540,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--cgroup-root")
     p.add_argument("--proc")
     p.add_argument("--daemonize", action="store_true")
+    p.add_argument("--stop", action="store_true", help="stop the running supervisor, if it is one")
     ns = vars(p.parse_args(argv))
     root = os.path.abspath(ns["root"])
     conf_path = ns.pop("config") or os.path.join(root, "rollout", "supervisor.conf.json")
@@ -556,6 +558,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     cfg.update({k: v for k, v in ns.items() if v is not None and k in DEFAULTS})
     cfg["root"] = root
     cfg["daemonize"] = bool(ns["daemonize"])
+    cfg["stop"] = bool(ns["stop"])
     cfg["config_file"] = conf_path if conf else None
     return cfg
 
@@ -570,6 +573,30 @@ def lock(root: str) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def stop_running(root: str, proc: str, wait: float = 5.0) -> dict[str, Any]:
+    """--stop: SIGTERM the supervisor supervisor.pid names, only if it is this root's
+    supervisor (pid above 1, the recorded start time, python running this script), then
+    wait up to `wait` seconds for it to let go of its lock."""
+    record = read_pidfile(os.path.join(root, "rollout", "supervisor.pid"))
+    if record is None:
+        return {"status": "none", "message": "no supervisor.pid: nothing to stop"}
+    pid, starttime, _ = record
+    distrust = distrust_supervisor(proc, root, pid, starttime)
+    if distrust:
+        return {"status": "untrusted", "named_pid": pid,
+                "message": f"supervisor.pid not trusted, nothing signalled: {distrust}"}
+    os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + wait
+    fd = lock(root)
+    while fd is None and time.monotonic() < end:
+        time.sleep(0.05)
+        fd = lock(root)
+    if fd is None:
+        return {"status": "still-running", "pid": pid}
+    os.close(fd)
+    return {"status": "stopped", "pid": pid}
 
 
 def running_pid(root: str) -> int | None:
@@ -605,6 +632,10 @@ def daemonize(root: str) -> bool:
 def main(argv: list[str]) -> int:
     cfg = parse_args(argv)
     root = cfg["root"]
+    if cfg["stop"]:
+        result = stop_running(root, cfg["proc"])
+        print(json.dumps(result))
+        return 1 if result["status"] == "still-running" else 0
     fd = lock(root)
     if fd is None:
         pid = running_pid(root)

@@ -38,12 +38,8 @@ def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     alive = supervisor_alive(ctx.facts())
     if alive and not (script_changed or conf_changed):
         return skipped("supervisor running, script and settings unchanged")
-    if alive:
-        ctx.sh(f"kill -TERM $(cut -d' ' -f1 {q(lay.state_dir)}/supervisor.pid)")
-        ctx.sh(
-            f"for i in $(seq 50); do [ -e {q(lay.state_dir)}/supervisor.lock ] && "
-            f"flock -n {q(lay.state_dir)}/supervisor.lock true && break; sleep 0.1; done"
-        )
+    if alive:  # the supervisor checks what supervisor.pid names before it signals anything
+        ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --stop")
     start_supervisor(ctx)
     what = "restarted (script or settings changed)" if alive else "started"
     return changed(f"supervisor {what}")
@@ -99,6 +95,8 @@ def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     ctx.notes["stopped"] = out
     if out.get("outcome") == "none":
         return skipped("hold set; no daemon pidfile, nothing to stop", **out)
+    if out.get("outcome") == "untrusted":
+        return skipped(f"hold set; nothing signalled: {out.get('note')}", **out)
     if out.get("outcome") == "already-dead":
         return skipped(f"hold set; daemon {out['pid']} already {out['state']}", **out)
     if code != 0:
