@@ -219,10 +219,11 @@ def test_unreadable_lock_is_an_unknown_holder_not_taken_over(
 
 
 def other_checkout(work: Path, fleet: LabFleet) -> Path:
-    """A second CI runner: its own copy of the repository's playbooks and of the lab's
-    inventory, keys and known_hosts, in another folder. Returns its inventory."""
+    """A second CI runner: its own copy of the repository's playbooks and Dockerfiles and
+    of the lab's inventory, keys and known_hosts, in another folder. Returns its inventory."""
     root = work / "checkout-2"
-    shutil.copytree(REPO / "playbooks", root / "playbooks")
+    for name in ("playbooks", "dockerfiles"):
+        shutil.copytree(REPO / name, root / name)
     lab_dir = fleet.fleet_path.parent
     shutil.copytree(lab_dir / "keys", root / "lab" / "keys")
     shutil.copy2(lab_dir / "known_hosts", root / "lab" / "known_hosts")
