@@ -25,13 +25,19 @@ FAST = ("--set", "lab_knobs={pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32
 
 @pytest.fixture(scope="module")
 def crashed(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CliRun]:
-    """A base release everywhere, then a build that crashes at start: the canary rolls back."""
+    """A base release everywhere (lab-3 goes to v2 and is rolled back to it), then a build
+    that crashes at start: the canary rolls back."""
     for host in HOSTS:
         reset_host(host)
     work = tmp_path_factory.mktemp("reports")
     base = run_cli(work, *rollout_args(lab_fleet.fleet_path, "base"), *FAST, "--quiet")
     assert base.code == 0, base.stderr[-3000:]
     assert "validated" not in base.stderr.split("rollout ")[0], "--quiet printed host lines"
+    v2 = run_cli(work, *rollout_args(lab_fleet.fleet_path, "v2"), *FAST, "--limit", "lab-3")
+    assert v2.code == 0, v2.stderr[-3000:]
+    back = run_cli(work, "rollback", "--hosts", str(lab_fleet.fleet_path), "--limit", "lab-3",
+                   "--junit", str(work / "rollback.xml"), "--summary", str(work / "rollback.md"))
+    assert back.code == 0, back.stderr[-3000:]
     run = run_cli(
         work, *rollout_args(lab_fleet.fleet_path, "crash"), *FAST, "--set", "fault=crash_at_start",
         "--junit", str(work / "junit.xml"), "--summary", str(work / "summary.md"),
@@ -63,6 +69,16 @@ def test_junit_and_summary_of_a_run_with_a_rollback(crashed: tuple[Path, CliRun]
     assert "\x1b[" not in run.stderr
     long_lines = [line for line in run.stderr.splitlines() if len(line) > 100]
     assert any("lab-1" in line and "start" in line for line in long_lines), run.stderr
+
+
+def test_junit_of_a_fleet_rollback(crashed: tuple[Path, CliRun]) -> None:
+    work, _ = crashed
+    (suite,) = list(JUnitXml.fromfile(str(work / "rollback.xml")))
+    assert suite.name.startswith("rollback ") and suite.tests == 1 and suite.failures == 0
+    (case,) = list(suite)
+    assert case.name == "lab-3" and case.is_passed and case.classname == "rollout.rollback"
+    assert "validate" in case.system_out and "switch" in case.system_out
+    assert "| lab-3 | ✅ validated |" in (work / "rollback.md").read_text()
 
 
 def _chromium(*args: str) -> str:

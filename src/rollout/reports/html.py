@@ -175,9 +175,10 @@ def render(record: RunRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.start))
     aborted = f'<p class="aborted">aborted: {escape(record.aborted)}</p>' if record.aborted else ""
     title = f"{record.kind} {record.run_id}: {record.status}"
+    what = "to" if record.kind == "rollback" else "version"
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{escape(title)}</h1><p class=\"meta\">version {escape(record.version or '-')}"
+            f"<h1>{escape(title)}</h1><p class=\"meta\">{what} {escape(record.version or '-')}"
             f" · started {when} · {secs(record.duration)}</p>{aborted}"
             f"<h2>Timeline</h2>{LEGEND}{timeline(record)}"
             f"<h2>Drain memory</h2>{memory_section(record)}"

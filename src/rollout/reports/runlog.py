@@ -112,7 +112,9 @@ def _apply(record: RunRecord, e: dict[str, Any]) -> None:
             for name in batch if isinstance(batch, list) else []:
                 record.host(str(name))
         if isinstance(data.get("request"), dict) and "rollback_to" in data["request"]:
-            record.kind = "rollback"
+            record.kind = "rollback"  # each host goes back to its own earlier release
+            to = data["request"].get("rollback_to")
+            record.version = str(to or "each host's previous release")
     elif kind == "step_start":
         step = StepRun(str(e.get("step")), str(data.get("kind") or e.get("step")), t)
         record.host(e.get("host")).steps.append(step)

@@ -49,8 +49,9 @@ def render(record: RunRecord) -> str:
     hosts = [h for h in record.hosts.values() if h.name != CONTROLLER]
     good = sum(1 for h in hosts if h.status == "validated")
     verdict = "✅ succeeded" if record.status == "ok" else "❌ failed"
+    what = "to" if record.kind == "rollback" else "version"
     lines = [f"## {record.kind} {cell(record.run_id)}: {verdict}", "",
-             f"{good} of {len(hosts)} hosts validated; version {cell(record.version or '-')}; "
+             f"{good} of {len(hosts)} hosts validated; {what} {cell(record.version or '-')}; "
              f"{secs(record.duration)}", ""]
     if record.aborted:
         lines += [f"**Aborted:** {cell(record.aborted)}", ""]
