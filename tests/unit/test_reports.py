@@ -29,8 +29,8 @@ def _run(bus: EventBus) -> None:
                                          "started": t, "threshold": 0.1,
                                          "memory": {"usage": 10, "limit": 1000}}),
         ("h1", "start", "start", "failed", {"output": f"boom {EVIL}"}),
-        ("h1", "rollback-drain", "drain", "ok", {"samples": [[0.0, 50], [0.5, 5]],
-                                                  "budget": 100}),
+        ("h1", "rollback-drain", "drain", "ok", {"samples": [[0.0, 950], [0.5, 5]],
+                                                  "budget": 900, "memory": {"limit": 1000}}),
         ("h1", "rollback-validate", "validate", "ok", {}),
     ]
     for host, name, kind, status, data in steps:
@@ -86,8 +86,9 @@ def test_html_has_a_bar_per_step_and_a_curve_per_drain() -> None:
 def test_drain_curve_reads_unix_times_and_seconds() -> None:
     first, second = drain_curves(_record())
     assert first.points == [(0.0, 300.0), (1.0, 200.0), (2.0, 10.0)]
-    assert first.budget == 100.0 and first.budget_label == "drained below"
-    assert second.points[-1] == (0.5, 5.0) and second.budget == 100 and second.limit is None
+    assert first.line == 100.0 and first.line_label == "drained below"
+    assert second.points[-1] == (0.5, 5.0) and second.limit == 1000
+    assert second.line == 100 and second.line_label == "budget 900B fits below"
 
 
 def test_sinks_write_when_the_run_ends(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """The memory curve of each drain, from the samples its step_end event carries.
 
-Contract: the drain step's data has `samples`, a list of [seconds_since_drain_start, bytes],
-and `budget` (bytes). Older drains recorded [unix_time, bytes] with `started`, and a
-`threshold` share of `memory.limit` (or `threshold_bytes`): those are read too."""
+Contract: the drain step's data has `samples`, a list of [seconds_since_drain_start, bytes]
+(the working set), `budget` (bytes the new daemon needs) and `memory.limit`: the memory is
+back once the working set is at most limit - budget, and that is where the budget line is
+drawn. Older drains recorded [unix_time, bytes] with `started`, and a `threshold` share of
+`memory.limit` (or `threshold_bytes`): those are read too."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.reports.runlog import RunRecord, StepRun
+from rollout.units import format_size
 
 EPOCH_2001 = 1e9  # a sample time above this is a unix time, not seconds since the start
 
@@ -20,8 +23,8 @@ class Curve:
     step: str
     outcome: str
     points: list[tuple[float, float]]
-    budget: float | None
-    budget_label: str
+    line: float | None  # the level the drain waited for the memory to go below
+    line_label: str
     limit: float | None
 
 
@@ -41,15 +44,18 @@ def _points(data: dict[str, Any]) -> list[tuple[float, float]]:
     return sorted((max(0.0, t), b) for t, b in points)
 
 
-def _budget(data: dict[str, Any]) -> tuple[float | None, str]:
-    if _num(data.get("budget")) is not None:
-        return _num(data.get("budget")), "budget"
+def _line(data: dict[str, Any]) -> tuple[float | None, str]:
+    budget, limit = _num(data.get("budget")), _limit(data)
+    if budget is not None and limit is not None:
+        return max(0.0, limit - budget), f"budget {format_size(int(budget))} fits below"
+    if budget is not None:
+        return budget, "budget"
     if _num(data.get("threshold_bytes")) is not None:
         return _num(data.get("threshold_bytes")), "drained below"
-    limit, share = _limit(data), _num(data.get("threshold"))
+    share = _num(data.get("threshold"))
     if limit is not None and share is not None:
         return limit * share, "drained below"
-    return None, "budget"
+    return None, ""
 
 
 def _limit(data: dict[str, Any]) -> float | None:
@@ -61,9 +67,9 @@ def curve_of(host: str, step: StepRun) -> Curve | None:
     points = _points(step.data)
     if step.kind != "drain" or not points:
         return None
-    budget, label = _budget(step.data)
+    line, label = _line(step.data)
     outcome = str(step.data.get("outcome") or step.status)
-    return Curve(host, step.name, outcome, points, budget, label, _limit(step.data))
+    return Curve(host, step.name, outcome, points, line, label, _limit(step.data))
 
 
 def drain_curves(record: RunRecord) -> list[Curve]:

@@ -111,7 +111,7 @@ def timeline(record: RunRecord) -> str:
 
 
 def _curve_svg(curve: Curve) -> str:
-    top = 1.1 * max([b for _, b in curve.points] + [curve.budget or 0, 1])
+    top = 1.1 * max([b for _, b in curve.points] + [curve.line or 0, 1])
     span = max([t for t, _ in curve.points] + [0.1])
 
     def xy(t: float, b: float) -> str:
@@ -124,12 +124,12 @@ def _curve_svg(curve: Curve) -> str:
              f'<text x="{PAD}" y="{CURVE_H - 4}">0s</text>'
              f'<text x="{CURVE_W - 50}" y="{CURVE_H - 4}">{secs(span)}</text>',
              f'<text x="2" y="14">{escape(format_size(int(top)))}</text>']
-    for cls, value, label in (("limit", curve.limit, "limit"), ("budget", curve.budget,
-                                                                curve.budget_label)):
+    for cls, value, label in (("limit", curve.limit, "limit"),
+                              ("budget", curve.line, curve.line_label)):
         if value and value <= top:
             y = xy(0, value).split(",")[1]
             parts.append(f'<line class="{cls}" x1="{PAD}" y1="{y}" x2="{CURVE_W - 8}" y2="{y}"/>'
-                         f'<text x="{CURVE_W - 150}" y="{float(y) - 3:.1f}">{escape(label)} '
+                         f'<text x="{CURVE_W - 200}" y="{float(y) - 3:.1f}">{escape(label)} '
                          f"{escape(format_size(int(value)))}</text>")
     parts.append(f'<polyline class="curve" data-host="{_attr(curve.host)}" '
                  f'data-step="{_attr(curve.step)}" points="{points}"/>')
