@@ -71,6 +71,7 @@ class RolloutRequest:
     break_lock: bool = False
     resume: str | None = None
     outputs: Outputs = field(default_factory=Outputs)
+    release: str | None = None  # a bundle (folder or URL) built elsewhere: no build here
 
     def replayable(self) -> dict[str, Any]:
         """What a resumed run needs to rebuild the same plan."""
@@ -79,7 +80,14 @@ class RolloutRequest:
             "limit": self.limit,
             "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
             "sets": list(self.sets),
+            "release": _absolute_unless_url(self.release),
         }
+
+
+def _absolute_unless_url(ref: str | None) -> str | None:
+    if ref is None or "://" in ref:
+        return ref
+    return str(Path(ref).resolve())
 
 
 def load_fleet(
@@ -165,17 +173,24 @@ def run_rollout(req: RolloutRequest) -> RunSummary:
     done: frozenset[str] = frozenset()
     if req.resume:
         req, done = resume_request(req)
+    release = None
+    if req.release:
+        from rollout.bundle.source import load_release, sets_with_version
+
+        release = load_release(req.release)
+        req = replace(req, sets=sets_with_version(req.sets, release))
     plan = load_plan(req, req.resume)
     if req.dry_run:
         from rollout.dryrun import dry_run
 
-        dry_run(plan, connect, cache_dir())
+        dry_run(plan, connect, cache_dir(), release)
         return RunSummary(plan.run_id, {}, dry_run=True)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
     options = EngineOptions(
         holder,
         LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
         done,
+        release=release,
     )
     with (
         json_stream(req.json_path) as stream,
@@ -211,5 +226,18 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
         playbook=old["playbook"],
         sets=tuple(old["sets"]),
         limit=old["limit"],
+        release=old.get("release"),
     )
     return resumed, done
+
+
+def run_build(playbook: str | None, sets: tuple[str, ...], out: Path) -> Any:
+    """`rollout build`: build and extract on this machine, write the bundle to `out`."""
+    from rollout.bundle.build import build_bundle
+    from rollout.plan import new_run_id
+
+    loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
+    bus = EventBus(new_run_id())
+    bus.subscribe(JsonLinesSink.to_path(runs_dir() / f"{bus.run_id}.jsonl", durable=True))
+    bus.subscribe(ConsoleSink())
+    return build_bundle(loaded, out, bus, cache_dir())

@@ -56,9 +56,13 @@ def step_outlook(ctx: HostContext, kind: str) -> str:
     return "would run"
 
 
-def dry_run(plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any) -> None:
+def dry_run(
+    plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any, given: Release | None = None
+) -> None:
     print(f"plan {plan.run_id}: version {plan.version or '-'}, batches {plan.batches}")
-    release = known_release(plan, cache_dir)
+    if given is not None:
+        print(f"  controller: release {given.id} from a bundle: nothing to build")
+    release = given or known_release(plan, cache_dir)
     for name in plan.host_names:
         try:
             transport = connect(plan.host(name))

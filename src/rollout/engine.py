@@ -76,6 +76,8 @@ class EngineOptions:
     # A fleet rollback: each host's release found on the host, and the steps to run.
     target: Callable[[HostContext], Release] | None = None
     host_steps: list[Any] | None = None
+    # A release bundle built elsewhere (rollout.bundle): no build, no extract, no Docker.
+    release: Release | None = None
 
 
 DEFAULT_STEP_TIMEOUT = 900.0  # seconds; a step with no timeout of its own never hangs a run
@@ -174,13 +176,24 @@ class Engine:
         self.bus.emit("note", host=host, reason=f"not locked, left alone by this run: {error}")
 
     def _controller_steps(self) -> Release | None:
+        given = self.options.release
+        if given is not None:
+            for spec in self.plan.controller_steps:
+                self._emit_skip(None, spec, f"release {given.id} ({given.version}) comes from "
+                                f"a bundle built elsewhere: nothing to build or extract")
+            return given
+        ctx = self.build()
+        return None if ctx is None else ctx.release
+
+    def build(self) -> image.ControllerContext | None:
+        """The controller steps (build, extract) alone: what they made, None if one failed."""
         ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version, self.cache_dir)
         for spec in self.plan.controller_steps:
             fn = image.build if spec.kind == "build" else image.extract
             result = self._run_step(None, spec, partial(fn, ctx, spec.params))
             if result.failed:
                 return None
-        return ctx.release
+        return ctx
 
     def _batches(self, release: Release, summary: RunSummary) -> None:
         rolling = self.plan.playbook.rolling
@@ -366,7 +379,7 @@ class Engine:
             transport.close()
         return results
 
-    def _emit_skip(self, host: str, spec: Any, reason: str) -> None:
+    def _emit_skip(self, host: str | None, spec: Any, reason: str) -> None:
         self.bus.emit("step_start", host=host, step=spec.name, data={"kind": spec.kind})
         self.bus.emit(
             "step_end",

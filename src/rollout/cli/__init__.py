@@ -9,7 +9,7 @@ from invoke.collection import Collection
 from invoke.program import Program
 
 from rollout import __version__
-from rollout.cli import bench_tasks, lab_tasks, rollout_tasks
+from rollout.cli import bench_tasks, lab_tasks, release_tasks, rollout_tasks
 
 namespace = Collection(
     rollout_tasks.rollout,
@@ -22,6 +22,8 @@ namespace = Collection(
     rollout_tasks.diagnose,
     rollout_tasks.docs,
     rollout_tasks.report,
+    release_tasks.build,
+    release_tasks.publish,
     bench_tasks.bench,
 )
 namespace.add_collection(lab_tasks.ns)

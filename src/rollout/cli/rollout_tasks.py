@@ -50,6 +50,8 @@ def hosts_file(hosts: str | None) -> str:
         "break_lock": "Break a host lock that is stale (no heartbeat for "
         "rolling.lock_stale_after) or unreadable; the break is logged.",
         "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
+        "release": "Deploy this release bundle (a folder from `rollout build`, or the URL "
+        "`rollout publish` put it at) instead of building: no Docker engine needed.",
     },
 )
 @reports_errors
@@ -68,6 +70,7 @@ def rollout(
     junit: str | None = None,
     summary: str | None = None,
     quiet: bool = False,
+    release: str | None = None,
 ) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
     inventory = hosts or "" if resume else hosts_file(hosts)
@@ -83,6 +86,7 @@ def rollout(
         break_lock,
         resume,
         app.Outputs(junit, summary, quiet),
+        release,
     )
     result = app.run_rollout(request)
     if result.exit_code:

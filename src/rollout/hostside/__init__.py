@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock")
+SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch")
 COMMON_IMPORT = "from rollout.hostside.common import "
 INLINED_MARK = "# inlined on hosts"
 FUTURE = "from __future__ import annotations"
@@ -52,9 +52,12 @@ def script_text(name: str) -> str:
         raise ValueError(f"unknown host script {name!r} (known: {', '.join(SCRIPTS)})")
     doc, rest = _split_docstring(_source(base))
     _, common = _split_docstring(_source("common"))
-    if sum(1 for ln in rest if _is_common_import(ln)) > 1:
-        raise RuntimeError(f"{base}.py: expected one '{COMMON_IMPORT}...  {INLINED_MARK}' line")
+    imports = sum(1 for ln in rest if _is_common_import(ln))
+    if imports > 1:
+        raise RuntimeError(f"{base}.py: more than one '{COMMON_IMPORT}...' line")
     script = [ln for ln in rest if not _is_common_import(ln) and ln.strip() != FUTURE]
+    if not imports:  # a script that uses none of the helpers goes without them
+        return f"{doc}\n{FUTURE}\n\n" + "".join(script).lstrip("\n")
     common = [ln for ln in common if ln.strip() != FUTURE]
     return (
         f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/hostside/common.py\n\n"

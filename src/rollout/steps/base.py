@@ -34,12 +34,17 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Release:
-    """A set of executables extracted from one image, named by their combined digest."""
+    """A set of executables extracted from one image, named by their combined digest.
+
+    `source`: the URL of a published bundle the hosts download the executables from
+    themselves (rollout.bundle); None: the controller pushes them.
+    """
 
     id: str
     image: str
     version: str
     artifacts: tuple[Artifact, ...]
+    source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -45,19 +45,15 @@ def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     dest = ctx.layout.release_dir(release.id)
     if not release_mismatches(ctx, dest, release):
         return skipped(f"release {release.id} already on host, sha256 matches", release=release.id)
+    if release.source:  # a published bundle: the host downloads it itself
+        from rollout.steps.pull import pull_release
+
+        return pull_release(ctx, release)
     partial = f"{ctx.layout.releases}/.partial-{release.id}-{uuid.uuid4().hex[:8]}"
     ctx.sh(f"mkdir -p {q(partial)}").check()
     try:
-        for artifact in release.artifacts:
-            ctx.transport.put(artifact.local_path, f"{partial}/{artifact.name}")
-        names = " ".join(q(a.name) for a in release.artifacts)
-        ctx.sh(f"cd {q(partial)} && chmod 0755 -- {names}").check()
-        bad = release_mismatches(ctx, partial, release)
-        if bad:
-            raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
-        meta = json.dumps(release.to_dict(), indent=2)
-        ctx.sh(f"cat > {q(partial)}/RELEASE.json", stdin=meta).check()
-        ctx.sh(f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}").check()
+        push_into(ctx, release, partial)
+        install_partial(ctx, release, partial)
     finally:
         ctx.sh(f"rm -rf -- {q(partial)}")
     size = sum(a.size for a in release.artifacts)
@@ -68,10 +64,24 @@ def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
 
 
+def push_into(ctx: HostContext, release: Release, partial: str) -> int:
+    """Copy the executables from the controller into the host's partial folder."""
+    for artifact in release.artifacts:
+        ctx.transport.put(artifact.local_path, f"{partial}/{artifact.name}")
+    return sum(a.size for a in release.artifacts)
 
 
-
-
+def install_partial(ctx: HostContext, release: Release, partial: str) -> None:
+    """Check the executables in `partial` on the host, then rename it to the release's folder."""
+    names = " ".join(q(a.name) for a in release.artifacts)
+    ctx.sh(f"cd {q(partial)} && chmod 0755 -- {names}").check()
+    bad = release_mismatches(ctx, partial, release)
+    if bad:
+        raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
+    meta = json.dumps(release.to_dict(), indent=2)
+    ctx.sh(f"cat > {q(partial)}/RELEASE.json", stdin=meta).check()
+    dest = ctx.layout.release_dir(release.id)
+    ctx.sh(f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}").check()
 
 
 def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:

@@ -1,0 +1,65 @@
+"""`rollout build`: build and extract once, on the controller, and write a release bundle."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from rollout.bundle.local import write_bundle
+from rollout.bundle.manifest import Manifest, manifest_for
+from rollout.config.playbook import Playbook
+from rollout.engine import Engine
+from rollout.errors import RolloutError, StepFailed
+from rollout.events import EventBus
+from rollout.plan import Plan
+from rollout.steps.image import ControllerContext
+from rollout.transport.base import Transport
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        p = subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def source_revision(folder: Path) -> str | None:
+    """The git commit the build context is at, `+dirty` with uncommitted changes; None
+    outside a git checkout."""
+    commit = _git(folder, "rev-parse", "HEAD")
+    if not commit:
+        return None
+    dirty = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    return commit + ("+dirty" if dirty else "")
+
+
+def _manifest(ctx: ControllerContext) -> Manifest:
+    assert ctx.release is not None and ctx.image is not None
+    spec = ctx.build
+    return manifest_for(
+        ctx.release,
+        image_digest=str(ctx.docker().images.get(ctx.image).id),
+        build_args={k: str(v) for k, v in (spec.args or {}).items()},
+        source_revision=source_revision(Path(spec.context)),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+
+
+def build_bundle(playbook: Playbook, out: Path, bus: EventBus, cache_dir: Path) -> Manifest:
+    """Run the playbook's build and extract steps, then write the bundle to `out`."""
+    plan = Plan(bus.run_id, playbook, [], [])
+    engine = Engine(plan, bus, _no_hosts, cache_dir)
+    ctx = engine.build()
+    if ctx is None or ctx.release is None:
+        raise StepFailed("the build did not complete: no bundle written", retryable=False)
+    manifest = _manifest(ctx)
+    write_bundle(out, ctx.release, manifest)
+    return manifest
+
+
+def _no_hosts(host: object) -> Transport:
+    raise RolloutError("rollout build touches no host")

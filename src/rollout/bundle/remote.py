@@ -1,0 +1,90 @@
+"""A published bundle: its manifest read from a URL; its executables fetched only when a
+host cannot download them itself and the controller has to push them."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import requests
+
+from rollout.bundle.local import bundle_problems
+from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
+from rollout.errors import EnvironmentProblem, UserError
+from rollout.hostside.fetch import FetchFailed, fetch_file
+from rollout.steps.base import Release
+
+TIMEOUT = 30.0
+MAX_MANIFEST = 1 << 20
+
+
+def member_url(base: str, name: str) -> str:
+    """The URL of one file of the bundle published at `base`."""
+    return base.rstrip("/") + "/" + name
+
+
+def fetch_manifest(base: str) -> Manifest:
+    url = member_url(base, MANIFEST)
+    try:
+        response = requests.get(url, timeout=TIMEOUT)
+    except requests.RequestException as e:
+        raise EnvironmentProblem(f"cannot read the bundle's manifest {url}: {e}") from e
+    if response.status_code != 200:
+        raise UserError(f"--release {base}: {url} answered HTTP {response.status_code}")
+    if len(response.content) > MAX_MANIFEST:
+        raise UserError(f"--release {base}: {url} is too large for a manifest")
+    return parse_manifest(response.content.decode("utf-8", "replace"), url)
+
+
+def remote_release(base: str) -> Release:
+    """The release at `base`; hosts download it, so nothing but its manifest is read here.
+    Its artifacts' local paths are where `local_copy` would put the executables."""
+    if base.startswith("s3://"):
+        from rollout.bundle.s3 import s3_release
+
+        release: Release = s3_release(base)
+        return release
+    manifest = fetch_manifest(base)
+    return manifest.release_for(str(copy_dir(manifest.release)), source=base.rstrip("/"))
+
+
+def copy_dir(release_id: str) -> Path:
+    from rollout.app import cache_dir
+
+    return cache_dir() / "bundles" / release_id
+
+
+_copy_lock = threading.Lock()
+
+
+def local_copy(release: Release, urls: dict[str, str]) -> None:
+    """Download the executables once to the controller's cache (for hosts that cannot
+    reach the bundle), resumably, each checked against the manifest's sha256."""
+    with _copy_lock:
+        for artifact in release.artifacts:
+            path = Path(artifact.local_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file() and not _problems(path, artifact.sha256, artifact.size):
+                continue
+            try:
+                fetch_file(urls[artifact.name], str(path), artifact.sha256, artifact.size)
+            except FetchFailed as e:
+                raise EnvironmentProblem(
+                    f"the controller cannot fetch {artifact.name} either: {e}"
+                ) from e
+
+
+def _problems(path: Path, sha256: str, size: int) -> list[str]:
+    return bundle_problems(path.parent, {path.name: Executable(sha256=sha256, size=size)})
+
+
+def release_urls(release: Release) -> dict[str, str]:
+    """Where each executable of a published release is downloaded from (an S3 bucket's
+    are presigned URLs: the hosts need no credentials)."""
+    assert release.source is not None
+    if release.source.startswith("s3://"):
+        from rollout.bundle.s3 import presigned_urls
+
+        urls: dict[str, str] = presigned_urls(release)
+        return urls
+    return {a.name: member_url(release.source, a.name) for a in release.artifacts}

@@ -1,0 +1,44 @@
+"""`--release DIR|URL`: the release a rollout deploys, from a bundle built elsewhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rollout.bundle.local import open_bundle
+from rollout.config.playbook import parse_set_options
+from rollout.errors import UserError
+from rollout.steps.base import Release
+
+REMOTE_SCHEMES = ("http", "https", "s3")
+
+
+def is_url(ref: str) -> bool:
+    return urlsplit(ref).scheme in REMOTE_SCHEMES
+
+
+def load_release(ref: str) -> Release:
+    """A local bundle, checked byte for byte; or a published one's manifest, whose
+    executables the hosts download and check themselves."""
+    if is_url(ref):
+        from rollout.bundle.remote import remote_release
+
+        return remote_release(ref)
+    folder = Path(ref)
+    if not folder.is_dir():
+        raise UserError(f"--release {ref}: no such folder (a bundle from `rollout build`)")
+    return open_bundle(folder)
+
+
+def sets_with_version(sets: tuple[str, ...], release: Release) -> tuple[str, ...]:
+    """--set values with `version` taken from the bundle; a different --set version is an
+    error rather than a release that says it is something it is not."""
+    given = parse_set_options(sets).get("version")
+    if given is None:
+        return (*sets, f"version={json.dumps(release.version)}")
+    if str(given) != release.version:
+        raise UserError(
+            f"--set version={given} but the bundle {release.id} is version {release.version}"
+        )
+    return sets

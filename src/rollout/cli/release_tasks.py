@@ -1,0 +1,45 @@
+"""`rollout build` (a release bundle) and `rollout publish` (where hosts can fetch it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.tasks import task
+
+from rollout import app
+from rollout.cli.errors import reports_errors
+from rollout.cli.rollout_tasks import PLAYBOOK_HELP
+
+
+@task(
+    iterable=["set_"],
+    help={
+        "out": "Folder to write the bundle to (the executables and manifest.json).",
+        "playbook": PLAYBOOK_HELP,
+        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e.",
+    },
+)
+@reports_errors
+def build(
+    c: Context, out: str, playbook: str | None = None, set_: list[str] | None = None
+) -> None:
+    """Build the release once and write it as a bundle; deploy it with --release."""
+    manifest = app.run_build(playbook, tuple(set_ or ()), Path(out))
+    print(f"release {manifest.release} (version {manifest.version}) written to {out}")
+
+
+@task(
+    help={
+        "folder": "The bundle folder (from `rollout build`).",
+        "to": "Where to put it: https://..., http://... (PUT), s3://BUCKET/PREFIX (needs "
+        "the s3 extra) or a folder. Hosts then download it with --release URL.",
+    },
+)
+@reports_errors
+def publish(c: Context, folder: str, to: str) -> None:
+    """Put a release bundle where hosts can download it themselves (--release URL)."""
+    from rollout.bundle.publish import publish as publish_bundle
+
+    manifest = publish_bundle(Path(folder), to)
+    print(f"release {manifest.release} (version {manifest.version}) published to {to}")

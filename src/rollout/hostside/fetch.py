@@ -1,0 +1,177 @@
+"""Download a release's executables from the URL they were published at, on the host.
+
+Run on the host: python3 - --dir DIR --file NAME URL SHA256 SIZE [--file ...] < fetch.py
+Each file goes to DIR/NAME. A file cut short is resumed where it stopped (HTTP Range),
+with a bounded number of retries; a finished file is checked against its sha256 and
+size, and a mismatch is deleted and refused. Prints one JSON object; exit 0: every file
+is there and checked; 3: the URL could not be reached at all (nothing was received);
+1: anything else (HTTP error, sha256 mismatch, too many interruptions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+CHUNK = 1 << 20
+RETRYABLE_HTTP = (408, 425, 429, 500, 502, 503, 504)
+
+
+class FetchFailed(Exception):
+    """kind: unreachable (nothing ever answered), http, sha256, interrupted."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def sha256_of(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _open(url: str, offset: int, timeout: float) -> Any:
+    request = urllib.request.Request(url, headers={"User-Agent": "rollout-fetch/1"})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416:  # what we hold is not a prefix of the file: start over
+            return None
+        kind = "retry" if e.code in RETRYABLE_HTTP else "http"
+        raise FetchFailed(kind, f"HTTP {e.code} from {url}") from e
+
+
+def _start_at(response: Any, offset: int) -> int:
+    """Where the body starts: `offset` for 206 with a matching Content-Range, else 0."""
+    if offset and response.status == 206:
+        got = response.headers.get("Content-Range", "")
+        if got.startswith(f"bytes {offset}-"):
+            return offset
+        raise FetchFailed("http", f"asked from byte {offset}, got Content-Range {got!r}")
+    return 0
+
+
+def _copy_body(response: Any, path: str, start: int, size: int) -> int:
+    """Append (from `start`) at most up to `size`; the bytes received."""
+    received = 0
+    read = getattr(response, "read1", response.read)  # what has arrived: a cut keeps it
+    with open(path, "r+b" if start else "wb") as f:
+        f.seek(start)
+        f.truncate()
+        while start + received < size:
+            chunk = read(min(CHUNK, size - start - received))
+            if not chunk:
+                break
+            f.write(chunk)
+            f.flush()
+            received += len(chunk)
+        os.fsync(f.fileno())
+    return received
+
+
+def _attempt(url: str, path: str, size: int, timeout: float, out: dict[str, Any]) -> None:
+    offset = _size(path)
+    if offset >= size:
+        return
+    response = _open(url, offset, timeout)
+    out["answered"] = True
+    if response is None:
+        os.unlink(path)
+        out["restarts"] = out.get("restarts", 0) + 1
+        return _attempt(url, path, size, timeout, out)
+    with response:
+        start = _start_at(response, offset)
+        if start:
+            out.setdefault("resumed_from", start)
+        out["received"] = out.get("received", 0) + _copy_body(response, path, start, size)
+
+
+def _checked(path: str, sha256: str, size: int) -> bool:
+    return _size(path) == size and sha256_of(path) == sha256
+
+
+def fetch_file(
+    url: str,
+    path: str,
+    sha256: str,
+    size: int,
+    retries: int = 4,
+    timeout: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Bring `path` to the file at `url` with this sha256 and size; what it took, as data."""
+    out: dict[str, Any] = {"answered": False}
+    if os.path.exists(path) and _checked(path, sha256, size):
+        return {**out, "outcome": "present", "received": 0}
+    if _size(path) > size:
+        os.unlink(path)
+    fresh_start_left = 1
+    for attempt in range(retries + 1):
+        try:
+            _attempt(url, path, size, timeout, out)
+        except FetchFailed as e:
+            if e.kind != "retry" or attempt == retries:
+                raise FetchFailed("http", str(e)) from e
+        except (OSError, http.client.HTTPException) as e:  # timeouts are OSErrors
+            if attempt == retries:
+                kind = "interrupted" if out["answered"] else "unreachable"
+                raise FetchFailed(kind, f"{url}: {getattr(e, 'reason', e)}") from e
+        else:
+            if _size(path) >= size:
+                if _checked(path, sha256, size):
+                    return {**out, "outcome": "downloaded"}
+                os.unlink(path)
+                if not out.get("resumed_from") or not fresh_start_left:
+                    raise FetchFailed("sha256", f"{url}: sha256 differs from the manifest's")
+                fresh_start_left -= 1  # a resumed prefix may be stale: once from scratch
+                out.pop("resumed_from")
+                continue
+        sleep(min(8.0, 0.5 * 2**attempt))
+    raise FetchFailed("interrupted", f"{url}: still incomplete after {retries + 1} attempts")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--file", nargs=4, action="append", default=[],
+                   metavar=("NAME", "URL", "SHA256", "SIZE"))
+    p.add_argument("--retries", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=30.0)
+    args = p.parse_args(argv)
+    os.makedirs(args.dir, exist_ok=True)
+    files: dict[str, Any] = {}
+    for name, url, sha256, size in args.file:
+        try:
+            files[name] = fetch_file(url, os.path.join(args.dir, name), sha256, int(size),
+                                     args.retries, args.timeout)
+        except FetchFailed as e:
+            print(json.dumps({"files": files, "error": {"kind": e.kind, "file": name,
+                                                        "message": str(e)}}))
+            return 3 if e.kind == "unreachable" and not files else 1
+    print(json.dumps({"files": files, "error": None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
