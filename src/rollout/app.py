@@ -19,7 +19,7 @@ from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.steps import StepSpec
 from rollout.console import ConsoleSink, print_summary
-from rollout.engine import Engine, EngineOptions, RunSummary
+from rollout.engine import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
 from rollout.events import EventBus, JsonLinesSink
 from rollout.journal import read_journal
@@ -169,7 +169,7 @@ def interrupts(flag: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_rollout(req: RolloutRequest) -> RunSummary:
+def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
     done: frozenset[str] = frozenset()
     if req.resume:
         req, done = resume_request(req)

@@ -1,0 +1,46 @@
+"""A transport that counts what the controller sends through it: commands, their stdin and
+the files it puts (the payload; SSH's own framing is not counted)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+from rollout.transport.base import RunResult, Transport
+
+
+class SentBytes:
+    """Bytes sent per host, shared by the counting transports of one run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_host: Counter[str] = Counter()
+
+    def add(self, host: str, count: int) -> None:
+        with self._lock:
+            self.by_host[host] += count
+
+
+class CountingTransport(Transport):
+    def __init__(self, inner: Transport, sent: SentBytes) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.sent = sent
+
+    def run(
+        self, command: str, timeout: float | None = None, stdin: str | None = None
+    ) -> RunResult:
+        self.sent.add(self.name, len(command.encode()) + len((stdin or "").encode()))
+        return self.inner.run(command, timeout=timeout, stdin=stdin)
+
+    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+        self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
+        self.inner.put(local_path, remote_path, resume)
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        self.sent.add(self.name, len(remote_path.encode()))
+        self.inner.get(remote_path, local_path)
+
+    def close(self) -> None:
+        self.inner.close()

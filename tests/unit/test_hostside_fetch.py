@@ -1,0 +1,114 @@
+"""The host-side download (hostside/fetch.py) against the lab's web server, on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rollout.hostside import script_text
+from rollout.hostside.fetch import FetchFailed, fetch_file
+from rollout.lab.webserver import Handler
+
+DATA = bytes(range(256)) * 1000  # 256 000 bytes
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+@dataclass
+class Server:
+    url: str
+    root: Path
+    log: Path
+
+    def requests(self) -> list[dict[str, Any]]:
+        text = self.log.read_text() if self.log.exists() else ""
+        return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f").write_bytes(DATA)
+    Handler.opts = SimpleNamespace(root=str(root), log=str(tmp_path / "log.jsonl"),
+                                   hold=str(tmp_path / "hold"))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", root, tmp_path / "log.jsonl")
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def no_sleep(_seconds: float) -> None:
+    pass
+
+
+def test_download_checked(server: Server, tmp_path: Path) -> None:
+    out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert out["outcome"] == "downloaded" and out["received"] == len(DATA)
+    assert (tmp_path / "f").read_bytes() == DATA
+    again = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert again["outcome"] == "present"
+    assert len(server.requests()) == 1
+
+
+def test_a_cut_download_resumes_where_it_stopped(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(DATA[:100_000])
+    out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert out["resumed_from"] == 100_000 and out["received"] == len(DATA) - 100_000
+    assert [r["range"] for r in server.requests()] == ["bytes=100000-"]
+    assert (tmp_path / "f").read_bytes() == DATA
+
+
+def test_a_stale_prefix_is_dropped_and_fetched_again(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert [r["range"] for r in server.requests()] == ["bytes=1000-", None]
+    assert (tmp_path / "f").read_bytes() == DATA
+
+
+def test_a_corrupted_file_is_refused_and_deleted(server: Server, tmp_path: Path) -> None:
+    (server.root / "f").write_bytes(b"X" + DATA[1:])
+    with pytest.raises(FetchFailed) as e:
+        fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert e.value.kind == "sha256"
+    assert not (tmp_path / "f").exists()
+
+
+def test_http_errors_are_not_unreachable(server: Server, tmp_path: Path) -> None:
+    with pytest.raises(FetchFailed) as e:
+        fetch_file(f"{server.url}/missing", str(tmp_path / "f"), SHA, 1, sleep=no_sleep)
+    assert e.value.kind == "http" and "404" in str(e.value)
+
+
+def test_unreachable_after_bounded_retries(tmp_path: Path) -> None:
+    waits: list[float] = []
+    with pytest.raises(FetchFailed) as e:
+        fetch_file("http://127.0.0.1:9/f", str(tmp_path / "f"), SHA, 10, retries=2,
+                   sleep=waits.append)
+    assert e.value.kind == "unreachable"
+    assert len(waits) == 2
+
+
+def test_script_as_sent(server: Server, tmp_path: Path) -> None:
+    """The script text a host gets: one JSON line; exit 3 when nothing could be reached."""
+    def run(*files: str) -> tuple[int, dict[str, Any]]:
+        argv = [sys.executable, "-", "--dir", str(tmp_path / "p"), "--retries", "0", *files]
+        p = subprocess.run(argv, input=script_text("fetch"), capture_output=True, text=True)
+        return p.returncode, json.loads(p.stdout.strip().splitlines()[-1])
+
+    code, out = run("--file", "a", f"{server.url}/f", SHA, str(len(DATA)))
+    assert code == 0 and out["error"] is None and out["files"]["a"]["outcome"] == "downloaded"
+    code, out = run("--file", "b", "http://127.0.0.1:9/f", SHA, "5")
+    assert code == 3 and out["error"]["kind"] == "unreachable" and out["error"]["file"] == "b"
