@@ -139,3 +139,27 @@ def test_fold_reads_a_torn_journal(tmp_path: Path) -> None:
     assert record.hosts["h1"].status == "rolled_back" and record.status == "failed"
     assert [s.name for s in record.hosts["h1"].steps][-1] == "rollback-validate"
     assert isinstance(bus.history[0], Event)
+
+
+def test_report_command_renders_a_journal(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bus = EventBus("run-4")
+    _run(bus)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "run-4.jsonl").write_text("".join(e.to_json() + "\n" for e in bus.history))
+    env = {**os.environ, "ROLLOUT_RUNS_DIR": str(runs)}
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "rollout", "report", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+
+    out = tmp_path / "out"
+    done = report("run-4", "--html", str(out / "r.html"), "--junit", str(out / "j.xml"),
+                  "--summary", str(out / "s.md"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["j.xml", "r.html", "s.md"]
+    missing = report("run-5", "--html", str(out / "x.html"))
+    assert missing.returncode == 2 and "no journal" in missing.stderr
