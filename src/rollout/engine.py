@@ -422,7 +422,7 @@ class Engine:
             result = StepResult(
                 Status.FAILED,
                 str(e),
-                {"failure": failure_class(e)},
+                {**getattr(e, "data", {}), "failure": failure_class(e)},
                 output=str(output)[-3000:],
                 attempts=spec.retry.attempts,
             )

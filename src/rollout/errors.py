@@ -7,6 +7,7 @@ exceptions that unwind a run; `HostError` only travels inside one host's step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class RolloutError(Exception):
@@ -74,9 +75,16 @@ class CommandFailed(RolloutError):
 class StepFailed(RolloutError):
     """A step could not reach its goal on a host. Retryable when `retryable` is true."""
 
-    def __init__(self, message: str, retryable: bool = True, output: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        retryable: bool = True,
+        output: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> None:
         self.retryable = retryable
         self.output = output
+        self.data = data or {}  # evidence for the step's event (plain, JSON-able)
         super().__init__(message)
 
 

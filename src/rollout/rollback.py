@@ -60,7 +60,7 @@ def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackR
     for kind in _BACK_ON:
         if kind == "drain" and failed_kind == "drain":
             ctx.log(
-                "drain already passed its deadline: restarting the previous release "
+                "drain failed (deadline or plateau): restarting the previous release "
                 "without waiting again (its memory is still charged)"
             )
             continue

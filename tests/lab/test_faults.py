@@ -366,20 +366,3 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         lab.recreate_host("lab-3")
         again = deploy(work, fleet, "after-full", "--limit", "lab-3")
         assert again.code == 0, again.stderr[-3000:]
-
-
-def test_old_daemon_never_frees_memory_drain_deadline(fleet: LabFleet, work: Path) -> None:
-    leaky = deploy(
-        work, fleet, "leaky", "--set", "fault=never_release", "--limit", "lab-3", *SLOW_DRAIN
-    )
-    assert leaky.code == 0, leaky.stderr[-3000:]
-    try:
-        run = deploy(work, fleet, "after-leak", "--limit", "lab-3", "--set", "drain_deadline=4")
-        assert run.code == 1
-        end = run.host_end("lab-3")
-        assert end["status"] == "rolled_back" and "drain failed" in end["reason"], end
-        assert assert_serving("lab-3") == "leaky"
-    finally:
-        lab.recreate_host("lab-3")
-        again = deploy(work, fleet, "after-leak-cleanup", "--limit", "lab-3")
-        assert again.code == 0, again.stderr[-3000:]

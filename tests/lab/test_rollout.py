@@ -114,7 +114,7 @@ def test_canary_validates_before_any_other_host_stops(fleet: LabFleet, work: Pat
 
 
 def test_drain_waits_for_memory_through_a_late_reaper(fleet: LabFleet, work: Path) -> None:
-    slow = "{pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, prove_secs: 0.1}"
+    slow = "{pool_mib: 160, load_secs: 0.3, drain_mib_per_sec: 32, prove_secs: 0.1}"
     first = run_cli(
         work,
         "rollout",
@@ -147,13 +147,14 @@ def test_drain_waits_for_memory_through_a_late_reaper(fleet: LabFleet, work: Pat
     assert run.code == 0, run.stderr[-3000:]
     drain = jsonl("lab-1", "/data/rollout/drains.jsonl")[-1]
     start = jsonl("lab-1", "/data/rollout/starts.jsonl")[-1]
-    assert drain["zombie_seen"], drain
-    assert drain["memory_back_at"] - drain["died_at"] > 1.5, drain  # ~3 s of draining
+    assert drain["zombie_seen"] and drain["drained_by"] == "budget", drain
+    assert drain["died_at"] < drain["memory_back_at"] <= drain["ended"]
     assert start["time"] > drain["memory_back_at"]
-    assert drain["ended"] - drain["memory_back_at"] < 0.5
-    limit = drain["memory"]["limit"]
-    before_back = [u for t, u in drain["samples"] if t < drain["memory_back_at"]]
-    assert before_back and max(before_back) > 0.10 * limit  # it really was still charged
+    limit, budget = drain["memory"]["limit"], drain["budget"]
+    before_back = [
+        ws for t, ws in drain["samples"] if drain["started"] + t < drain["memory_back_at"]
+    ]
+    assert before_back and max(before_back) + budget > limit  # it really was still charged
 
 
 def test_single_step_commands(fleet: LabFleet, work: Path) -> None:

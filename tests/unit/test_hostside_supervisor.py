@@ -194,6 +194,8 @@ def test_starts_daemon_and_writes_pidfile_starts_and_state(host: Host) -> None:
     start = wait_for(host.starts)[0]
     assert start["pid"] == pid and start["release"] == RELEASE
     assert start["memory"] == {"usage": 1000, "limit": None, "source": "cgroup-v2"}
+    # memory before the start, for the drain after it: no cgroup limit here, so MemAvailable
+    assert start["baseline"]["source"] == "meminfo" and start["baseline"]["working_set"] > 0
     st = wait_for(lambda: host.state() if host.state().get("state") == "running" else None)
     assert st["daemon_pid"] == pid
     sp = host.path("supervisor.pid").read_text().split()

@@ -157,11 +157,17 @@ class BuildSpec(Section):
 
 
 class DrainSpec(Section):
-    """Waiting for the old daemon's memory to come back after it stopped."""
+    """Waiting for the old daemon's memory to come back after it stopped: drained when the
+    process is gone and the headroom under the limit fits the new daemon's budget, or the
+    working set is back where it was before the old daemon started."""
 
     deadline: Seconds = Field(default=300, gt=0, description="Seconds before the drain gives up.")
-    memory_threshold: float = Field(
-        default=0.10, gt=0, le=1, description="Drained when memory usage < this share of the limit."
+    plateau: Seconds = Field(
+        default=30,
+        gt=0,
+        description="Seconds the working set (usage minus reclaimable page cache) may stay "
+        "flat, once the old daemon is gone, before the drain fails early and names what "
+        "still holds the memory (processes, /dev/shm files).",
     )
     zombie_grace: Seconds = Field(
         default=5,

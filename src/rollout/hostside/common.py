@@ -219,6 +219,63 @@ def cgroup_memory(cgroup_root: str) -> dict[str, Any]:
     return {"source": None, "usage": None, "limit": None, "oom": None}
 
 
+# memory.stat keys per cgroup version: v1 counts the whole subtree under "total_*"
+STAT_KEYS = {
+    "cgroup-v1": {"anon": "total_rss", "file": "total_cache", "shmem": "total_shmem",
+                  "inactive_file": "total_inactive_file", "active_file": "total_active_file",
+                  "mapped_file": "total_mapped_file"},
+    "cgroup-v2": {"anon": "anon", "file": "file", "shmem": "shmem",
+                  "inactive_file": "inactive_file", "active_file": "active_file",
+                  "mapped_file": "file_mapped"},
+}
+
+
+def cgroup_dir(cgroup_root: str, source: str | None) -> str | None:
+    """The folder of the container's memory cgroup files for a cgroup_memory() source."""
+    if source == "cgroup-v1":
+        return os.path.join(cgroup_root, "memory")
+    if source == "cgroup-v2":
+        return cgroup_root
+    return None
+
+
+def memory_stat(cgroup_root: str, source: str | None) -> dict[str, int | None]:
+    """anon, file (page cache, tmpfs included), shmem, inactive_file, active_file and
+    mapped_file in bytes from memory.stat, under the same names for v1 and v2."""
+    folder = cgroup_dir(cgroup_root, source)
+    keys = STAT_KEYS.get(source or "", {})
+    stat = (read_kv(os.path.join(folder, "memory.stat")) or {}) if folder else {}
+    return {name: stat.get(key) for name, key in keys.items()}
+
+
+def working_memory(cgroup_root: str, proc: str) -> dict[str, Any]:
+    """The memory that matters: the working set, i.e. usage minus the reclaimable page cache
+    (inactive file pages, as the kubelet computes it), against the cgroup limit; where the
+    container has no limit, MemTotal - MemAvailable against MemTotal. Also the figures behind
+    it: page_cache (file pages that are not tmpfs), anon, shmem, file, active/inactive file."""
+    m = cgroup_memory(cgroup_root)
+    usage, limit, source = m["usage"], m["limit"], m["source"]
+    if usage is not None and limit is not None:
+        st = memory_stat(cgroup_root, source)
+        inactive = st.get("inactive_file") or 0
+        file, shmem = st.get("file"), st.get("shmem")
+        cache = None if file is None else max(0, file - (shmem or 0))
+        return {"usage": usage, "limit": limit, "source": source,
+                "working_set": max(0, usage - inactive), "page_cache": cache, **st}
+    mi = meminfo(proc)
+    if "MemTotal" in mi and "MemAvailable" in mi:
+        total, cached = mi["MemTotal"], mi.get("Cached")
+        shmem = mi.get("Shmem")
+        return {"usage": total - mi["MemAvailable"], "limit": total, "source": "meminfo",
+                "working_set": total - mi["MemAvailable"],
+                "page_cache": None if cached is None else max(0, cached - (shmem or 0)),
+                "anon": mi.get("AnonPages"), "file": cached, "shmem": shmem,
+                "inactive_file": mi.get("Inactive(file)"), "active_file": mi.get("Active(file)"),
+                "mapped_file": mi.get("Mapped")}
+    return {"usage": usage, "limit": None, "source": source, "working_set": usage,
+            "page_cache": None}
+
+
 def meminfo(proc: str) -> dict[str, int]:
     """/proc/meminfo: MemTotal, MemAvailable, ... in bytes."""
     out: dict[str, int] = {}

@@ -1,19 +1,28 @@
-"""Wait until a stopped daemon is gone from the process table AND its memory is back.
+"""Wait until a stopped daemon is gone from the process table AND the memory it held is back.
 
 Run on the host by the controller:
 
-    python3 - --pid P --starttime S [--root /data] [--threshold 0.10 | --threshold-bytes N]
+    python3 - --pid P --starttime S [--root /data] (--budget N | --margin N) [--plateau 30]
               [--zombie-grace 30] [--deadline 600] < drain.py
 
 A zombie (/proc/P/stat state Z) is dead but not gone: `kill -0` and pgrep still see it, and
 its memory may not be back. A zombie its parent does not reap within --zombie-grace seconds
-is noted, and the drain then finishes once the memory is back. Memory is back when the
-cgroup usage is below threshold x limit (v2 memory.current/memory.max, v1
-memory.usage_in_bytes/memory.limit_in_bytes); with no cgroup limit, when MemAvailable >=
-(1 - threshold) x MemTotal in /proc/meminfo.
+is noted, and the drain then finishes once the memory is back.
+
+The memory that matters is the working set: cgroup usage minus the reclaimable page cache
+(inactive file pages: v1 total_inactive_file, v2 inactive_file, as the kubelet computes it);
+where the container has no limit, MemTotal - MemAvailable. Page cache the old daemon left
+(a params file it mmap'd) is not waited for. The memory is back when the headroom (limit
+minus working set) fits the new daemon's budget (--budget bytes, or the limit minus
+--margin), or when the working set is back to the baseline the supervisor recorded just
+before it started the old daemon (<root>/rollout/starts.jsonl).
+
+When the process is gone and the working set has not fallen for --plateau seconds, the
+drain fails early and names what still holds memory: the processes charged to the cgroup
+(pid, command line, RSS), the files in /dev/shm, and the anon, shmem and file figures.
 
 Prints one JSON object and appends it to <root>/rollout/drains.jsonl.
-Exit status: 0 drained, 3 deadline, 2 bad arguments.
+Exit status: 0 drained, 3 deadline or plateau, 2 bad arguments.
 Standard library only; runs on python3 >= 3.9.
 """
 
@@ -29,41 +38,63 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import cgroup_memory, meminfo, proc_starttime, proc_state  # inlined on hosts
+from rollout.hostside.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, tail_window, working_memory  # inlined on hosts
 # isort: on
 
-
-def memory(cgroup_root: str, proc: str) -> dict[str, Any]:
-    """{usage, limit, source}: the container's cgroup if it has a limit, else /proc/meminfo."""
-    m = cgroup_memory(cgroup_root)
-    usage, limit, source = m["usage"], m["limit"], m["source"]
-    if usage is not None and limit is not None:
-        return {"usage": usage, "limit": limit, "source": source}
-    mi = meminfo(proc)
-    if "MemTotal" in mi and "MemAvailable" in mi:
-        return {
-            "usage": mi["MemTotal"] - mi["MemAvailable"],
-            "limit": mi["MemTotal"],
-            "source": "meminfo",
-        }
-    return {"usage": usage, "limit": None, "source": source}
+MIB = 1 << 20
+FALL = MIB  # the working set "falls" when it drops this much below its lowest so far
+MAX_SAMPLES = 200
+TOP = 10
 
 
-def memory_back(mem: dict[str, Any], threshold: float, threshold_bytes: int | None) -> bool:
-    usage, limit = mem.get("usage"), mem.get("limit")
-    if usage is None:
-        return True  # nothing to measure: do not wait for what cannot be seen
-    if threshold_bytes is not None:
-        return bool(usage < threshold_bytes)
-    if limit is None:
-        return True
-    if mem.get("source") == "meminfo":
-        # MemAvailable >= (1 - threshold) * MemTotal, i.e. used <= threshold * total
-        return bool(limit - usage >= (1 - threshold) * limit)
-    return bool(usage < threshold * limit)
+def budget_of(mem: dict[str, Any], budget: int | None, margin: int | None) -> int | None:
+    """The new daemon's budget: given, or the limit minus the margin (as the config step)."""
+    if budget is not None:
+        return budget
+    limit = mem.get("limit")
+    if margin is None or limit is None:
+        return None
+    return max(0, int(limit) - margin)
 
 
-def thin(samples: list[list[Any]], keep: int = 50) -> list[list[Any]]:
+def baseline_slack(limit: int | None) -> int:
+    """How close to its baseline the working set must come: 1% of the limit, at least 16 MiB."""
+    return max(16 * MIB, (limit or 0) // 100)
+
+
+def memory_back(mem: dict[str, Any], budget: int | None, baseline: int | None) -> str | None:
+    """Why the memory counts as back ("budget", "baseline", "unmeasured"), or None."""
+    ws, limit = mem.get("working_set"), mem.get("limit")
+    if ws is None:
+        return "unmeasured"  # nothing to measure: do not wait for what cannot be seen
+    if budget is not None and limit is not None and limit - ws >= budget:
+        return "budget"
+    if baseline is not None and ws <= baseline + baseline_slack(limit):
+        return "baseline"
+    if budget is None and baseline is None:
+        return "unmeasured"
+    return None
+
+
+def baseline_of(root: str, pid: int, source: str | None) -> int | None:
+    """The working set recorded before daemon `pid` started (its last start record)."""
+    path = os.path.join(root, "rollout", "starts.jsonl")
+    try:
+        data, _, _ = tail_window(path, 256 * 1024)
+    except OSError:
+        return None
+    for rec in reversed(parse_jsonl(data.splitlines())):
+        if isinstance(rec, dict) and rec.get("pid") == pid:
+            base = rec.get("baseline")
+            if isinstance(base, dict) and base.get("source") == source:
+                ws = base.get("working_set")
+                return ws if isinstance(ws, int) else None
+            return None
+    return None
+
+
+def thin(samples: list[list[Any]], keep: int = MAX_SAMPLES) -> list[list[Any]]:
+    """At most `keep` samples, evenly spread, the first and the last always kept."""
     n = len(samples)
     if n <= keep:
         return samples
@@ -71,78 +102,203 @@ def thin(samples: list[list[Any]], keep: int = 50) -> list[list[Any]]:
     return [samples[i] for i in idx]
 
 
+# ---------------------------------------------------------------- evidence: who holds memory
+
+
+def cgroup_pids(cgroup_root: str, source: str | None, proc: str) -> list[int]:
+    """Processes charged to the container's memory cgroup (every process when unknown)."""
+    folder = cgroup_dir(cgroup_root, source)
+    text = read_text(os.path.join(folder, "cgroup.procs")) if folder else None
+    if text is None:
+        try:
+            return [int(n) for n in os.listdir(proc) if n.isdigit()]
+        except OSError:
+            return []
+    return [int(n) for n in text.split() if n.isdigit()]
+
+
+def rss_of(proc: str, pid: int) -> int | None:
+    for line in (read_text(f"{proc}/{pid}/status") or "").splitlines():
+        if line.startswith("VmRSS:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def ancestors(proc: str, pid: int) -> set[int]:
+    """pid and its parents: the drain's own session is no holder."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        fields = proc_stat(proc, pid)
+        try:
+            pid = int(fields[1]) if fields else 0
+        except (ValueError, IndexError):
+            break
+    return seen
+
+
+def process_holders(cgroup_root: str, source: str | None, proc: str) -> list[dict[str, Any]]:
+    mine = ancestors(proc, os.getpid())
+    rows: list[dict[str, Any]] = []
+    for pid in cgroup_pids(cgroup_root, source, proc):
+        rss = rss_of(proc, pid)
+        if pid in mine or not rss:
+            continue
+        cmd = " ".join(proc_cmdline(proc, pid))[:200]
+        rows.append({"pid": pid, "rss": rss, "cmdline": cmd})
+    rows.sort(key=lambda r: -int(r["rss"]))
+    return rows[:TOP]
+
+
+def shm_files(shm: str) -> list[dict[str, Any]]:
+    """Files in /dev/shm (one level of folders too), biggest first, by memory they hold."""
+    rows: list[dict[str, Any]] = []
+    try:
+        entries = list(os.scandir(shm))
+        for entry in list(entries):
+            if entry.is_dir(follow_symlinks=False):
+                entries.extend(os.scandir(entry.path))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            if entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                rows.append({"path": entry.path, "bytes": st.st_blocks * 512, "size": st.st_size})
+        except OSError:
+            continue
+    rows.sort(key=lambda r: -int(r["bytes"]))
+    return rows[:TOP]
+
+
+def holders(args: argparse.Namespace, mem: dict[str, Any]) -> dict[str, Any]:
+    source = mem.get("source")
+    return {
+        "processes": process_holders(args.cgroup_root, source, args.proc),
+        "shm": shm_files(args.shm),
+        "anon": mem.get("anon"),
+        "shmem": mem.get("shmem"),
+        "file": mem.get("file"),
+    }
+
+
+# ---------------------------------------------------------------- the wait
+
+
+class Zombie:
+    """How long the pid stayed a zombie, and the note once its parent is too slow."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.seen = False
+        self.since: float | None = None
+        self.secs = 0.0
+        self.note: str | None = None
+
+    def update(self, state: str, ppid: int | None, t: float) -> None:
+        if state == "zombie":
+            self.seen = True
+            if self.since is None:
+                self.since = t
+            total = self.secs + (t - self.since)
+            if total >= self.grace and self.note is None:
+                self.note = f"zombie not reaped after {total:.1f} s (parent PID {ppid})"
+        elif self.since is not None:
+            self.secs += t - self.since
+            self.since = None
+
+    def total(self, t: float) -> float:
+        return self.secs + (t - self.since if self.since is not None else 0.0)
+
+
+class Plateau:
+    """Since when the working set has not fallen (by FALL) below its lowest value."""
+
+    def __init__(self) -> None:
+        self.low: int | None = None
+        self.since: float | None = None
+
+    def flat_for(self, ws: int | None, t: float) -> float:
+        if ws is None:
+            return 0.0
+        if self.low is None or self.since is None or ws < self.low - FALL:
+            self.low, self.since = ws, t
+        self.low = min(self.low, ws)
+        return t - self.since
+
+
 def drain(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     end = time.monotonic() + args.deadline
     died_at: float | None = None
     reaped_at: float | None = None
-    zombie_since: float | None = None
-    zombie_secs = 0.0
-    zombie_seen = False
-    zombie_note: str | None = None
     back_since: float | None = None
+    back_by: str | None = None
     first_state: str | None = None
     samples: list[list[Any]] = []
     mem: dict[str, Any] = {}
     outcome = "deadline"
     state = "running"
+    zombie = Zombie(args.zombie_grace)
+    plateau = Plateau()
+    flat = 0.0
     if args.pid <= 1:  # 0: no daemon was stopped; 1 (init) or below is never the daemon
         args.pid, args.starttime = 0, -1
     if args.starttime is None:  # pin the process seen now: a later reuse of the pid is "gone"
         found = proc_starttime(args.proc, args.pid)
         args.starttime = found if found is not None else -1
+    mem = working_memory(args.cgroup_root, args.proc)
+    baseline = baseline_of(args.root, args.pid, mem.get("source"))
+    budget = budget_of(mem, args.budget, args.margin)
     while True:
         t = time.time()
         state, ppid = proc_state(args.proc, args.pid, args.starttime)
-        if first_state is None:
-            first_state = state
+        first_state = first_state or state
         if state != "running" and died_at is None:
             died_at = t
-        if state == "zombie":
-            zombie_seen = True
-            if zombie_since is None:
-                zombie_since = t
-            zsecs = zombie_secs + (t - zombie_since)
-            if zsecs >= args.zombie_grace and zombie_note is None:
-                zombie_note = f"zombie not reaped after {zsecs:.1f} s (parent PID {ppid})"
-        elif zombie_since is not None:
-            zombie_secs += t - zombie_since
-            zombie_since = None
-        if state == "gone" and reaped_at is None and zombie_seen:
+        zombie.update(state, ppid, t)
+        if state == "gone" and reaped_at is None and zombie.seen:
             reaped_at = t
-        mem = memory(args.cgroup_root, args.proc)
-        samples.append([round(t, 3), mem.get("usage")])
-        back = state != "running" and memory_back(mem, args.threshold, args.threshold_bytes)
-        if back:
-            if back_since is None:
-                back_since = t
-        else:
-            back_since = None
-        process_done = state == "gone" or (state == "zombie" and zombie_note is not None)
-        if process_done and back:
+        mem = working_memory(args.cgroup_root, args.proc)
+        samples.append([round(t - started, 3), mem.get("working_set")])
+        back_by = memory_back(mem, budget, baseline) if state != "running" else None
+        back_since = (back_since or t) if back_by else None
+        process_done = state == "gone" or (state == "zombie" and zombie.note is not None)
+        if process_done and back_by:
             outcome = "drained"
+            break
+        flat = plateau.flat_for(mem.get("working_set"), t) if process_done else 0.0
+        if process_done and flat >= args.plateau:
+            outcome = "plateau"
             break
         if time.monotonic() >= end:
             break
         time.sleep(args.interval)
     ended = time.time()
-    if zombie_since is not None:
-        zombie_secs += ended - zombie_since
     return {
         "outcome": outcome,
+        "drained_by": back_by if outcome == "drained" else None,
         "pid": args.pid,
         "starttime": args.starttime,
         "state_at_start": first_state,
         "state": state,
         "died_at": died_at,
-        "zombie_seen": zombie_seen,
-        "zombie_secs": round(zombie_secs, 3),
+        "zombie_seen": zombie.seen,
+        "zombie_secs": round(zombie.total(ended), 3),
         "reaped_at": reaped_at,
-        "zombie_note": zombie_note,
+        "zombie_note": zombie.note,
         "memory_back_at": back_since if outcome == "drained" else None,
         "memory": mem,
-        "threshold": args.threshold,
-        "threshold_bytes": args.threshold_bytes,
+        "working_set": mem.get("working_set"),
+        "page_cache": mem.get("page_cache"),
+        "budget": budget,
+        "baseline": baseline,
+        "plateau_secs": round(flat, 3),
+        "plateau": args.plateau,
+        "holders": holders(args, mem) if outcome != "drained" else None,
         "samples": thin(samples),
         "started": started,
         "ended": ended,
@@ -156,8 +312,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--root", default="/data")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
     p.add_argument("--proc", default="/proc")
-    p.add_argument("--threshold", type=float, default=0.10, help="fraction of the limit")
-    p.add_argument("--threshold-bytes", type=int, help="absolute usage bound instead")
+    p.add_argument("--shm", default="/dev/shm")
+    p.add_argument("--budget", type=int, help="bytes the new daemon needs under the limit")
+    p.add_argument("--margin", type=int, help="or: its budget is the limit minus this")
+    p.add_argument("--plateau", type=float, default=30.0,
+                   help="fail when the working set has not fallen for this many seconds")
     p.add_argument("--zombie-grace", type=float, default=30.0)
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--interval", type=float, default=0.1)

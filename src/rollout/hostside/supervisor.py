@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text  # inlined on hosts
+from rollout.hostside.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -156,6 +156,7 @@ class Daemon:
         self.own_status: int | None = None  # status of the daemon pid itself, if we reaped it
         self.died_at: float | None = None
         self.launcher_note: str | None = None
+        self.baseline: dict[str, Any] | None = None  # memory just before it started
 
 
 class Supervisor:
@@ -289,6 +290,7 @@ class Supervisor:
         launcher = split_words(self.cfg["launcher"])
         argv = launcher + [exe] + split_words(self.cfg["daemon_args"])
         self.rotate_log()
+        baseline = self.baseline()
         t = now()
         logf = open(self.path("daemon.log"), "a")  # noqa: SIM115 - handed to the child
         try:
@@ -313,6 +315,7 @@ class Supervisor:
         # the Popen object is dropped: reaping is ours alone (waitpid(-1, WNOHANG))
         child.returncode = 0
         d = Daemon(child.pid, t, release, exe)
+        d.baseline = baseline
         self.daemon = d
         if launcher:
             d.discover_until = t + float(self.cfg["discover_timeout"])
@@ -360,6 +363,8 @@ class Supervisor:
             "memory": self.memory(),
             "supervisor_pid": os.getpid(),
         }
+        if d.baseline is not None:
+            rec["baseline"] = d.baseline
         if d.child is not None and d.child != pid:
             rec["launcher_pid"] = d.child
         if d.launcher_note:
@@ -372,6 +377,12 @@ class Supervisor:
     def memory(self) -> dict[str, Any]:
         m = cgroup_memory(self.cfg["cgroup_root"])
         return {"usage": m["usage"], "limit": m["limit"], "source": m["source"]}
+
+    def baseline(self) -> dict[str, Any]:
+        """The memory before a daemon starts: a drain after it is done waits for no less."""
+        m = working_memory(self.cfg["cgroup_root"], self.cfg["proc"])
+        keys = ("usage", "limit", "source", "working_set", "page_cache")
+        return {k: m.get(k) for k in keys}
 
     def check_daemon(self) -> None:
         """Detect the daemon's death; record it once its status is known (or given up on)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.steps import config, daemon, preflight, release, validate
+from rollout.steps import config, daemon, drain, preflight, release, validate
 from rollout.steps.base import StepFn
 
 HOST_STEPS: dict[str, StepFn] = {
@@ -11,7 +11,7 @@ HOST_STEPS: dict[str, StepFn] = {
     "upload": release.upload,
     "config": config.config,
     "stop": daemon.stop,
-    "drain": daemon.drain,
+    "drain": drain.drain,
     "switch": release.switch,
     "start": daemon.start,
     "ready": daemon.ready,

@@ -1,4 +1,4 @@
-"""The daemon's life on a host: supervisor, stop, drain, start, ready."""
+"""The daemon's life on a host: supervisor, stop, start, ready (drain: steps/drain.py)."""
 
 from __future__ import annotations
 
@@ -103,39 +103,6 @@ def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         raise StepFailed(f"daemon {out.get('pid')} survived {sig} and SIGKILL", retryable=False)
     how = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
     return changed(f"hold set; daemon {out['pid']} stopped ({how})", **out)
-
-
-def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    d = ctx.settings.daemon.drain
-    if ctx.notes.get("already_running"):
-        return skipped("daemon was not stopped: it already runs this release")
-    stopped = ctx.notes.get("stopped") or {}
-    args: list[object] = [
-        "--root",
-        ctx.layout.root,
-        "--deadline",
-        params.get("deadline", d.deadline),
-        "--threshold",
-        params.get("memory_threshold", d.memory_threshold),
-        "--zombie-grace",
-        params.get("zombie_grace", d.zombie_grace),
-    ]
-    if stopped.get("pid"):
-        args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
-    else:
-        args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
-    code, out = ctx.script("drain", *args, timeout=float(d.deadline) + 30)
-    if out.get("outcome") != "drained":
-        mem = out.get("memory") or {}
-        raise StepFailed(
-            f"drain deadline ({d.deadline}s) passed: memory {mem.get('usage')} of "
-            f"{mem.get('limit')} still in use",
-            retryable=False,
-            output=json.dumps(out),
-        )
-    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
-    waited = out["ended"] - out["started"]
-    return ok(f"old daemon gone and memory back after {waited:.1f}s{note}", **out)
 
 
 def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:

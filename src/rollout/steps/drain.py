@@ -1,0 +1,97 @@
+"""Drain: wait until the stopped daemon is gone and the memory that matters is back.
+
+The host-side script (rollout.hostside.drain) polls every 100 ms; this step gives it the
+new daemon's budget, the same one the config step writes, and turns its answer into the
+step's result: what drained it, or what still holds the memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.events import StepResult, ok, skipped
+from rollout.steps.base import HostContext
+from rollout.units import format_size, parse_size
+
+NAMED_HOLDERS = 3
+
+
+def budget_args(daemon: Any) -> list[object]:
+    """--budget BYTES for a fixed total_budget, else --margin BYTES (limit minus margin)."""
+    if daemon.total_budget == "cgroup":
+        return ["--margin", parse_size(daemon.safety_margin)]
+    return ["--budget", parse_size(daemon.total_budget)]
+
+
+def _holder_names(holders: dict[str, Any] | None) -> list[str]:
+    holders = holders or {}
+    names = [
+        f"{f['path']} ({format_size(f['bytes'])})"
+        for f in (holders.get("shm") or [])[:NAMED_HOLDERS]
+        if f.get("bytes")
+    ]
+    names += [
+        f"pid {p['pid']} `{p['cmdline'] or '?'}` (RSS {format_size(p['rss'])})"
+        for p in (holders.get("processes") or [])[:NAMED_HOLDERS]
+    ]
+    figures = ", ".join(
+        f"{k} {format_size(holders.get(k))}" for k in ("anon", "shmem", "file")
+    )
+    return [*names, figures]
+
+
+def failure_reason(out: dict[str, Any]) -> str:
+    """Why the drain failed, naming what still holds the memory."""
+    mem = out.get("memory") or {}
+    limit, ws, budget = mem.get("limit"), out.get("working_set"), out.get("budget")
+    headroom = None if limit is None or ws is None else limit - ws
+    figures = (
+        f"working set {format_size(ws)} (page cache {format_size(out.get('page_cache'))} "
+        f"not counted) of {format_size(limit)}: headroom {format_size(headroom)}, "
+        f"budget {format_size(budget)}"
+    )
+    if out.get("outcome") == "plateau":
+        why = f"memory stopped falling for {out.get('plateau')}s"
+    elif out.get("state") == "running":
+        why = f"daemon {out.get('pid')} still running at the drain deadline"
+    else:
+        why = "drain deadline passed"
+    return f"{why}: {figures}; held by: " + "; ".join(_holder_names(out.get("holders")))
+
+
+def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    d = ctx.settings.daemon.drain
+    if ctx.notes.get("already_running"):
+        return skipped("daemon was not stopped: it already runs this release")
+    stopped = ctx.notes.get("stopped") or {}
+    deadline = float(params.get("deadline", d.deadline))
+    args: list[object] = [
+        "--root",
+        ctx.layout.root,
+        "--deadline",
+        deadline,
+        "--plateau",
+        params.get("plateau", d.plateau),
+        "--zombie-grace",
+        params.get("zombie_grace", d.zombie_grace),
+        *budget_args(ctx.settings.daemon),
+    ]
+    if stopped.get("pid"):
+        args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
+    else:
+        args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
+    _, out = ctx.script("drain", *args, timeout=deadline + 30)
+    if out.get("outcome") != "drained":
+        raise StepFailed(failure_reason(out), retryable=False, data=out)
+    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
+    waited = out["ended"] - out["started"]
+    how = {
+        "budget": f"headroom fits the budget {format_size(out.get('budget'))}",
+        "baseline": "working set back to its level before the old daemon started",
+    }.get(out.get("drained_by") or "", "memory not measurable here")
+    return ok(
+        f"old daemon gone and {how} after {waited:.1f}s (working set "
+        f"{format_size(out.get('working_set'))}, page cache "
+        f"{format_size(out.get('page_cache'))}){note}",
+        **out,
+    )
