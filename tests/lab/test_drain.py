@@ -1,6 +1,7 @@
-"""The drain measures the memory that matters (issue 8): page cache the old daemon left is
-not waited for; a leaked /dev/shm segment or a stray process fails the drain when memory
-stops falling (the plateau), not at the deadline, and the event names the holder."""
+"""Issue 8 on the lab. The drain measures the memory that matters: page cache the old daemon
+left is not waited for; a leaked /dev/shm segment or a stray process fails the drain when
+memory stops falling (the plateau), not at the deadline, and the event names the holder.
+A validation that hangs is killed at its timeout, reported as hung, and rolled back."""
 
 from __future__ import annotations
 
@@ -146,3 +147,31 @@ def test_stray_process_holding_memory_fails_at_the_plateau_naming_it(
         sh(host, f"kill -KILL {stray}; true")
         again = deploy(tmp_path, fleet, "after-stray-cleanup", "--limit", host)
         assert again.code == 0, again.stderr[-3000:]
+
+
+def test_validation_that_hangs_is_killed_reported_and_rolled_back(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    host = "lab-1"
+    old = assert_serving(host)
+    stuck = KNOBS.replace("prove_secs: 0.1", "prove_secs: 3600")  # no result, like cuzk blocked
+    run = deploy(tmp_path, fleet, "hangs", "--limit", host, "--set", f"lab_knobs={stuck}",
+                 "--set", "validate_timeout=3")
+    assert run.code == 1
+    validate = run.steps(host)["validate"]
+    assert validate["status"] == "failed", validate
+    assert validate["reason"].startswith("validation hung (no result in 3 s)"), validate
+    retries = [e for e in run.events if e["kind"] == "retry" and e["host"] == host]
+    assert retries == []  # a hang is not retried: it would hang again
+    before, after = validate["data"]["counters_before"], validate["data"]["counters_after"]
+    assert isinstance(before, dict) and isinstance(after, dict), validate
+    assert after["total_completed"] == before["total_completed"]
+    assert after != before  # the proof went in; nothing came out
+    assert lab_pgrep(host, "[c]uzk-bench") == ""  # killed on the host, not just abandoned
+    end = run.host_end(host)
+    assert end["status"] == "rolled_back" and "validate failed" in end["reason"], end
+    assert assert_serving(host) == old
+
+
+def lab_pgrep(host: str, pattern: str) -> str:
+    return sh(host, f"pgrep -af {shlex.quote(pattern)}; true").strip()

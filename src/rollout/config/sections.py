@@ -245,4 +245,12 @@ class ValidateSpec(Section):
     success_pattern: Regex = Field(
         default=r"^status:\s+COMPLETED", description="Regex (multiline) the output must match."
     )
+    timeout: float = Field(
+        default=600,
+        gt=0,
+        description="Seconds the command may run (cuzk-bench has no timeout of its own; a "
+        "budget too small for the proof blocks it forever). Still running then: killed, "
+        "reported as hung with the daemon's /status counters before and after, and the "
+        "host is rolled back.",
+    )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")

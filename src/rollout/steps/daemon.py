@@ -140,7 +140,7 @@ def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
 
 
-def _status_url(status_listen: str) -> str:
+def status_url(status_listen: str) -> str:
     host, _, port = status_listen.rpartition(":")
     if host in ("0.0.0.0", "", "[::]", "::"):
         host = "127.0.0.1"
@@ -151,7 +151,7 @@ def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     """The status port answers (never a log line). Fails early if the daemon dies meanwhile."""
     daemon = ctx.settings.daemon
     seconds = float(params.get("timeout", daemon.ready_timeout))
-    url = _status_url(daemon.status_listen)
+    url = status_url(daemon.status_listen)
     pidfile = q(ctx.layout.daemon_pid)
     known = ctx.notes.get("daemon_pid")
     first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, ok
 from rollout.layout import q
 from rollout.steps.base import HostContext
+from rollout.steps.daemon import status_url
+from rollout.transport.base import RunResult
 
 
 def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
@@ -41,13 +45,59 @@ def ensure_input(ctx: HostContext) -> str:
     return f"staged input {spec.path} from {source.name}"
 
 
+KILL_AFTER = 5  # seconds between timeout's SIGTERM and its SIGKILL
+TIMED_OUT, KILLED = 124, 137  # timeout's status when it stopped the command (TERM, KILL)
+
+
+def status_counters(ctx: HostContext) -> dict[str, Any] | None:
+    """The daemon's /status counters (None when the status port is off or does not answer)."""
+    listen = ctx.settings.daemon.status_listen
+    if not listen:
+        return None
+    r = ctx.sh(f"curl -fsS --max-time 5 {q(status_url(listen))}", timeout=15)
+    try:
+        counters = json.loads(r.stdout).get("counters") if r.ok else None
+    except (ValueError, AttributeError):
+        return None
+    return counters if isinstance(counters, dict) else None
+
+
+def run_bounded(ctx: HostContext, command: str, seconds: float) -> tuple[RunResult, bool]:
+    """Run the validation on the host under `timeout`: a proof that never answers (cuzk-bench
+    has no timeout of its own) is stopped there, its whole process group with it.
+    Returns the result and whether it was stopped (hung)."""
+    marker = "__rollout_validate_elapsed="
+    wrapped = (
+        f"start=$(date +%s); timeout -k {KILL_AFTER} {seconds:g} sh -c {q(command)}; rc=$?; "
+        f'echo "{marker}$(( $(date +%s) - start ))"; exit $rc'
+    )
+    r = ctx.sh(wrapped, timeout=seconds + KILL_AFTER + 30)
+    elapsed = re.search(rf"^{marker}(\d+)$", r.stdout, re.MULTILINE)
+    ran = int(elapsed.group(1)) if elapsed else 0
+    hung = r.exit_code == TIMED_OUT or (r.exit_code == KILLED and ran >= int(seconds))
+    stdout = re.sub(rf"^{marker}\d+\n?", "", r.stdout, flags=re.MULTILINE)
+    return replace(r, stdout=stdout), hung
+
+
 def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     spec = ctx.settings.validation
     staged = ensure_input(ctx)
     command = ctx.render_command(params.get("command", spec.command))
     pattern = re.compile(params.get("success_pattern", spec.success_pattern), re.MULTILINE)
-    r = ctx.sh(command, timeout=float(params.get("timeout", 600)))
+    seconds = float(params.get("timeout", spec.timeout))
+    before = status_counters(ctx)
+    r, hung = run_bounded(ctx, command, seconds)
     output = (r.stdout + r.stderr)[-4000:]
+    if hung:
+        after = status_counters(ctx)
+        raise StepFailed(
+            f"validation hung (no result in {seconds:g} s): killed; daemon counters "
+            f"before {before}, after {after}",
+            retryable=False,
+            output=output,
+            data={"hung": True, "timeout": seconds, "counters_before": before,
+                  "counters_after": after},
+        )
     if pattern.search(r.stdout):
         job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
         return ok(

@@ -1,0 +1,53 @@
+"""The validation runs under a timeout on the host: a proof that never answers is killed
+there (its process group with it) and reported as hung, never waited for."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from rollout.layout import Layout
+from rollout.steps.base import HostContext
+from rollout.steps.validate import run_bounded
+from rollout.transport.local import LocalTransport
+
+
+def local_ctx() -> HostContext:
+    return HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout("/tmp"), None)
+
+
+def test_a_command_that_answers_is_not_hung_and_its_output_is_kept() -> None:
+    r, hung = run_bounded(local_ctx(), "echo 'status:    COMPLETED'; exit 0", 30)
+    assert not hung and r.exit_code == 0
+    assert r.stdout == "status:    COMPLETED\n"
+
+
+def test_a_command_that_fails_fast_is_not_hung() -> None:
+    r, hung = run_bounded(local_ctx(), "echo 'Error: failed to connect' >&2; exit 1", 30)
+    assert not hung and r.exit_code == 1 and "failed to connect" in r.stderr
+
+
+def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
+    tmp_path: Path,
+) -> None:
+    pids = tmp_path / "pids"
+    # a shell that does not exec its last command, and a grandchild: the whole group goes
+    command = f"sleep 300 & echo $! > {pids}; sleep 300; wait"
+    r, hung = run_bounded(local_ctx(), command, 1)
+    assert hung and r.exit_code in (124, 137)
+    child = int(pids.read_text())
+    assert child != os.getpid()
+    end = time.monotonic() + 10  # the signal is sent; wait for the kernel to finish it
+    while alive(child):
+        assert time.monotonic() < end, f"pid {child} survived the validation's timeout"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
