@@ -34,7 +34,15 @@ from .playbook_checks import (
     unused_overrides,
 )
 from .render import render_tree, resolve_vars
-from .sections import BuildSpec, DaemonSpec, ReleaseSpec, RollingSpec, Section, ValidateSpec
+from .sections import (
+    BuildSpec,
+    DaemonSpec,
+    PreflightSpec,
+    ReleaseSpec,
+    RollingSpec,
+    Section,
+    ValidateSpec,
+)
 from .steps import Scope, StepSpec
 from .yamlfile import (
     KeyPath,
@@ -72,6 +80,9 @@ class Playbook(Section):
     release: ReleaseSpec = Field(default_factory=ReleaseSpec, description="Releases on hosts.")
     build: BuildSpec = Field(description="How the release is built.")
     daemon: DaemonSpec = Field(default_factory=DaemonSpec, description="The cuzk daemon.")
+    preflight: PreflightSpec = Field(
+        default_factory=PreflightSpec, description="What a host must offer before it is touched."
+    )
     validation: ValidateSpec = Field(
         default_factory=ValidateSpec, alias="validate", description="The validation proof."
     )

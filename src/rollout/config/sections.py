@@ -216,11 +216,38 @@ class DaemonSpec(Section):
         return value if value == "cgroup" else _check_size(value)
 
 
+class PreflightSpec(Section):
+    """What preflight checks on a host before the old daemon is touched (besides disk
+    space, the memory limit and the validation input)."""
+
+    cpu_flags: list[str] = Field(
+        default_factory=lambda: ["adx"],
+        description="CPU flags (/proc/cpuinfo) the build needs: supraseal uses ADX when the "
+        "build machine has it. []: a portable build, no check.",
+    )
+    gpus: bool = Field(
+        default=True,
+        description="Check that nvidia-smi lists daemon.gpu_devices (any GPU when that is "
+        "empty). Usually a host var: false on hosts without GPUs, like the lab's.",
+    )
+    min_budget: Size = Field(
+        default="0",
+        description="The least memory budget the validation's proof type needs; a smaller "
+        "budget is refused at preflight, naming both numbers.",
+    )
+
+
 class InputSpec(Section):
     """The validation proof's input file on the host."""
 
     path: RemotePath = Field(
         default="/data/32gbench/c1.json", description="Input file on the host."
+    )
+    size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Expected size in bytes (a real 32 GiB PoRep C1 is about 51 MB); "
+        "null: not checked.",
     )
     sha256: str | None = Field(
         default=None,

@@ -1,11 +1,19 @@
-"""Preflight: before anything on a host changes, check that the rollout can succeed there."""
+"""Preflight: before anything on a host changes, check that the rollout can succeed there.
+
+Each check is its own function returning the problems it found (empty: fine). The step's
+`checks` param picks some of them (default: all); the executables check needs the release
+on the host, so a playbook runs it again after the upload, still before the old daemon is
+touched: `{name: preflight-executables, kind: preflight, params: {checks: [executables]}}`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.events import StepResult, ok
+from rollout.layout import q
 from rollout.steps.base import HostContext
 from rollout.steps.config import memory_budget
 from rollout.steps.validate import ensure_input
@@ -13,17 +21,21 @@ from rollout.units import format_size, parse_size
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
+Check = Callable[[HostContext, dict[str, Any], list[str]], list[str]]
+
 
 def _space_needed(ctx: HostContext, facts: dict[str, Any]) -> int:
-    if ctx.release is None:
-        return SPACE_MARGIN
-    ids = {r.get("id") for r in facts.get("releases") or []}
-    if ctx.release.id in ids:
+    if ctx.release is None or _release_on_host(ctx, facts):
         return SPACE_MARGIN
     return 2 * sum(a.size for a in ctx.release.artifacts) + SPACE_MARGIN
 
 
-def _problems(ctx: HostContext, facts: dict[str, Any]) -> list[str]:
+def _release_on_host(ctx: HostContext, facts: dict[str, Any]) -> bool:
+    ids = {r.get("id") for r in facts.get("releases") or []}
+    return ctx.release is not None and ctx.release.id in ids
+
+
+def check_space(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
     problems = []
     root = ctx.layout.root
     if not facts.get("root_writable"):
@@ -34,26 +46,149 @@ def _problems(ctx: HostContext, facts: dict[str, Any]) -> list[str]:
         problems.append(
             f"{root} has {format_size(free)} free, the release needs {format_size(need)}"
         )
-    daemon = ctx.settings.daemon
-    try:
-        budget = memory_budget(facts, daemon.safety_margin)
-        if daemon.total_budget != "cgroup" and parse_size(daemon.total_budget) > budget:
-            problems.append(
-                f"total_budget {daemon.total_budget} exceeds the cgroup limit minus "
-                f"the safety margin ({format_size(budget)})"
-            )
-    except StepFailed as e:
-        problems.append(str(e))
     if not facts.get("python"):
         problems.append("python3 is missing on the host")
+    notes.append(f"{root} writable, {format_size(free)} free")
     return problems
 
 
+def budget_of(ctx: HostContext, facts: dict[str, Any]) -> int:
+    """The daemon's memory budget, as the config step will write it."""
+    daemon = ctx.settings.daemon
+    if daemon.total_budget == "cgroup":
+        return memory_budget(facts, daemon.safety_margin)
+    return parse_size(daemon.total_budget)
+
+
+def check_budget(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+    """The budget fits under the limit, and is at least what the proof type needs."""
+    daemon = ctx.settings.daemon
+    try:
+        budget = budget_of(ctx, facts)
+        if daemon.total_budget != "cgroup":
+            room = memory_budget(facts, daemon.safety_margin)
+            if budget > room:
+                return [
+                    f"total_budget {daemon.total_budget} exceeds the cgroup limit minus "
+                    f"the safety margin ({format_size(room)})"
+                ]
+    except StepFailed as e:
+        return [str(e)]
+    minimum = parse_size(ctx.settings.preflight.min_budget)
+    if budget < minimum:
+        return [
+            f"memory budget {format_size(budget)} ({budget} bytes) is below the minimum "
+            f"{format_size(minimum)} ({minimum} bytes) the proof needs (preflight.min_budget)"
+        ]
+    notes.append(f"budget {format_size(budget)} fits")
+    return []
+
+
+def cpu_flags(text: str) -> set[str]:
+    """The flags of the first CPU in /proc/cpuinfo ("flags" on x86, "Features" on arm)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def check_cpu(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+    want = list(ctx.settings.preflight.cpu_flags)
+    if not want:
+        return []
+    have = cpu_flags(ctx.sh("grep -m1 -E '^(flags|Features)' /proc/cpuinfo").stdout)
+    missing = [f for f in want if f not in have]
+    if missing:
+        return [
+            f"the CPU lacks {', '.join(missing)}, which the build needs (preflight.cpu_flags; "
+            "build with cuzk's portable feature for such hosts)"
+        ]
+    notes.append(f"CPU has {', '.join(want)}")
+    return []
+
+
+def gpu_indexes(text: str) -> list[int]:
+    """Indexes from `nvidia-smi --query-gpu=index,name --format=csv,noheader`."""
+    out = []
+    for line in text.splitlines():
+        head = line.split(",", 1)[0].strip()
+        if head.isdigit():
+            out.append(int(head))
+    return out
+
+
+def check_gpus(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+    if not ctx.settings.preflight.gpus:
+        notes.append("no GPU check (the host's vars say it has none)")
+        return []
+    want = [int(d) for d in getattr(ctx.settings.daemon, "gpu_devices", None) or []]
+    r = ctx.sh("nvidia-smi --query-gpu=index,name --format=csv,noheader 2>&1", timeout=60)
+    if not r.ok:
+        why = (r.stdout or r.stderr).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+        return [f"nvidia-smi failed on the host: {why[0]}"]
+    listed = gpu_indexes(r.stdout)
+    missing = [d for d in want if d not in listed]
+    if missing:
+        return [f"GPU {missing} not listed by nvidia-smi (it lists {listed or 'none'})"]
+    if not listed:
+        return ["nvidia-smi lists no GPU"]
+    notes.append(f"GPUs {want or listed} present")
+    return []
+
+
+def missing_libraries(ldd_output: str) -> list[str]:
+    """The "not found" lines of ldd: libraries, and symbol versions such as GLIBC_2.34."""
+    return [line.strip() for line in ldd_output.splitlines() if "not found" in line]
+
+
+def check_executables(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+    """The uploaded executables load here: ldd finds every library they need."""
+    if ctx.release is None or not _release_on_host(ctx, facts):
+        notes.append("executables not on the host yet: checked after the upload")
+        return []
+    if not ctx.sh("command -v ldd").ok:
+        notes.append("no ldd on the host: libraries not checked")
+        return []
+    problems = []
+    for artifact in ctx.release.artifacts:
+        path = f"{ctx.layout.release_dir(ctx.release.id)}/{artifact.name}"
+        out = ctx.sh(f"LC_ALL=C ldd -- {q(path)} 2>&1").stdout
+        problems += [f"{artifact.name} needs {m}" for m in missing_libraries(out)]
+    if not problems:
+        notes.append("executables load (ldd)")
+    return problems
+
+
+def check_input(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+    notes.append(ensure_input(ctx))
+    return []
+
+
+CHECKS: dict[str, Check] = {
+    "space": check_space,
+    "budget": check_budget,
+    "cpu": check_cpu,
+    "gpus": check_gpus,
+    "executables": check_executables,
+    "input": check_input,
+}
+
+
 def preflight(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+    names = list(params.get("checks") or CHECKS)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise StepFailed(
+            f"unknown preflight check(s) {unknown}; known: {', '.join(CHECKS)}", retryable=False
+        )
     facts = ctx.facts()
-    problems = _problems(ctx, facts)
+    notes: list[str] = []
+    problems: list[str] = []
+    for name in names:
+        if name == "input" and problems:
+            break  # staging the input is work: not for a host that cannot take the release
+        problems += CHECKS[name](ctx, facts, notes)
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)
-    staged = ensure_input(ctx)
-    free = format_size((facts.get("disk") or {}).get("free_bytes"))
-    return ok(f"{ctx.layout.root} writable, {free} free, budget fits; {staged}")
+    return ok("; ".join(notes))

@@ -22,16 +22,32 @@ def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
     return r.stdout.split()[0] if r.ok and r.stdout else None
 
 
+def _size_on_host(ctx: HostContext, path: str) -> int | None:
+    r = ctx.sh(f"stat -c %s -- {q(path)} 2>/dev/null")
+    return int(r.stdout) if r.ok and r.stdout.strip().isdigit() else None
+
+
 def ensure_input(ctx: HostContext) -> str:
-    """The validation input is on the host with the expected sha256; stage it if not."""
+    """The validation input is on the host with the expected size and sha256 (a real C1,
+    not a stand-in); stage it if not."""
     spec = ctx.settings.validation.input
     source = Path(spec.source) if spec.source else None
+    if source is not None and spec.size is not None and source.stat().st_size != spec.size:
+        raise StepFailed(
+            f"validation input source {source} is {source.stat().st_size} bytes, "
+            f"validate.input.size says {spec.size}",
+            retryable=False,
+        )
     want = spec.sha256 or (hashlib.sha256(source.read_bytes()).hexdigest() if source else None)
-    have = _sha256_on_host(ctx, spec.path)
+    size = _size_on_host(ctx, spec.path) if spec.size is not None else None
+    have = None if size != spec.size else _sha256_on_host(ctx, spec.path)
     if have and (want is None or have == want):
         return f"input {spec.path} present"
     if source is None:
-        problem = "missing" if have is None else f"sha256 {have[:12]} is not {want}"
+        if size is not None and size != spec.size:
+            problem = f"is {size} bytes, not {spec.size}"
+        else:
+            problem = "missing" if have is None else f"sha256 {have[:12]} is not {want}"
         raise StepFailed(
             f"validation input {spec.path} {problem} and no source is set", retryable=False
         )

@@ -1,0 +1,59 @@
+"""Preflight checks on what a host reports: CPU flags, GPUs, ldd output, the budget."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from rollout.steps import preflight
+
+LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd)
+\tlibcuda.so.1 => not found
+\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f)
+/data/releases/abc/cuzk-daemon: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found (required by /data/releases/abc/cuzk-daemon)
+"""  # noqa: E501
+
+
+def test_ldd_not_found_lines_name_libraries_and_symbol_versions() -> None:
+    assert preflight.missing_libraries(LDD_MISSING) == [
+        "libcuda.so.1 => not found",
+        "/data/releases/abc/cuzk-daemon: /lib/x86_64-linux-gnu/libc.so.6: version "
+        "`GLIBC_2.38' not found (required by /data/releases/abc/cuzk-daemon)",
+    ]
+    assert preflight.missing_libraries("\tnot a dynamic executable\n") == []
+
+
+def test_cpu_flags_from_x86_and_arm_cpuinfo() -> None:
+    assert "adx" in preflight.cpu_flags("flags\t\t: fpu vme adx bmi2\n")
+    assert preflight.cpu_flags("Features\t: fp asimd aes\n") == {"fp", "asimd", "aes"}
+    assert preflight.cpu_flags("") == set()
+
+
+def test_gpu_indexes_from_nvidia_smi_csv() -> None:
+    text = "0, NVIDIA GeForce RTX 4090\n1, NVIDIA GeForce RTX 4090\nNo devices were found\n"
+    assert preflight.gpu_indexes(text) == [0, 1]
+
+
+def ctx_with(total_budget: str = "cgroup", min_budget: str = "0") -> Any:
+    daemon = SimpleNamespace(total_budget=total_budget, safety_margin="64MiB")
+    settings = SimpleNamespace(daemon=daemon, preflight=SimpleNamespace(min_budget=min_budget))
+    return SimpleNamespace(settings=settings)
+
+
+FACTS = {"cgroup": {"memory": {"limit": 512 * 2**20}}}
+
+
+def test_budget_below_the_proof_minimum_is_refused_naming_both_numbers() -> None:
+    notes: list[str] = []
+    problems = preflight.check_budget(ctx_with(min_budget="1GiB"), FACTS, notes)
+    assert problems == [
+        "memory budget 448.0MiB (469762048 bytes) is below the minimum 1.0GiB "
+        "(1073741824 bytes) the proof needs (preflight.min_budget)"
+    ]
+    assert preflight.check_budget(ctx_with(min_budget="448MiB"), FACTS, notes) == []
+    assert notes == ["budget 448.0MiB fits"]
+
+
+def test_fixed_budget_over_the_limit_is_refused() -> None:
+    problems = preflight.check_budget(ctx_with(total_budget="1GiB"), FACTS, [])
+    assert problems and "exceeds the cgroup limit minus the safety margin" in problems[0]
