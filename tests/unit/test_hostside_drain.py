@@ -87,7 +87,8 @@ def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
     assert out["reaped_at"] >= stamps["reaped"] and out["memory_back_at"] >= stamps["memory"]
     assert out["working_set"] == 50 and out["budget"] == 900
     assert out["memory"]["usage"] == 50 and out["memory"]["source"] == "cgroup-v2"
-    assert out["died_at"] <= out["reaped_at"] <= out["memory_back_at"] <= out["ended"]
+    assert out["died_at"] <= out["reaped_at"] <= out["ended"]
+    assert out["died_at"] <= out["memory_back_at"] <= out["ended"]
     assert out["samples"][0] == [0.0, 900] or out["samples"][0][1] == 900
     assert out["samples"][-1][1] == 50
     assert out["holders"] is None
@@ -212,19 +213,31 @@ def test_meminfo_fallback_with_fake_proc_and_unlimited_v1(tmp_path: Path) -> Non
     proc = tmp_path / "proc"
     (proc / "4242").mkdir(parents=True)
     stat = "4242 (cuzk-daemon) Z 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0\n"
-    (proc / "4242" / "stat").write_text(stat)
     meminfo = "MemTotal: 1000 kB\nMemFree: 50 kB\nMemAvailable: {} kB\nCached: 300 kB\n"
     (proc / "meminfo").write_text(meminfo.format(100))
+    fifo = proc / "4242" / "stat"
+    os.mkfifo(fifo)
     stamps: dict[str, float] = {}
-    later(0.3, lambda: (proc / "4242" / "stat").unlink(), stamps, "reaped")
-    later(0.7, lambda: (proc / "meminfo").write_text(meminfo.format(950)), stamps, "memory")
+
+    def zombie_seen_then_reaped_then_memory_back() -> None:
+        with open(fifo, "w") as f:  # opens once the drain reads its stat: it sees a zombie
+            stamps["reaped"] = time.time()  # (stamps come before the change they mark)
+            fifo.unlink()  # its next read finds the pid gone (reaped)
+            f.write(stat)
+        stamps["memory"] = time.time()
+        (proc / "meminfo").write_text(meminfo.format(950))
+
+    threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
     rc, out = run_drain(tmp_path, "--pid", "4242", "--starttime", "777", "--proc", str(proc),
                         "--cgroup-root", str(tmp_path / "cgroup"), "--margin", str(100 * 1024),
                         "--deadline", "20")
     assert rc == 0 and out["zombie_seen"]
     assert out["memory"]["source"] == "meminfo" and out["memory"]["limit"] == 1000 * 1024
     assert out["working_set"] == 50 * 1024 and out["page_cache"] == 300 * 1024
-    assert out["memory_back_at"] >= stamps["memory"] and out["reaped_at"] >= stamps["reaped"]
+    assert stamps["reaped"] <= stamps["memory"]
+    assert out["state_at_start"] == "zombie" and out["state"] == "gone"
+    assert out["died_at"] <= out["reaped_at"] <= out["ended"]
+    assert out["died_at"] <= out["memory_back_at"] <= out["ended"]
 
 
 V1_STAT = """cache 5000

@@ -272,7 +272,7 @@ class ValidateSpec(Section):
     success_pattern: Regex = Field(
         default=r"^status:\s+COMPLETED", description="Regex (multiline) the output must match."
     )
-    timeout: float = Field(
+    timeout: Seconds = Field(
         default=600,
         gt=0,
         description="Seconds the command may run (cuzk-bench has no timeout of its own; a "
