@@ -109,22 +109,24 @@ def test_page_cache_left_behind_is_not_waited_for(tmp_path: Path) -> None:
 
 def test_back_to_the_baseline_recorded_before_the_daemon_started(tmp_path: Path) -> None:
     """The budget never fits (another tenant holds memory), but the working set is back
-    where it was before the old daemon started."""
-    limit = 1 << 30
-    cg = v2_tree(tmp_path, 700 * MIB, limit=str(limit))
+    where it was before the old daemon started: the least of the recent start records."""
+    cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30))
     (tmp_path / "rollout").mkdir()
-    starts = [{"pid": 4242, "baseline": {"source": "cgroup-v2", "working_set": 600 * MIB}},
-              {"pid": 4243, "baseline": {"source": "cgroup-v2", "working_set": 690 * MIB}},
-              {"pid": 4243, "note": "not json-safe line follows"}]
-    lines = [json.dumps(r) for r in starts[:2]] + ["{cut"]
+    starts = [
+        {"pid": 4241, "baseline": {"source": "cgroup-v2", "working_set": 690 * MIB}},
+        {"pid": 4243, "baseline": {"source": "cgroup-v2", "working_set": 900 * MIB}},
+        {"pid": 4245, "baseline": {"source": "cgroup-v1", "working_set": 1}},
+    ]  # 4243 restarted after a crash, while its predecessor's memory was still charged
+    lines = [json.dumps(r) for r in starts] + ["{cut"]
     (tmp_path / "rollout" / "starts.jsonl").write_text("\n".join(lines) + "\n")
-    rc, out = run_drain(tmp_path, "--pid", "4243", "--cgroup-root", str(cg),
-                        "--budget", str(900 * MIB), "--deadline", "20")
-    assert rc == 0 and out["drained_by"] == "baseline", out
-    assert out["baseline"] == 690 * MIB
-    rc, out = run_drain(tmp_path, "--pid", "4242", "--cgroup-root", str(cg),
-                        "--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
-    assert rc == 3 and out["outcome"] == "plateau" and out["baseline"] == 600 * MIB
+    budget = ("--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
+    rc, out = run_drain(tmp_path, "--pid", "4243", "--cgroup-root", str(cg), *budget)
+    assert rc == 0 and out["drained_by"] == "baseline" and out["baseline"] == 690 * MIB, out
+    (cg / "memory.current").write_text(f"{800 * MIB}\n")  # under 4243's own, over the least
+    rc, out = run_drain(tmp_path, "--pid", "4243", "--cgroup-root", str(cg), *budget)
+    assert rc == 3 and out["outcome"] == "plateau", out
+    rc, out = run_drain(tmp_path, "--pid", "4244", "--cgroup-root", str(cg), *budget)
+    assert rc == 3 and out["baseline"] is None  # no start record of its own: budget only
 
 
 def test_plateau_fails_early_and_names_the_holders(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ where the container has no limit, MemTotal - MemAvailable. Page cache the old da
 (a params file it mmap'd) is not waited for. The memory is back when the headroom (limit
 minus working set) fits the new daemon's budget (--budget bytes, or the limit minus
 --margin), or when the working set is back to the baseline the supervisor recorded just
-before it started the old daemon (<root>/rollout/starts.jsonl).
+before it started the old daemon (<root>/rollout/starts.jsonl; the least of the recent
+records, so that a restart while a crashed daemon's memory was still charged cannot raise
+it).
 
 When the process is gone and the working set has not fallen for --plateau seconds, the
 drain fails early and names what still holds memory: the processes charged to the cgroup
@@ -77,20 +79,25 @@ def memory_back(mem: dict[str, Any], budget: int | None, baseline: int | None) -
 
 
 def baseline_of(root: str, pid: int, source: str | None) -> int | None:
-    """The working set recorded before daemon `pid` started (its last start record)."""
+    """The working set recorded before daemon `pid` started, or lower: the least one of the
+    recent start records. A daemon restarted after a crash may have started while its
+    predecessor's memory was still coming back; its own baseline would then be too high."""
     path = os.path.join(root, "rollout", "starts.jsonl")
     try:
         data, _, _ = tail_window(path, 256 * 1024)
     except OSError:
         return None
-    for rec in reversed(parse_jsonl(data.splitlines())):
-        if isinstance(rec, dict) and rec.get("pid") == pid:
-            base = rec.get("baseline")
-            if isinstance(base, dict) and base.get("source") == source:
-                ws = base.get("working_set")
-                return ws if isinstance(ws, int) else None
-            return None
-    return None
+    seen: list[int] = []
+    own = False
+    for rec in parse_jsonl(data.splitlines()):
+        base = rec.get("baseline") if isinstance(rec, dict) else None
+        if not isinstance(base, dict) or base.get("source") != source:
+            continue
+        ws = base.get("working_set")
+        if isinstance(ws, int):
+            seen.append(ws)
+            own = own or rec.get("pid") == pid
+    return min(seen) if own else None
 
 
 def thin(samples: list[list[Any]], keep: int = MAX_SAMPLES) -> list[list[Any]]:
