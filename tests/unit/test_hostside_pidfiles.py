@@ -118,7 +118,7 @@ def test_stop_never_acts_on_pid_1_or_below(host: Host, pid: int) -> None:
 def test_drain_never_waits_on_pid_1(host: Host) -> None:
     code, out = run_script("drain", "--root", str(host.root), "--pid", "1",
                            "--cgroup-root", str(host.root / "no-cgroup"),
-                           "--threshold-bytes", str(1 << 62), "--deadline", "30", "--no-record")
+                           "--budget", "1", "--deadline", "30", "--no-record")
     assert code == 0 and out["outcome"] == "drained" and out["state"] == "gone", out
 
 
