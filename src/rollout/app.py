@@ -21,7 +21,7 @@ from rollout.config.steps import StepSpec
 from rollout.console import ConsoleSink, print_summary
 from rollout.engine import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
-from rollout.events import EventBus, JsonLinesSink
+from rollout.events import EventBus, JsonLinesSink, open_private
 from rollout.journal import read_journal
 from rollout.locks import LockPolicy, holder_for
 from rollout.plan import Plan, make_plan
@@ -124,8 +124,7 @@ def json_stream(path: str | None) -> Iterator[IO[str] | None]:
     elif path == "-":
         yield sys.stdout
     else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        with open_private(Path(path)) as f:
             yield f
 
 

@@ -18,6 +18,7 @@ from rollout.app import connect
 from rollout.errors import RolloutError, StepFailed
 from rollout.layout import Layout, q
 from rollout.plan import Plan
+from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.units import format_size
 
@@ -81,7 +82,7 @@ def _json_script(ctx: HostContext, text: str, args: tuple[object, ...],
         data = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as e:
         raise StepFailed(f"diagnose on host gave no JSON (exit {result.exit_code}): "
-                         f"{(result.stderr or result.stdout).strip()[-300:]}") from e
+                         f"{tail((result.stderr or result.stdout).strip(), 300)}") from e
     return (data if isinstance(data, dict) else {}), size
 
 

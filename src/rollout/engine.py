@@ -31,6 +31,7 @@ from rollout.locks import (
 from rollout.plan import Plan
 from rollout.retry import failure_class, run_with_retry
 from rollout.rollback import roll_back_host
+from rollout.secrets import tail
 from rollout.steps import HOST_STEPS, image
 from rollout.steps.base import HostContext, Release
 from rollout.transport.base import Transport
@@ -423,7 +424,7 @@ class Engine:
                 Status.FAILED,
                 str(e),
                 {**getattr(e, "data", {}), "failure": failure_class(e)},
-                output=str(output)[-3000:],
+                output=tail(str(output), 3000),
                 attempts=spec.retry.attempts,
             )
         finally:
@@ -440,7 +441,7 @@ class Engine:
                 **result.data,
                 "attempts": result.attempts,
                 "duration": result.duration,
-                "output": result.output[-2000:],
+                "output": tail(result.output, 2000),
             },
         )
         return result

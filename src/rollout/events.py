@@ -75,6 +75,16 @@ class Event:
 Sink = Callable[[Event], None]
 
 
+def open_private(path: Path, append: bool = False) -> IO[str]:
+    """Open a file for writing that only its owner may read (0600: reports name hosts,
+    commands and outputs, which may hold secrets the redaction does not know)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+
+
 class EventBus:
     """Fans every event out to the sinks, one event at a time, from any thread."""
 
@@ -113,8 +123,7 @@ class JsonLinesSink:
 
     @classmethod
     def to_path(cls, path: Path, durable: bool = False) -> JsonLinesSink:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stream = path.open("a", encoding="utf-8")
+        stream = open_private(path, append=True)
         if _ends_mid_line(path):  # a journal resumed after a crash: end the line cut short
             stream.write("\n")
         return cls(stream, durable)

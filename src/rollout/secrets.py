@@ -1,8 +1,15 @@
 """Secrets read from the environment by templates (`{{ secret('NAME') }}`), and their
-redaction: a secret's value never appears in an event, a log line or a report."""
+redaction: a secret's value never appears in an event, a log line or a report.
+
+A secret is known in every form it can take on its way out (as is, shell-quoted,
+JSON-escaped, base64), and text is masked BEFORE it is cut to length, so no cut leaves
+a prefix of a secret behind.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import threading
 from typing import Any
@@ -12,6 +19,24 @@ from rollout.errors import UserError
 _known: set[str] = set()
 _lock = threading.Lock()
 MASK = "********"
+MIN_LENGTH = 4
+"""Shorter values would mask ordinary text."""
+
+
+def forms(value: str) -> set[str]:
+    """The forms a value takes in commands, JSON and encoded files."""
+    quoted = value.replace("'", "'\"'\"'")  # inside shlex.quote's single quotes
+    encoded = base64.b64encode(value.encode()).decode()
+    escaped = json.dumps(value)[1:-1]
+    candidates = {value, quoted, escaped, json.dumps(quoted)[1:-1], encoded, encoded.rstrip("=")}
+    return {form for form in candidates if len(form) >= MIN_LENGTH}
+
+
+def register(value: str) -> None:
+    """Mask `value` (in all its forms) from now on."""
+    if len(value) >= MIN_LENGTH:
+        with _lock:
+            _known.update(forms(value))
 
 
 def secret(name: str) -> str:
@@ -19,9 +44,7 @@ def secret(name: str) -> str:
     value = os.environ.get(name)
     if value is None:
         raise UserError(f"secret({name!r}): environment variable {name} is not set")
-    if len(value) >= 4:  # shorter values would mask ordinary text
-        with _lock:
-            _known.add(value)
+    register(value)
     return value
 
 
@@ -38,3 +61,13 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(redact(v) for v in value)
     return value
+
+
+def head(text: str, length: int) -> str:
+    """The first `length` characters of `text`, masked before the cut."""
+    return str(redact(text))[:length]
+
+
+def tail(text: str, length: int) -> str:
+    """The last `length` characters of `text`, masked before the cut."""
+    return str(redact(text))[-length:]

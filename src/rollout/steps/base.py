@@ -17,6 +17,7 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult
 from rollout.hostside import script_text
 from rollout.layout import Layout, q
+from rollout.secrets import head, tail
 from rollout.transport.base import RunResult, Transport
 
 
@@ -113,7 +114,7 @@ class HostContext:
             timeout = min(timeout, left) if timeout else left
         result = self.transport.run(command, timeout=timeout, stdin=stdin)
         if result.exit_code == 124 and "(timed out)" in result.stderr:
-            raise StepTimeout(f"timed out: {command[:80]}", retryable=True)
+            raise StepTimeout(f"timed out: {head(command, 80)}", retryable=True)
         return result
 
     def script(self, name: str, *args: object, timeout: float | None = None) -> tuple[int, Any]:
@@ -125,17 +126,20 @@ class HostContext:
         except (ValueError, IndexError) as e:
             raise StepFailed(
                 f"{name} on host gave no JSON (exit {result.exit_code}): "
-                f"{(result.stderr or result.stdout).strip()[-400:]}"
+                f"{tail((result.stderr or result.stdout).strip(), 400)}"
             ) from e
 
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
-        """Atomically replace a file whose content differs; `keep_previous` gets the old one."""
+        """Atomically replace a file whose content differs; `keep_previous` gets the old one.
+        The text goes over stdin; the file and its kept copy are private (0600): a
+        rendered config may hold secrets."""
         want = hashlib.sha256(text.encode()).hexdigest()
-        have = self.sh(f"sha256sum -- {q(path)} 2>/dev/null").stdout.split()[:1]
-        if have == [want]:
+        have = self.sh(f"chmod 600 -- {q(path)} 2>/dev/null; sha256sum -- {q(path)} 2>/dev/null")
+        if have.stdout.split()[:1] == [want]:
             return False
-        keep = f"if [ -f {q(path)} ]; then cp -p -- {q(path)} {q(keep_previous)}; fi && "
-        self.sh(f"{keep if keep_previous else ''}cat > {q(path)}.new && "
+        kept = q(keep_previous)
+        keep = f"if [ -f {q(path)} ]; then rm -f -- {kept} && cp -- {q(path)} {kept}; fi && "
+        self.sh(f"umask 077 && {keep if keep_previous else ''}cat > {q(path)}.new && "
                 f"mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
         return True
 

@@ -40,8 +40,8 @@ def restore_config_of(ctx: HostContext, release_id: str) -> bool:
     """Put back the config `release_id` ran with, if kept; True when it was."""
     path = ctx.settings.daemon.config_path
     kept = q(config_of(path, release_id))
-    copy = f"cp -p -- {kept} {q(path)}.new && mv -T -- {q(path)}.new {q(path)}"
-    return ctx.sh(f"test -f {kept} && {copy}").ok
+    copy = f"cp -- {kept} {q(path)}.new && mv -T -- {q(path)}.new {q(path)}"
+    return ctx.sh(f"umask 077 && test -f {kept} && chmod 600 -- {kept} && {copy}").ok
 
 
 def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
@@ -67,6 +67,7 @@ def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     )
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
+    ctx.sh(f"chmod 600 -- {q(config_of(daemon.config_path, ''))}* 2>/dev/null")  # kept copies
     running = current_release(ctx)  # config runs before switch: the release in service
     keep = config_of(daemon.config_path, running) if running else None
     if not ctx.write_if_changed(daemon.config_path, text, keep):

@@ -10,6 +10,7 @@ from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, ok, skipped
 from rollout.hostside import script_text
 from rollout.layout import q
+from rollout.secrets import head
 from rollout.steps.base import HostContext
 
 
@@ -174,7 +175,8 @@ def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     try:
         status = json.loads(r.stdout)
     except ValueError as e:
-        raise StepFailed(f"{url} answered with something that is not JSON: {r.stdout[:200]}") from e
+        got = head(r.stdout, 200)
+        raise StepFailed(f"{url} answered with something that is not JSON: {got}") from e
     return ok(
         f"status port answers (version {status.get('version')}, up {status.get('uptime_secs')}s)",
         status=status,

@@ -15,6 +15,7 @@ from docker.errors import BuildError, DockerException, ImageNotFound
 
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.events import StepResult, changed, skipped
+from rollout.secrets import tail
 from rollout.steps.base import Artifact, Release
 from rollout.steps.manifest import release_id_of
 
@@ -103,7 +104,7 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
     except BuildError as e:
         lines = [str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log]
         raise StepFailed(
-            f"docker build failed: {e.msg}", retryable=False, output="".join(lines)[-3000:]
+            f"docker build failed: {e.msg}", retryable=False, output=tail("".join(lines), 3000)
         ) from e
     ctx.image = tag
     return changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)

@@ -12,6 +12,7 @@ from typing import Any
 from rollout.errors import StepFailed
 from rollout.events import StepResult, ok
 from rollout.layout import q
+from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import status_url
 from rollout.transport.base import RunResult
@@ -103,7 +104,7 @@ def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     seconds = float(params.get("timeout", spec.timeout))
     before = status_counters(ctx)
     r, hung = run_bounded(ctx, command, seconds)
-    output = (r.stdout + r.stderr)[-4000:]
+    output = tail(r.stdout + r.stderr, 4000)
     if hung:
         after = status_counters(ctx)
         raise StepFailed(
@@ -119,7 +120,7 @@ def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
         return ok(
             f"validation proof COMPLETED ({staged})",
             job_id=job.group(1) if job else None,
-            output_tail=output[-1000:],
+            output_tail=tail(output, 1000),
         )
     error = re.search(r"^error:\s*(.+)$", r.stdout, re.MULTILINE)
     why = error.group(1) if error else f"no line matching {pattern.pattern!r} (exit {r.exit_code})"

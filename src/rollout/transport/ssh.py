@@ -6,7 +6,6 @@ unless the policy is `accept-new`, which records it. A changed key is always ref
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -15,11 +14,11 @@ from typing import Protocol
 
 import paramiko
 from fabric import Connection
-from invoke.exceptions import CommandTimedOut
 
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
 from rollout.transport.base import RunResult, Transport
+from rollout.transport.channel import run_on_channel
 
 
 class SshTarget(Protocol):
@@ -41,9 +40,6 @@ class SshTarget(Protocol):
     def host_key_policy(self) -> str: ...
     @property
     def connect_timeout(self) -> float: ...
-
-
-_MAX_INLINE = 96 * 1024
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
@@ -72,14 +68,6 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
             f"unknown host key for {hostname} ({key.get_name()}): not in {self.known_hosts}. "
             "Add it there, or set host_key_policy: accept-new in the inventory."
         )
-
-
-def _with_stdin(command: str, stdin: str) -> str:
-    """Feed stdin inside the command line: no interactive stdin stream over the channel."""
-    if len(stdin) > _MAX_INLINE:
-        raise TransportError(f"stdin of {len(stdin)} bytes is too large to send inline")
-    encoded = base64.b64encode(stdin.encode()).decode()
-    return f"printf %s {encoded} | base64 -d | {{ {command}\n}}"
 
 
 class SshTransport(Transport):
@@ -132,22 +120,20 @@ class SshTransport(Transport):
     def run(
         self, command: str, timeout: float | None = None, stdin: str | None = None
     ) -> RunResult:
-        conn = self._connection()
-        remote = f"{{ {command}\n}} < /dev/null" if stdin is None else _with_stdin(command, stdin)
+        """Run `command`; `stdin` goes over the channel, never into the command line."""
+        transport = self._connection().client.get_transport()
+        data = None if stdin is None else stdin.encode()
         try:
-            r = conn.run(
-                remote,
-                hide=True,
-                warn=True,
-                in_stream=False,
-                timeout=int(timeout) + 1 if timeout else None,
-            )
-        except CommandTimedOut as e:
-            return RunResult(command, 124, e.result.stdout, e.result.stderr + "\n(timed out)")
+            if transport is None:
+                raise paramiko.SSHException("no SSH transport")
+            out = run_on_channel(transport, command, data, timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.name}: connection lost: {e}") from e
-        return RunResult(command, r.exited, r.stdout, r.stderr)
+        stdout, stderr = out.text()
+        if out.timed_out:
+            return RunResult(command, 124, stdout, stderr + "\n(timed out)")
+        return RunResult(command, out.exit_code, stdout, stderr)
 
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         try:
