@@ -64,7 +64,9 @@ def test_every_form_of_a_secret_is_masked(token: str, form: Any) -> None:
 
 
 class _TimesOut(LocalTransport):
-    def run(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+    def run(
+        self, command: str, timeout: float | None = None, stdin: str | None = None
+    ) -> RunResult:
         return RunResult(command, 124, "", "(timed out)")
 
 
