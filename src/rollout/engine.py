@@ -15,7 +15,7 @@ from typing import Any
 from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
 from rollout.config.render import evaluate_condition
-from rollout.errors import LockHeld, RolloutError
+from rollout.errors import Location, LockHeld, RolloutError
 from rollout.events import EventBus, Status, StepResult
 from rollout.layout import Layout
 from rollout.locks import (
@@ -102,6 +102,7 @@ class Engine:
         self._locks: FleetLocks | None = None
 
     def run(self, request: dict[str, Any] | None = None) -> RunSummary:
+        """Run the plan; a run_end event closes every run, even one cut short by a bug."""
         plan = self.plan
         self.bus.emit("run_start", data={**plan.describe(), "request": request or {}})
         summary = RunSummary(plan.run_id, {})
@@ -111,7 +112,15 @@ class Engine:
         except LockHeld as e:
             self.bus.emit("run_end", status="locked", reason=str(e), data={})
             raise
-        for name in plan.host_names:
+        except BaseException as e:
+            summary.aborted = f"run cut short: {type(e).__name__}: {e}"
+            self._run_end(summary)
+            raise
+        self._run_end(summary)
+        return summary
+
+    def _run_end(self, summary: RunSummary) -> None:
+        for name in self.plan.host_names:
             summary.outcomes.setdefault(
                 name, HostOutcome(name, "not_started", summary.aborted or "not reached")
             )
@@ -121,7 +130,6 @@ class Engine:
             reason=summary.aborted,
             data={n: o.__dict__ for n, o in summary.outcomes.items()},
         )
-        return summary
 
     def _locked_run(self, summary: RunSummary) -> None:
         summary.release = PER_HOST if self.options.target else self._controller_steps()
@@ -293,7 +301,13 @@ class Engine:
         steps: dict[str, str] = {}
         assert ctx.release is not None
         for spec in self.options.host_steps or self.plan.host_steps:
-            if not evaluate_condition(spec.when, ctx.template_context()):
+            try:
+                wanted = evaluate_condition(spec.when, ctx.template_context(), self._where(spec))
+            except RolloutError as e:  # it fails as its step would: then rollback
+                result = self._run_step(ctx, spec, partial(_raise, e))
+                steps[spec.name] = result.status.value
+                return self._after_failure(ctx, spec.kind.value, result, steps)
+            if not wanted:
                 self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
                 continue
             result = self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
@@ -309,6 +323,12 @@ class Engine:
                 steps,
             )
         )
+
+    def _where(self, spec: Any) -> Location | None:
+        steps = self.plan.playbook.steps
+        if spec not in steps:
+            return None
+        return self.plan.playbook.location("steps", steps.index(spec), "when")
 
     def _after_failure(
         self, ctx: HostContext, kind: str, result: StepResult, steps: dict[str, str]
@@ -418,11 +438,11 @@ class Engine:
         try:
             result, attempts = run_with_retry(attempt, spec.retry, on_retry)
             result.attempts = attempts
-        except RolloutError as e:
+        except Exception as e:  # whatever a step raises is that step's failure
             output = getattr(e, "output", "") or getattr(e, "stderr", "")
             result = StepResult(
                 Status.FAILED,
-                str(e),
+                _failure_reason(e),
                 {**getattr(e, "data", {}), "failure": failure_class(e)},
                 output=tail(str(output), 3000),
                 attempts=spec.retry.attempts,
@@ -445,3 +465,13 @@ class Engine:
             },
         )
         return result
+
+
+def _raise(exc: Exception) -> StepResult:
+    raise exc
+
+
+def _failure_reason(exc: Exception) -> str:
+    if isinstance(exc, RolloutError):
+        return str(exc)
+    return f"internal error (a bug in rollout): {type(exc).__name__}: {exc}"
