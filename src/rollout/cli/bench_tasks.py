@@ -38,15 +38,23 @@ def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
     help={
         "hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
         "output": "Also write the figures as JSON to this file.",
+        "only": "Run only this part: `bundles` (a 100 MiB release to N hosts, pushed and "
+        "pulled, and the bytes the controller sends per host).",
     }
 )
 @reports_errors
-def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
-    """Measure lab.up for N hosts (cached base image), 3-host rollouts and a bounded diagnose."""
+def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "") -> None:
+    """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
+    and a 100 MiB release to N hosts pushed and pulled."""
+    from rollout.bundle.bench import bench_bundles
+
     figures: dict[str, float] = {}
+    os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))
+    if only == "bundles":
+        figures.update(bench_bundles(Path(tempfile.mkdtemp(prefix="rollout-bench-")), hosts))
+        return _report(figures, output)
     figures[f"lab_up_{hosts}_hosts_s"] = round(lab.bench_lab_up(hosts), 2)
     fleet = lab.up(3)
-    os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))
     try:
         figures["rollout_3_hosts_first_s"] = round(_timed_rollout(fleet, "bench-1"), 2)
         figures["rollout_3_hosts_next_s"] = round(_timed_rollout(fleet, "bench-2"), 2)
@@ -54,6 +62,11 @@ def bench(c: Context, hosts: int = 8, output: str | None = None) -> None:
         figures.update(_diagnose_1gib_log(fleet, "lab-2"))
     finally:
         lab.down()
+    figures.update(bench_bundles(Path(tempfile.mkdtemp(prefix="rollout-bench-")), hosts))
+    _report(figures, output)
+
+
+def _report(figures: dict[str, float], output: str | None) -> None:
     text = json.dumps(figures, indent=2)
     print(text)
     if output:

@@ -1,0 +1,85 @@
+"""`inv bench` figures for release bundles: a large release to many lab hosts, pushed from
+the controller against pulled by the hosts from the lab's web server, with the bytes the
+controller sent to each host (its transport's count) and every host's result."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rollout import app, lab
+from rollout.bundle.local import open_bundle, read_manifest, write_bundle
+from rollout.bundle.manifest import Executable
+from rollout.bundle.publish import publish
+from rollout.lab.web import start_web_server, stop_web_server
+from rollout.steps.base import Artifact, Release
+from rollout.steps.manifest import release_id_of
+from rollout.transport.counting import CountingTransport, SentBytes
+
+PAD_NAME = "cuzk-kernels.bin"  # what a CUDA build's fat binaries weigh, as one file
+FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
+
+
+def padded_bundle(small: Path, out: Path, mib: int) -> Path:
+    """The small stand-in bundle plus `mib` MiB of random bytes: a release of that weight."""
+    release = open_bundle(small)
+    pad = out.parent / f"{out.name}-{PAD_NAME}"
+    with pad.open("wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+    digest = hashlib.sha256(pad.read_bytes()).hexdigest()
+    artifacts = (*release.artifacts, Artifact(PAD_NAME, str(pad), digest, mib << 20))
+    big = Release(release_id_of(artifacts), release.image, release.version, artifacts)
+    executables = {**read_manifest(small).executables,
+                   PAD_NAME: Executable(sha256=digest, size=mib << 20)}
+    manifest = read_manifest(small).model_copy(
+        update={"release": big.id, "executables": executables})
+    write_bundle(out, big, manifest)
+    pad.unlink()
+    return out
+
+
+def _timed(fleet: Path, release: str) -> dict[str, Any]:
+    sent = SentBytes()
+    request = app.RolloutRequest(str(fleet), None, (f"lab_knobs={FAST}",), release=release)
+    started = time.monotonic()
+    summary = app.run_rollout(request, lambda h: CountingTransport(app.connect(h), sent))
+    return {
+        "seconds": round(time.monotonic() - started, 2),
+        "validated": sum(1 for o in summary.outcomes.values() if o.succeeded),
+        "max_bytes_sent_per_host": max(sent.by_host.values()),
+    }
+
+
+def bench_bundles(work: Path, hosts: int = 8, mib: int = 100) -> dict[str, Any]:
+    """Bring up `hosts` lab hosts and a web server; deploy two `mib` MiB releases, one
+    pushed, one pulled. Leaves the lab down."""
+    # 4 GiB hosts: the drain measures the cgroup's usage, page cache included, and a
+    # 100 MiB upload leaves that much cache behind, twice here.
+    fleet = lab.up(hosts, memory="4g")
+    server = start_web_server()
+    try:
+        small = work / "small"
+        app.run_build(None, ("version=bench-bundle",), small)
+        pushed = _timed(fleet, str(padded_bundle(small, work / "push", mib)))
+        pulled_bundle = padded_bundle(small, work / "pull", mib)
+        url = f"{server.url}/bench"
+        publish(pulled_bundle, url)
+        pulled = _timed(fleet, url)
+    finally:
+        stop_web_server(server)
+        lab.down()
+        shutil.rmtree(work, ignore_errors=True)
+    key = f"bundle_{mib}mib_{hosts}_hosts"
+    return {
+        f"{key}_pushed_s": pushed["seconds"],
+        f"{key}_pulled_s": pulled["seconds"],
+        f"{key}_pushed_validated": pushed["validated"],
+        f"{key}_pulled_validated": pulled["validated"],
+        f"{key}_pushed_controller_bytes_per_host_max": pushed["max_bytes_sent_per_host"],
+        f"{key}_pulled_controller_bytes_per_host_max": pulled["max_bytes_sent_per_host"],
+    }

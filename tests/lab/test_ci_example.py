@@ -1,0 +1,98 @@
+"""The GitHub example pipeline (examples/ci/github-release.yml), run as written on the lab:
+build once, then deploy the bundle to the canary fleet (lab-1) and the production fleet
+(lab-2, lab-3) with no Docker engine reachable, credentials from the "secret store"."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+from ruamel.yaml import YAML
+
+from .conftest import LabFleet
+from .gha_runner import Runner
+from .rollout_helpers import REPO, assert_serving, reset_host, sh
+
+pytestmark = pytest.mark.lab
+WORKFLOW = REPO / "examples" / "ci" / "github-release.yml"
+FLEETS = {"canary": ["lab-1"], "production": ["lab-2", "lab-3"]}
+NO_DOCKER = "unix:///nonexistent/docker.sock"
+
+
+def _checkout(fleet_path: Path, root: Path) -> Path:
+    """What the pipeline's repository holds: one inventory per fleet, no credentials."""
+    yaml = YAML(typ="safe", pure=True)
+    lab = yaml.load(fleet_path.read_text())
+    (root / "fleets").mkdir(parents=True)
+    for fleet, names in FLEETS.items():
+        inventory = {
+            "defaults": {**lab["defaults"], "key_file": "keys/deploy",
+                         "known_hosts": "known_hosts"},
+            "hosts": [h for h in lab["hosts"] if h["name"] in names],
+        }
+        with (root / "fleets" / f"{fleet}.yaml").open("w") as f:
+            yaml.dump(inventory, f)
+    return root
+
+
+def test_the_workflow_declares_what_ci_needs() -> None:
+    doc = YAML(typ="safe", pure=True).load(WORKFLOW.read_text())
+    jobs = doc["jobs"]
+    assert [j for j in jobs if j.startswith("deploy")] == ["deploy-canary", "deploy-production"]
+    assert jobs["deploy-production"]["needs"] == "deploy-canary"
+    groups = [jobs[j]["concurrency"] for j in ("deploy-canary", "deploy-production")]
+    assert all(g["cancel-in-progress"] is False for g in groups)  # queue, never cancel
+    assert len({g["group"] for g in groups}) == 2
+    uploads = [s for s in jobs["build"]["steps"] if "upload-artifact" in str(s.get("uses"))]
+    assert uploads and uploads[0]["with"]["name"] == "release"
+    text = WORKFLOW.read_text()
+    assert "${{ secrets.FLEET_SSH_KEY }}" in text and "BEGIN" not in text
+
+
+def test_github_example_builds_once_and_deploys_canary_first(
+    lab_fleet: LabFleet, tmp_path: Path
+) -> None:
+    for host in lab_fleet.hosts:
+        reset_host(host.name)
+    lab_dir = lab_fleet.fleet_path.parent
+    path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    runner = Runner(
+        WORKFLOW,
+        _checkout(lab_fleet.fleet_path, tmp_path / "checkout"),
+        tmp_path,
+        secrets={"FLEET_SSH_KEY": (lab_dir / "keys" / "id_ed25519").read_text(),
+                 "FLEET_KNOWN_HOSTS": (lab_dir / "known_hosts").read_text()},
+        github={"ref_name": "v-ci1"},
+        job_env={"build": {"PATH": path},
+                 "deploy-canary": {"PATH": path, "DOCKER_HOST": NO_DOCKER},
+                 "deploy-production": {"PATH": path, "DOCKER_HOST": NO_DOCKER}},
+    )
+    results = runner.run()
+    failed = [r for r in runner.runs if r.code]
+    assert results == {"build": True, "deploy-canary": True, "deploy-production": True}, (
+        failed[0].output[-3000:] if failed else results)
+    assert [r.job for r in runner.runs if r.command.startswith("rollout ")] == [
+        "build", "deploy-canary", "deploy-production"]  # built once, canary first
+
+    release = json.loads((tmp_path / "artifacts/release/dist/release/manifest.json").read_text())
+    for host in ("lab-1", "lab-2", "lab-3"):
+        assert sh(host, "readlink /data/current").strip() == f"releases/{release['release']}"
+        assert assert_serving(host) == "v-ci1"
+
+    for fleet, hosts in FLEETS.items():
+        job = tmp_path / "jobs" / f"deploy-{fleet}"
+        (suite,) = list(JUnitXml.fromfile(str(job / "reports" / "junit.xml")))
+        cases = {case.name: case for case in suite}
+        assert set(cases) == {"controller", *hosts}
+        assert suite.failures == 0 and suite.errors == 0
+        summary = (job / "reports" / "summary.md").read_text()
+        assert all(h in summary for h in hosts)
+        step_summary = (tmp_path / "step-summaries" / f"deploy-{fleet}.md").read_text()
+        assert summary.strip() in step_summary
+        (journal,) = (job / "runs").glob("*.jsonl")
+        events = [json.loads(line) for line in journal.read_text().splitlines()]
+        build = next(e for e in events if e["kind"] == "step_end" and e["step"] == "build")
+        assert build["status"] == "skipped" and "bundle built elsewhere" in build["reason"]
