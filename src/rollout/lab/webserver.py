@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
-CHUNK = 64 * 1024
+CHUNK = 1 << 20
 
 
 class Handler(BaseHTTPRequestHandler):
