@@ -68,7 +68,9 @@ class CommandFailed(RolloutError):
         self.exit_status = exit_code
         self.stdout = stdout
         self.stderr = stderr
-        tail = "\n".join((stderr or stdout).strip().splitlines()[-5:])
+        from rollout.secrets import redact  # here: secrets raises UserError from this module
+
+        tail = "\n".join(str(redact((stderr or stdout).strip())).splitlines()[-5:])
         super().__init__(f"`{command}` exited {exit_code}: {tail}")
 
 

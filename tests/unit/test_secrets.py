@@ -109,3 +109,13 @@ def test_the_run_journal_is_private(tmp_path: Path) -> None:
     sink = JsonLinesSink.to_path(tmp_path / "runs" / "r.jsonl", durable=True)
     sink.stream.close()
     assert mode(tmp_path / "runs" / "r.jsonl") == 0o600
+
+
+def test_a_multi_line_secret_is_masked_before_the_last_lines_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = "-----BEGIN KEY-----\n" + "\n".join(f"line{i}-c0ffee" for i in range(8)) + "\n-----END"
+    monkeypatch.setenv("ROLLOUT_TEST_KEY", key)
+    secret("ROLLOUT_TEST_KEY")
+    error = CommandFailed("cat key", 1, "", f"bad key:\n{key}\n")
+    assert "c0ffee" not in str(error)
