@@ -129,7 +129,8 @@ def _curve_svg(curve: Curve) -> str:
         if value and value <= top:
             y = xy(0, value).split(",")[1]
             parts.append(f'<line class="{cls}" x1="{PAD}" y1="{y}" x2="{CURVE_W - 8}" y2="{y}"/>'
-                         f'<text x="{CURVE_W - 200}" y="{float(y) - 3:.1f}">{escape(label)} '
+                         f'<text x="{CURVE_W - 8}" y="{float(y) - 3:.1f}" '
+                         f'text-anchor="end">{escape(label)} '
                          f"{escape(format_size(int(value)))}</text>")
     parts.append(f'<polyline class="curve" data-host="{_attr(curve.host)}" '
                  f'data-step="{_attr(curve.step)}" points="{points}"/>')
