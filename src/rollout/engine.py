@@ -385,7 +385,12 @@ class Engine:
             transport.close()
 
     def run_steps_on(self, name: str, specs: list[Any]) -> list[StepResult]:
-        """Run some steps on one host, outside a rollout (the single-step commands)."""
+        """Run some steps on one host, outside a rollout (the single-step commands), under
+        that host's lock like a rollout."""
+        with self._locks_held():
+            return self._steps_on(name, specs)
+
+    def _steps_on(self, name: str, specs: list[Any]) -> list[StepResult]:
         transport = self.connect(self.plan.host(name))
         ctx = self._context(name, transport, None)
         results = []

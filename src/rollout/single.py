@@ -1,11 +1,13 @@
-"""The single-step commands: drain, start, stop, validate on one host."""
+"""The single-step commands: drain, start, stop, validate on one host, under its lock: a
+host a rollout holds is refused (exit 4, naming the holder)."""
 
 from __future__ import annotations
 
 from rollout.app import cache_dir, connect, load_fleet, step_spec
 from rollout.console import ConsoleSink
-from rollout.engine import Engine
+from rollout.engine import Engine, EngineOptions
 from rollout.events import EventBus, StepResult
+from rollout.locks import LockPolicy, holder_for
 
 
 def run_steps(
@@ -14,5 +16,7 @@ def run_steps(
     plan = load_fleet(hosts_file, playbook, host)
     bus = EventBus(plan.run_id)
     bus.subscribe(ConsoleSink())
-    engine = Engine(plan, bus, connect, cache_dir())
+    holder = holder_for(plan.run_id, plan.operator, plan.controller, f"single:{'+'.join(kinds)}")
+    locks = LockPolicy(stale_after=plan.playbook.rolling.lock_stale_after)
+    engine = Engine(plan, bus, connect, cache_dir(), EngineOptions(holder, locks))
     return engine.run_steps_on(host, [step_spec(plan, k) for k in kinds])

@@ -254,6 +254,9 @@ def test_two_rollouts_at_once(fleet: LabFleet, work: Path) -> None:
                         cwd=other.parents[1])
         assert third.code == 4, third.stderr[-3000:]
         assert f"lab-3 is locked by run {run_id}" in third.stderr
+        single = run_cli(work, "stop", "lab-2", "--hosts", str(other), cwd=other.parents[1])
+        assert single.code == 4, single.stderr[-3000:]
+        assert f"lab-2 is locked by run {run_id}" in single.stderr
         (park / "park-after-locks.go").touch()
         first.wait_for(lambda e: e["kind"] == "parked" and "unlock" in e["reason"])
         assert {e["host"] for e in first.events() if e["kind"] == "host_end"} == set(HOSTS)
