@@ -112,3 +112,10 @@ def test_script_as_sent(server: Server, tmp_path: Path) -> None:
     assert code == 0 and out["error"] is None and out["files"]["a"]["outcome"] == "downloaded"
     code, out = run("--file", "b", "http://127.0.0.1:9/f", SHA, "5")
     assert code == 3 and out["error"]["kind"] == "unreachable" and out["error"]["file"] == "b"
+
+
+def test_a_whole_but_stale_file_is_fetched_again(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"y" * len(DATA))  # a complete file of another release
+    out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
+    assert out["outcome"] == "downloaded" and [r["range"] for r in server.requests()] == [None]
+    assert (tmp_path / "f").read_bytes() == DATA

@@ -124,7 +124,7 @@ def fetch_file(
     out: dict[str, Any] = {"answered": False}
     if os.path.exists(path) and _checked(path, sha256, size):
         return {**out, "outcome": "present", "received": 0}
-    if _size(path) > size:
+    if _size(path) >= size and os.path.exists(path):  # whole, yet not this file: stale
         os.unlink(path)
     fresh_start_left = 1
     for attempt in range(retries + 1):
