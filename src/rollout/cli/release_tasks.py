@@ -10,6 +10,7 @@ from invoke.tasks import task
 from rollout import app
 from rollout.cli.errors import reports_errors
 from rollout.cli.rollout_tasks import PLAYBOOK_HELP
+from rollout.errors import UserError
 
 
 @task(
@@ -22,9 +23,11 @@ from rollout.cli.rollout_tasks import PLAYBOOK_HELP
 )
 @reports_errors
 def build(
-    c: Context, out: str, playbook: str | None = None, set_: list[str] | None = None
+    c: Context, out: str = "", playbook: str | None = None, set_: list[str] | None = None
 ) -> None:
     """Build the release once and write it as a bundle; deploy it with --release."""
+    if not out:
+        raise UserError("rollout build needs --out DIR: the folder to write the bundle to")
     manifest = app.run_build(playbook, tuple(set_ or ()), Path(out))
     print(f"release {manifest.release} (version {manifest.version}) written to {out}")
 
@@ -37,8 +40,10 @@ def build(
     },
 )
 @reports_errors
-def publish(c: Context, folder: str, to: str) -> None:
+def publish(c: Context, folder: str, to: str = "") -> None:
     """Put a release bundle where hosts can download it themselves (--release URL)."""
+    if not to:
+        raise UserError("rollout publish needs --to URL: where the hosts will download it")
     from rollout.bundle.publish import publish as publish_bundle
 
     manifest = publish_bundle(Path(folder), to)
