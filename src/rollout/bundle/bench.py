@@ -58,8 +58,7 @@ def _timed(fleet: Path, release: str) -> dict[str, Any]:
 def bench_bundles(work: Path, hosts: int = 8, mib: int = 100) -> dict[str, Any]:
     """Bring up `hosts` lab hosts and a web server; deploy two `mib` MiB releases, one
     pushed, one pulled. Leaves the lab down."""
-    # 4 GiB hosts: the drain measures the cgroup's usage, page cache included, and a
-    # 100 MiB upload leaves that much cache behind, twice here.
+    # 4 GiB hosts: room for two 100 MiB releases on each besides the daemon.
     fleet = lab.up(hosts, memory="4g")
     server = start_web_server()
     try:
