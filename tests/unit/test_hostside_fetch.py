@@ -119,3 +119,27 @@ def test_a_whole_but_stale_file_is_fetched_again(server: Server, tmp_path: Path)
     out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
     assert out["outcome"] == "downloaded" and [r["range"] for r in server.requests()] == [None]
     assert (tmp_path / "f").read_bytes() == DATA
+
+
+def test_the_controller_reads_only_the_manifest(server: Server, tmp_path: Path) -> None:
+    from rollout.bundle.manifest import manifest_for
+    from rollout.bundle.remote import release_urls, remote_release
+    from rollout.errors import UserError
+    from rollout.steps.base import Artifact, Release
+    from rollout.steps.manifest import release_id_of
+
+    artifacts = (Artifact("f", "", SHA, len(DATA)),)
+    release = Release(release_id_of(artifacts), "img", "v1", artifacts)
+    (server.root / "r1").mkdir()
+    (server.root / "r1" / "manifest.json").write_text(
+        manifest_for(release, None, {}, None, "now").to_json())
+    got = remote_release(f"{server.url}/r1/")
+    assert got.id == release.id and got.source == f"{server.url}/r1"
+    assert release_urls(got) == {"f": f"{server.url}/r1/f"}
+    assert [r["path"] for r in server.requests()] == ["/r1/manifest.json"]
+    with pytest.raises(UserError, match="answered HTTP 404"):
+        remote_release(f"{server.url}/r2")
+    (server.root / "big").mkdir()
+    (server.root / "big" / "manifest.json").write_bytes(b" " * (2 << 20))
+    with pytest.raises(UserError, match="too large"):
+        remote_release(f"{server.url}/big")

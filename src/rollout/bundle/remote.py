@@ -26,14 +26,15 @@ def member_url(base: str, name: str) -> str:
 def fetch_manifest(base: str) -> Manifest:
     url = member_url(base, MANIFEST)
     try:
-        response = requests.get(url, timeout=TIMEOUT)
+        with requests.get(url, timeout=TIMEOUT, stream=True) as response:
+            if response.status_code != 200:
+                raise UserError(f"--release {base}: {url} answered HTTP {response.status_code}")
+            body = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
     except requests.RequestException as e:
         raise EnvironmentProblem(f"cannot read the bundle's manifest {url}: {e}") from e
-    if response.status_code != 200:
-        raise UserError(f"--release {base}: {url} answered HTTP {response.status_code}")
-    if len(response.content) > MAX_MANIFEST:
+    if len(body) > MAX_MANIFEST:
         raise UserError(f"--release {base}: {url} is too large for a manifest")
-    return parse_manifest(response.content.decode("utf-8", "replace"), url)
+    return parse_manifest(body.decode("utf-8", "replace"), url)
 
 
 def remote_release(base: str) -> Release:
