@@ -92,6 +92,8 @@ class ConsoleSink:
             return f"{who} {styled(status, status.upper())} {escape(e.reason or '')}"
         if e.kind in ("note", "lock_broken"):
             return f"{who} {escape(e.reason or '')}"
+        if e.kind == "warning":
+            return f"{who} [bold yellow]{escape(e.reason or '')}[/]"
         return None
 
 

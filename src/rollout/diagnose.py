@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from rollout.app import connect
 from rollout.errors import RolloutError, StepFailed
+from rollout.facts import HostFacts
 from rollout.layout import Layout, q
 from rollout.plan import Plan
 from rollout.secrets import tail
@@ -56,7 +57,7 @@ class Verdict:
 class HostEvidence:
     host: str
     reachable: bool
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: HostFacts = field(default_factory=HostFacts)
     diag: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     transfer_bytes: int = 0
@@ -108,7 +109,8 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
         return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
     finally:
         ctx.transport.close()
-    return HostEvidence(name, True, facts, diag, transfer_bytes=facts_size + diag_size,
+    return HostEvidence(name, True, HostFacts.parse(facts), diag,
+                        transfer_bytes=facts_size + diag_size,
                         seconds=round(time.monotonic() - started, 3))
 
 
@@ -145,19 +147,18 @@ def describe_exit(rec: dict[str, Any]) -> str:
             f"{memory}; held={bool(rec.get('held'))}")
 
 
-def _exits(facts: dict[str, Any], diag: dict[str, Any]) -> tuple[dict[str, Any] | None,
-                                                                 dict[str, Any] | None]:
+def _exits(facts: HostFacts, diag: dict[str, Any]) -> tuple[dict[str, Any] | None,
+                                                            dict[str, Any] | None]:
     recs = [r for r in (diag.get("exits") or []) if isinstance(r, dict)]
     if recs:
         return recs[-1], (recs[-2] if len(recs) > 1 else None)
-    last = facts.get("last_exit")
-    return (last if isinstance(last, dict) else None), None
+    return facts.last_exit, None
 
 
-def _death_run(facts: dict[str, Any], diag: dict[str, Any], exit_rec: dict[str, Any]) -> int:
+def _death_run(facts: HostFacts, diag: dict[str, Any], exit_rec: dict[str, Any]) -> int:
     """Which run of the log ended in this exit: 0 the last one, 1 if a restart followed."""
     starts = [s for s in (diag.get("starts") or []) if isinstance(s, dict)]
-    last_start = starts[-1] if starts else facts.get("last_start")
+    last_start = starts[-1] if starts else facts.last_start
     if isinstance(last_start, dict) and float(last_start.get("time") or 0) > float(
             exit_rec.get("time") or 0):
         return 1
@@ -231,7 +232,7 @@ def _memory_note(exit_rec: dict[str, Any]) -> list[str]:
     return []
 
 
-def classify(facts: dict[str, Any], diag: dict[str, Any]) -> Verdict:
+def classify(facts: HostFacts, diag: dict[str, Any]) -> Verdict:
     """Name the cause of the last daemon exit from the facts and the collected evidence."""
     exit_rec, prev = _exits(facts, diag)
     if exit_rec is None:
@@ -305,7 +306,7 @@ def report_dict(ev: HostEvidence) -> dict[str, Any]:
     out["kernel"] = ev.diag.get("kernel")
     out["supervisor_state"] = ev.diag.get("supervisor_state")
     out["exits"] = ev.diag.get("exits")
-    out["errors"] = {**(ev.facts.get("errors") or {}), **(ev.diag.get("errors") or {})}
+    out["errors"] = {**ev.facts.errors, **(ev.diag.get("errors") or {})}
     return out
 
 

@@ -1,5 +1,8 @@
 """--dry-run: read facts, print each host's plan, change nothing on any host.
 
+The plan printed is the one the engine would apply (rollout.hostplan): the same decisions
+from the same facts, and the rollback for each point where a host can fail.
+
 On the controller it only reads: an image already built for these inputs gives the release
 id (its executables are copied out to the local cache); otherwise the plan says a build
 would come first and the upload cannot be checked yet.
@@ -8,26 +11,25 @@ would come first and the upload cannot be checked yet.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rollout.errors import RolloutError
+from rollout.facts import HostFacts
+from rollout.hostplan import PlannedStep, digest_paths, plan_host
 from rollout.layout import Layout
 from rollout.plan import Plan
 from rollout.steps import image
-from rollout.steps.base import HostContext, Release
-from rollout.steps.daemon import runs_release
-from rollout.steps.release import release_mismatches
+from rollout.steps.base import HostContext
+from rollout.steps.decision import Release, Skip
 from rollout.transport.base import Transport
 from rollout.units import format_size
 
 
-def host_summary(facts: dict[str, Any]) -> str:
-    daemon = facts.get("daemon") or {}
-    memory = (facts.get("cgroup") or {}).get("memory") or {}
+def host_summary(facts: HostFacts) -> str:
     return (
-        f"release {facts.get('current_release') or 'none'}, daemon "
-        f"{daemon.get('state') or 'none'}, memory {format_size(memory.get('usage'))} of "
-        f"{format_size(memory.get('limit'))}"
+        f"release {facts.current_release or 'none'}, daemon {facts.daemon.state}, memory "
+        f"{format_size(facts.memory.usage)} of {format_size(facts.memory.limit)}"
     )
 
 
@@ -43,17 +45,19 @@ def known_release(plan: Plan, cache_dir: Any) -> Release | None:
     return ctx.release
 
 
-def step_outlook(ctx: HostContext, kind: str) -> str:
-    """What a step would do, from read-only checks where they are cheap."""
-    release = ctx.release
-    if release is None:
-        return "would run"
-    on_host = ctx.layout.release_dir(release.id)
-    if kind == "upload" and not release_mismatches(ctx, on_host, release):
-        return f"would skip: release {release.id} already on host, sha256 matches"
-    if kind in ("stop", "drain", "switch", "start") and runs_release(ctx) is not None:
-        return f"would skip: the daemon already runs release {release.id}"
-    return "would run"
+def describe(step: PlannedStep) -> list[str]:
+    """The lines a dry run prints for one planned step: its decision, and its rollback."""
+    head = f"    {step.spec.name} ({step.kind})"
+    decision = step.decision
+    if isinstance(decision, Skip):
+        return [f"{head} would skip: {decision.reason}"]
+    if decision.fails:
+        lines = [f"{head} would run and FAIL: {decision.fails}"]
+    else:
+        lines = [f"{head} would run: {decision.summary}"]
+    if step.rollback is not None:
+        lines.append(f"      if it fails: {step.rollback.describe()}")
+    return lines
 
 
 def dry_run(
@@ -62,7 +66,13 @@ def dry_run(
     print(f"plan {plan.run_id}: version {plan.version or '-'}, batches {plan.batches}")
     if given is not None:
         print(f"  controller: release {given.id} from a bundle: nothing to build")
-    release = given or known_release(plan, cache_dir)
+    print_host_plans(plan, connect, given or known_release(plan, cache_dir))
+
+
+def print_host_plans(
+    plan: Plan, connect: Callable[[Any], Transport], release: Release | None
+) -> None:
+    """Each host's facts and plan; `release` None: a build would come first."""
     for name in plan.host_names:
         try:
             transport = connect(plan.host(name))
@@ -77,8 +87,10 @@ def dry_run(
                 settings=plan.settings_for(name),
                 release=release,
             )
-            print(f"  {name}: {host_summary(ctx.facts())}")
-            for spec in plan.host_steps:
-                print(f"    {spec.name} ({spec.kind.value}) {step_outlook(ctx, spec.kind.value)}")
+            target = replace(ctx.target, pending=release is None)
+            facts = ctx.facts(*digest_paths(target))
+            print(f"  {name}: {host_summary(facts)}")
+            for step in plan_host(facts, target, plan.host_steps).steps:
+                print("\n".join(describe(step)))
         finally:
             transport.close()

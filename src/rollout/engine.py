@@ -14,9 +14,19 @@ from typing import Any
 
 from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
-from rollout.config.render import evaluate_condition
 from rollout.errors import Location, LockHeld, RolloutError
 from rollout.events import EventBus, Status, StepResult
+from rollout.facts import HostFacts
+from rollout.hostplan import (
+    PHASE_AFTER,
+    HostPlan,
+    RollbackPlan,
+    apply,
+    digest_paths,
+    failure_reason,
+    phase_at_start,
+    plan_host,
+)
 from rollout.layout import Layout
 from rollout.locks import (
     FleetLocks,
@@ -32,8 +42,9 @@ from rollout.plan import Plan
 from rollout.retry import failure_class, run_with_retry
 from rollout.rollback import roll_back_host
 from rollout.secrets import tail
-from rollout.steps import HOST_STEPS, image
-from rollout.steps.base import HostContext, Release
+from rollout.steps import image
+from rollout.steps.base import HostContext
+from rollout.steps.decision import Phase, Release, Skip
 from rollout.transport.base import Transport
 
 Connect = Callable[[Any], Transport]
@@ -253,7 +264,8 @@ class Engine:
         try:
             if self.options.target is not None:
                 ctx.release = self.options.target(ctx)
-            if name in self.options.done_hosts and self._still_validated(ctx):
+            facts = ctx.facts(*digest_paths(ctx.target))  # one read; every decision uses it
+            if name in self.options.done_hosts and _still_validated(facts, ctx.release):
                 return self._end(
                     HostOutcome(
                         name,
@@ -262,7 +274,8 @@ class Engine:
                         release.id,
                     )
                 )
-            return self._host_steps(ctx)
+            specs = self.options.host_steps or self.plan.host_steps
+            return self._host_steps(ctx, plan_host(facts, ctx.target, specs, self._where))
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
         finally:
@@ -287,42 +300,37 @@ class Engine:
             data={"holder": as_dict(found.holder), "age": found.age},
         )
 
-    def _still_validated(self, ctx: HostContext) -> bool:
-        facts = ctx.facts()
-        daemon = facts.get("daemon") or {}
-        return bool(
-            ctx.release
-            and facts.get("current_release") == ctx.release.id
-            and daemon.get("state") == "running"
-            and not facts.get("held")
+    def _host_steps(self, ctx: HostContext, plan: HostPlan) -> HostOutcome:
+        steps: dict[str, str] = {}
+        warnings: list[str] = []
+        assert ctx.release is not None
+        for step in plan.steps:
+            spec = step.spec
+            if isinstance(step.decision, Skip) and step.by_when:
+                self._emit_skip(ctx.name, spec, step.decision.reason)
+                continue
+            state = ctx.state
+            state.phase = phase_at_start(state.phase, step.kind, step.decision)
+            result = self._run_step(ctx, spec, partial(apply, ctx, step.kind, step.decision))
+            steps[spec.name] = result.status.value
+            if not result.failed:
+                state.phase = PHASE_AFTER.get(step.kind, state.phase)
+                continue
+            rollback = plan.rollback_at(state.phase, step.kind)
+            if not rollback.warning:
+                return self._after_failure(ctx, step.kind, result, rollback, steps)
+            warnings.append(self._warn(ctx, step.kind, result))
+        reason = f"running release {ctx.release.id}, validation passed"
+        return self._end(
+            HostOutcome(ctx.name, "validated", "; ".join([reason, *warnings]), ctx.release.id,
+                        steps)
         )
 
-    def _host_steps(self, ctx: HostContext) -> HostOutcome:
-        steps: dict[str, str] = {}
-        assert ctx.release is not None
-        for spec in self.options.host_steps or self.plan.host_steps:
-            try:
-                wanted = evaluate_condition(spec.when, ctx.template_context(), self._where(spec))
-            except RolloutError as e:  # it fails as its step would: then rollback
-                result = self._run_step(ctx, spec, partial(_raise, e))
-                steps[spec.name] = result.status.value
-                return self._after_failure(ctx, spec.kind.value, result, steps)
-            if not wanted:
-                self._emit_skip(ctx.name, spec, f"when: {spec.when} is false")
-                continue
-            result = self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
-            steps[spec.name] = result.status.value
-            if result.failed:
-                return self._after_failure(ctx, spec.kind.value, result, steps)
-        return self._end(
-            HostOutcome(
-                ctx.name,
-                "validated",
-                f"running release {ctx.release.id}, validation passed",
-                ctx.release.id,
-                steps,
-            )
-        )
+    def _warn(self, ctx: HostContext, kind: str, result: StepResult) -> str:
+        """A step after validation failed: the host serves the new release; say so loudly."""
+        warning = f"WARNING: {kind} failed after validation: {result.reason}"
+        self.bus.emit("warning", host=ctx.name, reason=warning, data={"step": kind})
+        return warning
 
     def _where(self, spec: Any) -> Location | None:
         steps = self.plan.playbook.steps
@@ -331,14 +339,19 @@ class Engine:
         return self.plan.playbook.location("steps", steps.index(spec), "when")
 
     def _after_failure(
-        self, ctx: HostContext, kind: str, result: StepResult, steps: dict[str, str]
+        self,
+        ctx: HostContext,
+        kind: str,
+        result: StepResult,
+        rollback: RollbackPlan,
+        steps: dict[str, str],
     ) -> HostOutcome:
         cause = f"{kind} failed: {result.reason}"
-        if kind == "preflight":
+        if kind == "preflight" and ctx.state.phase is Phase.UNTOUCHED:
             return self._end(
                 HostOutcome(ctx.name, "skipped", f"{cause}; host untouched", None, steps), cause
             )
-        rolled = roll_back_host(ctx, cause, self._run_step)
+        rolled = roll_back_host(ctx, rollback, self._run_step)
         status = "rolled_back" if rolled.ok else "failed"
         return self._end(
             HostOutcome(ctx.name, status, f"{cause}; {rolled.reason}", rolled.release, steps), cause
@@ -373,8 +386,9 @@ class Engine:
             )
         try:
             ctx = self._context(outcome.host, transport, summary.release)
-            ctx.notes["stopped"] = {}
-            rolled = roll_back_host(ctx, "abort: rollback_on_abort is all", self._run_step)
+            plan = plan_host(ctx.facts(), ctx.target, [])
+            ctx.state.phase = Phase.VALIDATED  # the host validated the release in this run
+            rolled = roll_back_host(ctx, plan.rollback_at(ctx.state.phase, None), self._run_step)
             status = "rolled_back" if rolled.ok else "failed"
             return HostOutcome(outcome.host, status, rolled.reason, rolled.release, outcome.steps)
         except RolloutError as e:
@@ -395,10 +409,11 @@ class Engine:
         ctx = self._context(name, transport, None)
         results = []
         try:
-            for spec in specs:
-                results.append(
-                    self._run_step(ctx, spec, partial(HOST_STEPS[spec.kind], ctx, spec.params))
-                )
+            facts = ctx.facts(*digest_paths(ctx.target))
+            plan = plan_host(facts, ctx.target, specs, self._where)
+            for step in plan.steps:
+                call = partial(apply, ctx, step.kind, step.decision)
+                results.append(self._run_step(ctx, step.spec, call))
                 if results[-1].failed:
                     break
         finally:
@@ -447,7 +462,7 @@ class Engine:
             output = getattr(e, "output", "") or getattr(e, "stderr", "")
             result = StepResult(
                 Status.FAILED,
-                _failure_reason(e),
+                failure_reason(e),
                 {**getattr(e, "data", {}), "failure": failure_class(e)},
                 output=tail(str(output), 3000),
                 attempts=spec.retry.attempts,
@@ -472,11 +487,14 @@ class Engine:
         return result
 
 
-def _raise(exc: Exception) -> StepResult:
-    raise exc
 
 
-def _failure_reason(exc: Exception) -> str:
-    if isinstance(exc, RolloutError):
-        return str(exc)
-    return f"internal error (a bug in rollout): {type(exc).__name__}: {exc}"
+def _still_validated(facts: HostFacts, release: Release | None) -> bool:
+    """A resumed run: the host still serves the release this run validated there."""
+    return bool(
+        release
+        and facts.current_release == release.id
+        and facts.daemon.running
+        and not facts.held
+    )
+

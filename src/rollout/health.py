@@ -15,6 +15,7 @@ from rollout.app import load_fleet
 from rollout.console import print_table
 from rollout.diagnose import HostEvidence, classify, collect
 from rollout.errors import UserError
+from rollout.facts import HostFacts
 from rollout.plan import Plan
 from rollout.units import format_size
 
@@ -23,18 +24,13 @@ COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memo
            "last_exit", "cause"]
 
 
-def daemon_state(facts: dict[str, Any]) -> str:
-    """running, zombie, stopped, held or crash-looping, from facts.py's output."""
-    daemon = facts.get("daemon") or {}
-    supervisor = facts.get("supervisor") or {}
-    state = str(daemon.get("state") or "none")
-    if supervisor.get("state") == "crash-looping":
+def daemon_state(facts: HostFacts) -> str:
+    """running, zombie, stopped, held or crash-looping, from the host's facts."""
+    if facts.supervisor.state == "crash-looping":
         return "crash-looping"
-    if state == "running":
-        return "running"
-    if state == "zombie":
-        return "zombie"
-    return "held" if facts.get("held") else "stopped"
+    if facts.daemon.state in ("running", "zombie"):
+        return facts.daemon.state
+    return "held" if facts.held else "stopped"
 
 
 def _last_exit_text(rec: Any, now: float) -> str | None:
@@ -59,12 +55,12 @@ def format_duration(secs: float | None) -> str:
     return f"{s}s"
 
 
-def supervisor_state(facts: dict[str, Any]) -> str | None:
+def supervisor_state(facts: HostFacts) -> str | None:
     """The supervisor's own state, or "dead": then nothing restarts the daemon."""
-    supervisor = facts.get("supervisor") or {}
-    if supervisor.get("pid") and not supervisor.get("alive"):
+    supervisor = facts.supervisor
+    if supervisor.pid and not supervisor.alive:
         return "dead"
-    return supervisor.get("state") if supervisor.get("alive") else None
+    return supervisor.state if supervisor.alive else None
 
 
 def host_row(ev: HostEvidence) -> dict[str, Any]:
@@ -72,23 +68,21 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
     if not ev.reachable:
         return {"host": ev.host, "state": "unreachable", "serving": False, "error": ev.error}
     facts, diag = ev.facts, ev.diag
-    memory = (facts.get("cgroup") or {}).get("memory") or {}
-    daemon = facts.get("daemon") or {}
     release = diag.get("release") if isinstance(diag.get("release"), dict) else {}
     verdict = classify(facts, diag)
     state = daemon_state(facts)
     return {
-        "host": ev.host, "state": state, "serving": state == SERVING, "pid": daemon.get("pid"),
-        "release": facts.get("current_release"), "version": (release or {}).get("version"),
-        "uptime_secs": daemon.get("uptime_secs"),
-        "restarts_last_hour": facts.get("restarts_last_hour"),
-        "restart_count_complete": facts.get("exit_counts_complete"),
-        "memory_used": memory.get("usage"), "memory_limit": memory.get("limit"),
+        "host": ev.host, "state": state, "serving": state == SERVING, "pid": facts.daemon.pid,
+        "release": facts.current_release, "version": (release or {}).get("version"),
+        "uptime_secs": facts.daemon.uptime_secs,
+        "restarts_last_hour": facts.restarts_last_hour,
+        "restart_count_complete": facts.exit_counts_complete,
+        "memory_used": facts.memory.usage, "memory_limit": facts.memory.limit,
         "supervisor": supervisor_state(facts),
-        "last_exit": facts.get("last_exit"),
-        "last_exit_cause": verdict.cause if facts.get("last_exit") else None,
-        "last_exit_summary": verdict.summary if facts.get("last_exit") else None,
-        "time": facts.get("time"),
+        "last_exit": facts.last_exit,
+        "last_exit_cause": verdict.cause if facts.last_exit else None,
+        "last_exit_summary": verdict.summary if facts.last_exit else None,
+        "time": facts.time,
     }
 
 

@@ -1,4 +1,5 @@
-"""Per-host automatic rollback: back to the release the host had, started and validated."""
+"""Per-host automatic rollback: apply a RollbackPlan (rollout.hostplan), decided from the
+phase the host reached: back to the release it had, started and validated."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from rollout.config.steps import DrainParams, ReadyParams, StartParams, StopParams, ValidateParams
 from rollout.events import StepResult
+from rollout.facts import HostFacts
+from rollout.hostplan import RollbackPlan
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
 from rollout.steps.config import restore_config_of
-from rollout.steps.current import current_release, point_current_at, recorded_previous
+from rollout.steps.current import current_release, point_current_at
+from rollout.steps.daemon import stop_action
+from rollout.steps.decision import Action
+from rollout.steps.drain import drain_action
 
 RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
-
-_UNTOUCHED = {"supervise", "upload", "config", "preflight", "lock"}
-_BACK_ON = ("stop", "drain", "start", "ready", "validate")
 
 
 @dataclass(frozen=True)
@@ -44,53 +48,48 @@ class RollbackResult:
     release: str | None
 
 
-def roll_back_host(ctx: HostContext, cause: str, run_step: RunStep) -> RollbackResult:
-    failed_kind = cause.split(" ", 1)[0]
-    previous = _previous(ctx)
-    if failed_kind in _UNTOUCHED or "stopped" not in ctx.notes:
-        return RollbackResult(False, "host untouched: still on its previous release", previous)
-    if not previous or (ctx.release and previous == ctx.release.id):
-        spec = RollbackStep("rollback-stop", "stop", params={"force": True})
-        run_step(ctx, spec, partial(HOST_STEPS["stop"], ctx, spec.params))
-        return RollbackResult(
-            False,
-            "NO PREVIOUS RELEASE to go back to: host left stopped and held",
-            current_release(ctx),
+def rollback_action(ctx: HostContext, kind: str) -> Action:
+    """The action of one rollback step: stop forced, the rest with the playbook's settings."""
+    target = ctx.target
+    if kind == "stop":
+        return stop_action(HostFacts(), target, StopParams(force=True))
+    if kind == "drain":
+        return drain_action(target, DrainParams())
+    params: dict[str, Any] = {
+        "start": StartParams(), "ready": ReadyParams(), "validate": ValidateParams()
+    }
+    return Action(f"rollback {kind}", params[kind])
+
+
+def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> RollbackResult:
+    if not plan.kinds:
+        return RollbackResult(False, plan.outcome, plan.release)
+    if "drain" not in plan.kinds and plan.rolled_back:
+        ctx.log(
+            "drain failed (deadline or plateau): restarting the previous release "
+            "without waiting again (its memory is still charged)"
         )
-    for kind in _BACK_ON:
-        if kind == "drain" and failed_kind == "drain":
-            ctx.log(
-                "drain failed (deadline or plateau): restarting the previous release "
-                "without waiting again (its memory is still charged)"
-            )
-            continue
-        if kind == "start":
-            if current_release(ctx) != previous:
-                point_current_at(ctx, previous)
-            if restore_config_of(ctx, previous):
-                ctx.log(f"restored the config {previous} ran with")
-        spec = RollbackStep(
-            f"rollback-{kind}",
-            kind,
-            timeout=_timeout(ctx, kind),
-            params={"force": True} if kind == "stop" else {},
-        )
-        result = run_step(ctx, spec, partial(HOST_STEPS[kind], ctx, spec.params))
+    for kind in plan.kinds:
+        if kind == "start" and plan.to:
+            _restore(ctx, plan.to)
+        spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
+        _, act = HOST_STEPS[kind]
+        result = run_step(ctx, spec, partial(act, ctx, rollback_action(ctx, kind)))
         if result.failed:
             return RollbackResult(
                 False, f"ROLLBACK FAILED at {kind}: {result.reason}", current_release(ctx)
             )
-    return RollbackResult(True, f"rolled back to {previous}, validated", previous)
+    if not plan.rolled_back:
+        return RollbackResult(False, plan.outcome, current_release(ctx))
+    return RollbackResult(True, plan.outcome, plan.to)
 
 
-def _previous(ctx: HostContext) -> str | None:
-    """The release to go back to: the one current pointed at before this run switched it."""
-    if "previous_release" in ctx.notes:
-        return ctx.notes["previous_release"]  # type: ignore[no-any-return]
-    current = current_release(ctx)
-    if ctx.release is not None and current == ctx.release.id:
-        return recorded_previous(ctx)  # switched by a controller that died
-    return current
+def _restore(ctx: HostContext, release_id: str) -> None:
+    """Point current back at `release_id` and bring back the config it ran with."""
+    if current_release(ctx) != release_id:
+        point_current_at(ctx, release_id)
+    if restore_config_of(ctx, release_id):
+        ctx.log(f"restored the config {release_id} ran with")
 
 
 def _timeout(ctx: HostContext, kind: str) -> float | None:

@@ -13,10 +13,11 @@ import pytest
 
 from rollout.config.inventory import load_inventory
 from rollout.config.playbook import load_playbook
+from rollout.config.steps import StepSpec
 from rollout.events import StepResult
+from rollout.hostplan import decide_and_apply
 from rollout.layout import Layout
 from rollout.steps.base import HostContext
-from rollout.steps.config import config
 from rollout.transport.ssh import SshTransport
 
 from .conftest import LabFleet
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.lab
 HOST = "lab-1"
 MARK = "tok-3c1d0e5f-not-for-ps"
 WRITER = "cuzk.toml.new"
+CONFIG = StepSpec(name="config", kind="config")  # type: ignore[arg-type]
 
 
 def host_context(fleet: LabFleet) -> HostContext:
@@ -52,7 +54,7 @@ def test_the_config_travels_over_stdin_not_in_the_command_line(lab_fleet: LabFle
     sh(HOST, f"mkdir -p /data/zk && mkfifo /data/zk/{WRITER}")
     ctx = host_context(lab_fleet)
     results: list[StepResult] = []
-    worker = threading.Thread(target=lambda: results.append(config(ctx, {})))
+    worker = threading.Thread(target=lambda: results.append(decide_and_apply(ctx, CONFIG)))
     worker.start()
     try:
         seen = command_lines_once_writing(HOST)
@@ -83,7 +85,7 @@ def test_the_config_and_its_kept_copy_are_private(lab_fleet: LabFleet, tmp_path:
              "echo 'old = 1' > /data/zk/cuzk.toml && chmod 644 /data/zk/cuzk.toml")
     ctx = host_context(lab_fleet)
     try:
-        assert config(ctx, {}).status.value == "changed"
+        assert decide_and_apply(ctx, CONFIG).status.value == "changed"
     finally:
         ctx.transport.close()
     modes = sh(HOST, "stat -c '%a %n' /data/zk/cuzk.toml /data/zk/cuzk.toml.for-r0")

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from rollout import diagnose as d
+from rollout.facts import HostFacts
 
 T0 = 1_800_000_000.0
 START = "=== rollout supervisor: starting release r1: /data/current/cuzk-daemon -c x"
@@ -87,7 +88,7 @@ CASES: dict[str, tuple[dict[str, Any], str, list[str]]] = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_classify(name: str) -> None:
     evidence, cause, must_contain = CASES[name]
-    verdict = d.classify({}, evidence)
+    verdict = d.classify(HostFacts(), evidence)
     assert verdict.cause == cause, verdict
     text = "\n".join(verdict.evidence)
     for needle in must_contain:
@@ -95,13 +96,13 @@ def test_classify(name: str) -> None:
 
 
 def test_no_exit_record_is_unknown_and_says_what_is_missing() -> None:
-    verdict = d.classify({"last_exit": None}, diag([]))
+    verdict = d.classify(HostFacts(last_exit=None), diag([]))
     assert verdict.cause == d.UNKNOWN
     assert "exits.jsonl" in verdict.missing[0]
 
 
 def test_facts_alone_suffice_for_a_first_exit() -> None:
-    verdict = d.classify({"last_exit": exit_rec(signal="SIGKILL", oom={"oom_kill": 2})}, {})
+    verdict = d.classify(HostFacts(last_exit=exit_rec(signal="SIGKILL", oom={"oom_kill": 2})), {})
     assert verdict.cause == d.OOM_KILL
     assert "no earlier exit to compare" in verdict.evidence[1]
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from rollout import health
 from rollout.diagnose import HostEvidence
+from rollout.facts import HostFacts
 
 
 def facts(state: str = "running", supervisor: str = "running", held: bool = False,
@@ -17,17 +18,20 @@ def facts(state: str = "running", supervisor: str = "running", held: bool = Fals
 
 
 def row(f: dict[str, Any], reachable: bool = True) -> dict[str, Any]:
-    ev = HostEvidence("h", reachable, f, {"release": {"version": "v7"}},
+    ev = HostEvidence("h", reachable, HostFacts.parse(f), {"release": {"version": "v7"}},
                       error=None if reachable else "connection refused")
     return health.host_row(ev)
 
 
 def test_states() -> None:
-    assert health.daemon_state(facts()) == "running"
-    assert health.daemon_state(facts("zombie")) == "zombie"
-    assert health.daemon_state(facts("gone")) == "stopped"
-    assert health.daemon_state(facts("none", held=True)) == "held"
-    assert health.daemon_state(facts("gone", "crash-looping")) == "crash-looping"
+    def state(*args: Any, **kwargs: Any) -> str:
+        return health.daemon_state(HostFacts.parse(facts(*args, **kwargs)))
+
+    assert state() == "running"
+    assert state("zombie") == "zombie"
+    assert state("gone") == "stopped"
+    assert state("none", held=True) == "held"
+    assert state("gone", "crash-looping") == "crash-looping"
 
 
 def test_a_row_carries_release_version_uptime_memory_and_the_last_exit_cause() -> None:

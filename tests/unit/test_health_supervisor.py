@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from rollout.facts import HostFacts
 from rollout.health import supervisor_state, table_row
 
 
 def test_dead_supervisor_is_reported_over_its_stale_state_file() -> None:
-    facts = {"supervisor": {"pid": 41, "alive": False, "state": "running"}}
+    facts = HostFacts.parse({"supervisor": {"pid": 41, "alive": False, "state": "running"}})
     assert supervisor_state(facts) == "dead"
 
 
 def test_live_supervisor_reports_its_state() -> None:
-    assert supervisor_state({"supervisor": {"pid": 41, "alive": True, "state": "held"}}) == "held"
-    assert supervisor_state({}) is None
+    live = HostFacts.parse({"supervisor": {"pid": 41, "alive": True, "state": "held"}})
+    assert supervisor_state(live) == "held"
+    assert supervisor_state(HostFacts.parse({})) is None
 
 
 def test_table_shows_the_dead_supervisor_beside_the_state() -> None:

@@ -20,8 +20,9 @@ FACTS = script_text("facts")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
-    "current_release", "releases", "disk", "root_writable", "last_exit", "restarts_last_hour",
-    "exits_last_hour", "exit_counts_complete", "last_start", "errors",
+    "current_release", "previous_release", "digests", "releases", "disk", "root_writable",
+    "last_exit", "restarts_last_hour", "exits_last_hour", "exit_counts_complete", "last_start",
+    "errors",
 }
 
 
@@ -115,6 +116,19 @@ def test_shape_on_fake_tree(tree: tuple[Path, Path, subprocess.Popen[bytes]]) ->
     assert out["exit_counts_complete"] is True
     assert out["last_start"]["pid"] == daemon.pid
     assert out["python"].count(".") == 2 and out["hostname"]
+
+
+def test_digests_of_named_files(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"abc")
+    (tmp_path / "rollout").mkdir()
+    (tmp_path / "rollout" / "previous_release").write_text("aaaaaaaaaaaa")
+    out = run_facts("--root", str(tmp_path), "--digest", str(tmp_path / "a"),
+                    "--digest", str(tmp_path / "missing"))
+    assert out["digests"] == {
+        str(tmp_path / "a"): "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        str(tmp_path / "missing"): None,
+    }
+    assert out["previous_release"] == "aaaaaaaaaaaa"
 
 
 def test_daemon_states_zombie_reused_and_wrong_cmdline(

@@ -34,7 +34,7 @@ steps:
   - {name: upload, kind: upload, retry: {attempts: 3, on: [transport]}}
   - name: validate
     kind: validate
-    params: {pool: "{{ pool }}", label: "pool-{{ pool }}"}
+    params: {timeout: "{{ pool }}", success_pattern: "pool-{{ pool }}"}
     when: "version != 'v0'"
 """
 
@@ -82,7 +82,7 @@ def test_load_renders_with_vars(tmp_path: Path) -> None:
     assert playbook.build.args == {"VERSION": "v1"}
     assert playbook.build.dockerfile == tmp_path / "docker/Dockerfile"
     params = playbook.step("validate").params
-    assert params == {"pool": 8, "label": "pool-8"}  # a single expression keeps its type
+    assert params == {"timeout": 8, "success_pattern": "pool-8"}  # one expression keeps its type
     assert playbook.step("upload").scope == "host"
     assert playbook.step("build").scope == "controller"
 
@@ -113,16 +113,16 @@ def test_overrides_win_and_keep_yaml_types(tmp_path: Path) -> None:
     assert overrides == {"version": "v2", "pool": 64}
     playbook = load_playbook(write(tmp_path, PLAYBOOK), overrides)
     assert playbook.build.tag == "lab/prover:v2"  # vars that use version see the override
-    assert playbook.step("validate").params["pool"] == 64
+    assert playbook.step("validate").params["timeout"] == 64
 
 
 def test_for_host_merges_host_vars_between_vars_and_overrides(tmp_path: Path) -> None:
     playbook = load_playbook(write(tmp_path, PLAYBOOK), {"version": "v3"})
     per_host = playbook.for_host(host(pool=16, version="v9", image="other/img"))
     assert per_host.host_name == "lab-1"
-    assert per_host.step("validate").params["pool"] == 16
+    assert per_host.step("validate").params["timeout"] == 16
     assert per_host.build.tag == "other/img:v3"  # --set beats host vars
-    assert playbook.step("validate").params["pool"] == 8  # the original is unchanged
+    assert playbook.step("validate").params["timeout"] == 8  # the original is unchanged
 
 
 def test_for_host_error_names_the_host(tmp_path: Path) -> None:
@@ -293,6 +293,23 @@ def test_options_reference_lists_every_option() -> None:
 
 
 def test_single_expression_of_a_string_stays_a_string(tmp_path: Path) -> None:
-    text = PLAYBOOK.replace("  pool: 8", "  pool: '1.0'")
+    text = PLAYBOOK.replace("  pool: 8", "  pool: '1.0'").replace(
+        'timeout: "{{ pool }}", success_pattern: "pool-{{ pool }}"',
+        'timeout: 5, success_pattern: "{{ pool }}"')
     playbook = load_playbook(write(tmp_path, text))
-    assert playbook.step("validate").params["pool"] == "1.0"
+    assert playbook.step("validate").params["success_pattern"] == "1.0"
+
+
+def test_unknown_or_misspelt_step_param_names_file_line_and_key(tmp_path: Path) -> None:
+    text = PLAYBOOK.replace('success_pattern: "pool', 'success_patern: "pool')
+    err = error_of(tmp_path, text)
+    assert where(err) == (22, "steps[2].params.success_patern"), err
+    assert "did you mean 'success_pattern'" in err.message
+
+
+def test_step_param_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
+    text = PLAYBOOK.replace("  - {name: upload, kind: upload,",
+                            "  - {name: stop, kind: stop, params: {grace: soon}}\n"
+                            "  - {name: upload, kind: upload,")
+    err = error_of(tmp_path, text)
+    assert where(err)[1] == "steps[1].params.grace", err

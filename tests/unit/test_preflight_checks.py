@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from rollout.facts import HostFacts
 from rollout.steps import preflight
 
 LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd)
@@ -40,7 +41,7 @@ def ctx_with(total_budget: str = "cgroup", min_budget: str = "0") -> Any:
     return SimpleNamespace(settings=settings)
 
 
-FACTS = {"cgroup": {"memory": {"limit": 512 * 2**20}}}
+FACTS = HostFacts.parse({"cgroup": {"memory": {"limit": 512 * 2**20}}})
 
 
 def test_budget_below_the_proof_minimum_is_refused_naming_both_numbers() -> None:

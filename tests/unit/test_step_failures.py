@@ -17,6 +17,7 @@ from rollout.events import EventBus, StepResult, changed
 from rollout.plan import Plan
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext, Release
+from rollout.steps.decision import Action
 from rollout.transport.local import LocalTransport
 
 PLAYBOOK = """\
@@ -40,12 +41,16 @@ def make_engine(tmp_path: Path, when_vars: dict[str, Any] | None = None) -> Engi
     return Engine(plan, EventBus("run-1"), lambda h: LocalTransport(h.name), tmp_path, options)
 
 
-def fake_stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    ctx.notes["stopped"] = {}
+def act(facts: Any, target: Any, params: Any) -> Action:
+    return Action("act")
+
+
+def fake_stop(ctx: HostContext, action: Action) -> StepResult:
+    ctx.state.stopped = {}
     return changed("stopped")
 
 
-def boom(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+def boom(ctx: HostContext, action: Action) -> StepResult:
     raise KeyError("pid")
 
 
@@ -55,8 +60,8 @@ def ends(engine: Engine) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    monkeypatch.setitem(HOST_STEPS, "stop", fake_stop)
-    monkeypatch.setitem(HOST_STEPS, "start", boom)
+    monkeypatch.setitem(HOST_STEPS, "stop", (act, fake_stop))
+    monkeypatch.setitem(HOST_STEPS, "start", (act, boom))
     return HOST_STEPS
 
 

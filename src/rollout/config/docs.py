@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from .inventory import InventoryFile
 from .playbook import RUNTIME_TEMPLATES, Playbook
+from .steps import PARAMS
 
 _INTRO = """\
 # rollout options
@@ -46,7 +47,23 @@ def options_markdown() -> str:
     parts = [_INTRO]
     parts += _file_section("Inventory (fleet.yaml)", InventoryFile, "")
     parts += _file_section("Playbook", Playbook, _PLAYBOOK_NOTES)
+    parts += _params_section()
     return "\n".join(parts)
+
+
+def _params_section() -> list[str]:
+    """`steps[].params`, per step kind: any other key is an error at load."""
+    lines = ["## Step params by kind", "",
+             "`steps[].params` takes only the keys of its kind; any other is an error at load.",
+             "", "| Kind | Key | Type | Default | Description |",
+             "| --- | --- | --- | --- | --- |"]
+    for kind, model in PARAMS.items():
+        rows = list(_rows(model))
+        if not rows:
+            lines.append(f"| `{kind.value}` | | | | {_cell(_doc(model))} |")
+        for key, type_, default, text in rows:
+            lines.append(f"| `{kind.value}` | `{key}` | {type_} | {default} | {text} |")
+    return [*lines, ""]
 
 
 def _file_section(title: str, model: type[BaseModel], notes: str) -> list[str]:

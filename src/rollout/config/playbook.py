@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -43,11 +43,12 @@ from .sections import (
     Section,
     ValidateSpec,
 )
-from .steps import Scope, StepSpec
+from .steps import PARAMS, Scope, StepSpec
 from .yamlfile import (
     KeyPath,
     YamlDoc,
     check_unique_names,
+    config_error,
     dotted_key,
     load_yaml,
     to_plain,
@@ -234,8 +235,19 @@ def _is_runtime(path: KeyPath) -> bool:
     return in_step and path[2:] in (("when",), ("params", "command"))
 
 
+def _check_params(playbook: Playbook, doc: YamlDoc) -> None:
+    """Each step's params against its kind's model: a misspelt key names its file:line."""
+    for index, step in enumerate(playbook.steps):
+        model = PARAMS[step.kind]
+        try:
+            model.model_validate(step.params)
+        except ValidationError as exc:
+            raise config_error(exc, model, step.params, doc, ("steps", index, "params")) from None
+
+
 def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
     check_unique_names(doc, "steps", [step.name for step in playbook.steps], "step")
+    _check_params(playbook, doc)
     scopes = [step.scope for step in playbook.steps]
     if "host" in scopes and "controller" in scopes[scopes.index("host") :]:
         index = scopes.index("controller", scopes.index("host"))

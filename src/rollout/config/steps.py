@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from .durations import Seconds, check_seconds_param
+from .durations import Seconds
 
 
 class StepKind(StrEnum):
@@ -30,8 +30,8 @@ CONTROLLER_KINDS = frozenset({StepKind.BUILD, StepKind.EXTRACT})
 """Kinds that run once, on the controller, before any host step."""
 
 Scope = Literal["controller", "host"]
-DURATION_PARAMS = frozenset({"timeout", "grace", "deadline", "zombie_grace", "wait"})
-"""Step params that are seconds (checked like every other duration)."""
+ParamSeconds = Annotated[Seconds, Field(strict=True)]
+"""A step param in seconds: a number (never a string or a bool), finite, at most a week."""
 
 
 class FailureClass(StrEnum):
@@ -80,6 +80,100 @@ class RetryPolicy(_Strict):
         return float(min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1)))
 
 
+class NoParams(_Strict):
+    """This kind takes no params."""
+
+
+PreflightCheck = Literal["space", "budget", "cpu", "gpus", "executables", "input"]
+
+
+class PreflightParams(_Strict):
+    checks: list[PreflightCheck] | None = Field(
+        default=None,
+        description="The checks to run (default: all): space, budget, cpu, gpus, executables "
+        "(needs the release on the host: run it again after the upload), input.",
+    )
+
+
+class SuperviseParams(_Strict):
+    launcher: str = Field(
+        default="",
+        description="Command words put before the daemon (default: the host var daemon_launcher).",
+    )
+
+
+class StopParams(_Strict):
+    signal: str | None = Field(
+        default=None, description="Signal to stop with (daemon.stop_signal)."
+    )
+    grace: ParamSeconds | None = Field(
+        default=None, ge=0, description="Seconds before SIGKILL (daemon.stop_grace)."
+    )
+    force: bool = Field(
+        default=False, description="Stop even when the daemon already runs the release."
+    )
+
+
+class DrainParams(_Strict):
+    deadline: ParamSeconds | None = Field(
+        default=None, gt=0, description="daemon.drain.deadline."
+    )
+    plateau: ParamSeconds | None = Field(default=None, gt=0, description="daemon.drain.plateau.")
+    zombie_grace: ParamSeconds | None = Field(
+        default=None, ge=0, description="daemon.drain.zombie_grace."
+    )
+
+
+class SwitchParams(_Strict):
+    restore_config: bool = Field(
+        default=False, description="Also bring back the config the release last ran with."
+    )
+
+
+class StartParams(_Strict):
+    wait: ParamSeconds = Field(
+        default=30, gt=0, description="Seconds for the supervisor to start the daemon."
+    )
+
+
+class ReadyParams(_Strict):
+    timeout: ParamSeconds | None = Field(
+        default=None, gt=0, description="Seconds for the status port (daemon.ready_timeout)."
+    )
+
+
+class ValidateParams(_Strict):
+    command: str | None = Field(default=None, description="Instead of validate.command.")
+    success_pattern: str | None = Field(
+        default=None, description="Instead of validate.success_pattern."
+    )
+    timeout: ParamSeconds | None = Field(
+        default=None, gt=0, description="Seconds for the proof command (validate.timeout)."
+    )
+
+
+class PruneParams(_Strict):
+    keep: int | None = Field(default=None, ge=1, description="Releases kept (release.keep).")
+
+
+PARAMS: dict[StepKind, type[_Strict]] = {
+    StepKind.BUILD: NoParams,
+    StepKind.EXTRACT: NoParams,
+    StepKind.PREFLIGHT: PreflightParams,
+    StepKind.SUPERVISE: SuperviseParams,
+    StepKind.UPLOAD: NoParams,
+    StepKind.CONFIG: NoParams,
+    StepKind.STOP: StopParams,
+    StepKind.DRAIN: DrainParams,
+    StepKind.SWITCH: SwitchParams,
+    StepKind.START: StartParams,
+    StepKind.READY: ReadyParams,
+    StepKind.VALIDATE: ValidateParams,
+    StepKind.PRUNE: PruneParams,
+}
+"""Each kind's params: an unknown or misspelt one is an error at load (file:line:key)."""
+
+
 class StepSpec(_Strict):
     """One step of the rollout. Steps run in the order given."""
 
@@ -93,19 +187,18 @@ class StepSpec(_Strict):
         description="Seconds before the step fails; null: the kind's own default.",
     )
     retry: RetryPolicy = Field(default_factory=RetryPolicy, description="Retry policy.")
-    params: dict[str, Any] = Field(default_factory=dict, description="Kind-specific settings.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Kind-specific settings (see Step params by kind)."
+    )
     when: bool | str = Field(
         default=True,
         description="Run the step only when this is true: a bool or a Jinja2 expression, "
         "evaluated at run time (runtime template).",
     )
 
-    @field_validator("params")
-    @classmethod
-    def _durations(cls, params: dict[str, Any]) -> dict[str, Any]:
-        for name in DURATION_PARAMS.intersection(params):
-            check_seconds_param(name, params[name])
-        return params
+    def typed_params(self) -> Any:
+        """The params as the kind's model (checked at load: rollout.config.playbook)."""
+        return PARAMS[self.kind].model_validate(self.params)
 
     @property
     def scope(self) -> Scope:

@@ -117,12 +117,13 @@ def validate(model: type[ModelT], data: Any, doc: YamlDoc, **context: Any) -> Mo
 
 
 def config_error(
-    exc: ValidationError, model: type[BaseModel], data: Any, doc: YamlDoc
+    exc: ValidationError, model: type[BaseModel], data: Any, doc: YamlDoc, at: KeyPath = ()
 ) -> ConfigError:
+    """The errors of validating `data`, found at key path `at` of `doc`, as one ConfigError."""
     problems = []
     for err in exc.errors(include_url=False):
         path = _data_path(data, err["loc"])
-        problems.append((doc.location(path), _message(err, model, path)))
+        problems.append((doc.location((*at, *path)), _message(err, model, path)))
     (where, message), *rest = problems
     message += "".join(f"\n  also {loc}: {msg}" for loc, msg in rest)
     return ConfigError(message, where)

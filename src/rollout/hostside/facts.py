@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
 import socket
 import sys
 import time
+from functools import partial
 from typing import Any
 
 # script_text() replaces the next line with common.py: it stays one line
@@ -69,10 +71,22 @@ def records(lines: list[str]) -> list[dict[str, Any]]:
     return [r for r in parse_jsonl(lines) if isinstance(r, dict)]
 
 
+def sha256_of(path: str) -> str | None:
+    """The file's sha256, or None when it is missing or not a regular file."""
+    if not os.path.isfile(path):
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class Facts(Collector):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
         self.root: str = args.root
+        self.digest_paths: list[str] = args.digest or []
         self.dir = os.path.join(args.root, "rollout")
         self.proc: str = args.proc
         self.cgroup_root: str = args.cgroup_root
@@ -128,6 +142,15 @@ class Facts(Collector):
             return os.path.basename(os.readlink(os.path.join(self.root, "current")).rstrip("/"))
         except FileNotFoundError:
             return None
+
+    def previous(self) -> str | None:
+        """The release current pointed at before the last switch (written by the switch)."""
+        text = read_text(os.path.join(self.dir, "previous_release"))
+        return text.strip() or None if text else None
+
+    def digests(self) -> dict[str, str | None]:
+        return {path: self.safe(f"digest {path}", partial(sha256_of, path))
+                for path in self.digest_paths}
 
     def releases(self) -> list[dict[str, Any]]:
         base = os.path.join(self.root, "releases")
@@ -190,6 +213,8 @@ class Facts(Collector):
         out["supervisor"] = self.safe("supervisor", self.supervisor)
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
         out["current_release"] = self.safe("current_release", self.current)
+        out["previous_release"] = self.safe("previous_release", self.previous)
+        out["digests"] = self.digests()
         out["releases"] = self.safe("releases", self.releases)
         out["disk"] = self.safe("disk", self.disk)
         out["root_writable"] = self.safe("root_writable", self.writable)
@@ -208,6 +233,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--root", default="/data")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
     p.add_argument("--proc", default="/proc")
+    p.add_argument("--digest", action="append", metavar="PATH",
+                   help="also report this file's sha256 (repeatable)")
     return p.parse_args(argv)
 
 

@@ -8,16 +8,18 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from rollout.config.render import render_runtime, render_shell
+from rollout.config.render import render_shell
 from rollout.errors import StepFailed
 from rollout.events import StepResult
+from rollout.facts import HostFacts
 from rollout.hostside import script_text
 from rollout.layout import Layout, q
 from rollout.secrets import head, tail
+from rollout.steps.decision import Action, Decision, HostState, Target
+from rollout.steps.decision import Artifact as Artifact  # re-exported: steps import them here
+from rollout.steps.decision import Release as Release
 from rollout.transport.base import RunResult, Transport
 
 
@@ -25,49 +27,22 @@ class StepTimeout(StepFailed):
     """A step ran past its deadline."""
 
 
-@dataclass(frozen=True)
-class Artifact:
-    name: str
-    local_path: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class Release:
-    """A set of executables extracted from one image, named by their combined digest.
-
-    `source`: the URL of a published bundle the hosts download the executables from
-    themselves (rollout.bundle); None: the controller pushes them.
-    """
-
-    id: str
-    image: str
-    version: str
-    artifacts: tuple[Artifact, ...]
-    source: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "image": self.image,
-            "version": self.version,
-            "artifacts": {a.name: {"sha256": a.sha256, "size": a.size} for a in self.artifacts},
-        }
-
-
 @dataclass
 class HostContext:
-    """One host's connection, settings and the notes its steps leave for each other."""
+    """One host's connection, settings, and the state its steps leave for each other."""
 
     host: Any  # rollout.config.inventory.Host
     transport: Transport
     layout: Layout
     settings: Any  # the playbook rendered for this host (rollout.config.playbook.Playbook)
     release: Release | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
+    state: HostState = field(default_factory=HostState)
     deadline: float | None = None
     log: Callable[[str], None] = lambda _msg: None
+
+    @property
+    def target(self) -> Target:
+        return Target(self.host, self.layout, self.settings, self.release)
 
     @property
     def name(self) -> str:
@@ -78,27 +53,13 @@ class HostContext:
         return dict(self.host.vars)
 
     def template_context(self, **extra: Any) -> dict[str, Any]:
-        release_id = self.release.id if self.release else None
-        release_dir = self.layout.release_dir(release_id) if release_id else self.layout.current
-        return self.settings.template_context(  # type: ignore[no-any-return]
-            self.host, release_dir=release_dir, release_id=release_id, **extra
-        )
+        return self.target.template_context(**extra)
 
     def render_command(self, template: str, **extra: Any) -> str:
         """Render a shell command template (validate.command) for this host, values quoted."""
         return render_shell(
             template, self.template_context(**extra), self.settings.location("validate", "command")
         )
-
-    def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:
-        """Render the user's template file if given, else rollout's built-in one."""
-        if path is None:
-            text = (resources.files("rollout") / "resources" / "templates" / builtin).read_text()
-            where = None
-        else:
-            text = Path(path).read_text()
-            where = self.settings.location("daemon", "config_template")
-        return render_runtime(text, self.template_context(**extra), where)
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -143,9 +104,12 @@ class HostContext:
                 f"mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
         return True
 
-    def facts(self) -> dict[str, Any]:
-        _, data = self.script("facts", "--root", self.layout.root, timeout=30)
-        return data if isinstance(data, dict) else {}
+    def facts(self, *digests: str) -> HostFacts:
+        """The host's facts, read fresh in one round trip; `digests`: files to hash too."""
+        args = [a for path in digests for a in ("--digest", path)]
+        _, data = self.script("facts", "--root", self.layout.root, *args, timeout=30)
+        return HostFacts.parse(data)
 
 
-StepFn = Callable[[HostContext, dict[str, Any]], StepResult]
+Apply = Callable[[HostContext, Action], StepResult]
+Decide = Callable[[HostFacts, Target, Any], Decision]

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, skipped
+from rollout.facts import HostFacts
 from rollout.layout import q
 from rollout.steps.base import HostContext
-from rollout.steps.current import current_release
+from rollout.steps.decision import Action, Decision, Skip, Target
 from rollout.units import format_size, parse_size
 
 
-def memory_budget(facts: dict[str, Any], safety_margin: str) -> int:
+def memory_budget(facts: HostFacts, safety_margin: str) -> int:
     """Bytes the daemon may use: the cgroup limit (else MemTotal) minus the margin."""
-    limit = ((facts.get("cgroup") or {}).get("memory") or {}).get("limit")
-    if not limit:
-        limit = (facts.get("meminfo") or {}).get("total")
+    limit = facts.memory.limit or facts.memory.meminfo_total
     if not limit:
         raise StepFailed(
             "cannot size the memory budget: no cgroup limit and no MemTotal", retryable=False
         )
-    budget = int(limit) - parse_size(safety_margin)
+    budget = limit - parse_size(safety_margin)
     if budget <= 0:
         raise StepFailed(
             f"safety margin {safety_margin} leaves no memory under the limit "
-            f"{format_size(int(limit))}",
+            f"{format_size(limit)}",
             retryable=False,
         )
     return budget
@@ -50,27 +51,50 @@ def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
     ctx.sh(f"rm -f -- {kept}").check()
 
 
-def config(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    daemon = ctx.settings.daemon
+@dataclass(frozen=True)
+class ConfigText:
+    text: str
+    budget: int
+    keep_as: str | None  # the running release's copy of the config it replaces
+
+    @property
+    def budget_text(self) -> str:
+        return f"{self.budget // 1024**2}MiB"
+
+
+def render(facts: HostFacts, target: Target) -> ConfigText:
+    daemon = target.settings.daemon
     if daemon.total_budget == "cgroup":
-        budget = memory_budget(ctx.facts(), daemon.safety_margin)
+        budget = memory_budget(facts, daemon.safety_margin)
     else:
         budget = parse_size(daemon.total_budget)
-    budget_text = f"{budget // 1024**2}MiB"
-    text = ctx.render_template_file(
+    text = target.render_template_file(
         "cuzk.toml.j2",
         daemon.config_template,
-        {
-            "total_budget": budget_text,
-            "extra_config": daemon.extra_config or {},
-        },
+        {"total_budget": f"{budget // 1024**2}MiB", "extra_config": daemon.extra_config or {}},
     )
+    running = facts.current_release  # config runs before switch: the release in service
+    return ConfigText(text, budget, config_of(daemon.config_path, running) if running else None)
+
+
+def decide(facts: HostFacts, target: Target, params: Any) -> Decision:
+    path = target.settings.daemon.config_path
+    config = render(facts, target)
+    if facts.digest(path) == hashlib.sha256(config.text.encode()).hexdigest():
+        return Skip(f"{path} already up to date (budget {config.budget_text})")
+    return Action(f"write {path}: total_budget {config.budget_text}", params, config)
+
+
+def apply(ctx: HostContext, action: Action) -> StepResult:
+    daemon = ctx.settings.daemon
+    config: ConfigText = action.detail
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
     ctx.sh(f"chmod 600 -- {q(config_of(daemon.config_path, ''))}* 2>/dev/null")  # kept copies
-    running = current_release(ctx)  # config runs before switch: the release in service
-    keep = config_of(daemon.config_path, running) if running else None
-    if not ctx.write_if_changed(daemon.config_path, text, keep):
-        return skipped(f"{daemon.config_path} already up to date (budget {budget_text})")
-    return changed(f"wrote {daemon.config_path}: total_budget {budget_text}", total_budget=budget,
-                   extra_config=daemon.extra_config)
+    if not ctx.write_if_changed(daemon.config_path, config.text, config.keep_as):
+        return skipped(f"{daemon.config_path} already up to date (budget {config.budget_text})")
+    return changed(
+        f"wrote {daemon.config_path}: total_budget {config.budget_text}",
+        total_budget=config.budget,
+        extra_config=daemon.extra_config,
+    )

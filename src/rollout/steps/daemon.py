@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
-from typing import Any
+from dataclasses import dataclass
 
+from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.events import StepResult, changed, ok, skipped
+from rollout.facts import HostFacts
 from rollout.hostside import script_text
 from rollout.layout import q
 from rollout.secrets import head
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Action, Decision, Skip, Target
 
 
-def _supervisor_conf(ctx: HostContext, params: dict[str, Any]) -> str:
-    daemon = ctx.settings.daemon
-    launcher = params.get("launcher") or ctx.host_vars.get("daemon_launcher") or ""
+def supervisor_conf(target: Target, params: SuperviseParams) -> str:
+    daemon = target.settings.daemon
+    launcher = params.launcher or target.host.vars.get("daemon_launcher") or ""
     conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher)}
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
-
-
-def supervisor_alive(facts: dict[str, Any]) -> bool:
-    return bool((facts.get("supervisor") or {}).get("alive"))
 
 
 def start_supervisor(ctx: HostContext) -> None:
@@ -30,15 +30,30 @@ def start_supervisor(ctx: HostContext) -> None:
     ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize").check()
 
 
-def supervise(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) -> Decision:
     """Install the supervisor and its settings; (re)start it if either changed."""
+    lay = target.layout
+    conf = supervisor_conf(target, params)
+    changed_files = facts.digest(lay.supervisor) != _sha256(script_text("supervisor")) or (
+        facts.digest(lay.supervisor_conf) != _sha256(conf)
+    )
+    alive = facts.supervisor.alive
+    if alive and not changed_files:
+        return Skip("supervisor running, script and settings unchanged")
+    what = "restart the supervisor (script or settings changed)" if alive else "start it"
+    return Action(f"install the supervisor; {what}", params, (conf, alive))
+
+
+def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
+    conf, alive = action.detail
     ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
-    script_changed = ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
-    conf_changed = ctx.write_if_changed(lay.supervisor_conf, _supervisor_conf(ctx, params))
-    alive = supervisor_alive(ctx.facts())
-    if alive and not (script_changed or conf_changed):
-        return skipped("supervisor running, script and settings unchanged")
+    ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
+    ctx.write_if_changed(lay.supervisor_conf, conf)
     if alive:  # the supervisor checks what supervisor.pid names before it signals anything
         ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --stop")
     start_supervisor(ctx)
@@ -54,46 +69,53 @@ def release_hold(ctx: HostContext) -> None:
     ctx.sh(f"rm -f -- {q(ctx.layout.hold)}").check()
 
 
-def runs_release(ctx: HostContext) -> dict[str, Any] | None:
-    """The daemon's facts when it already runs the release being rolled out."""
-    if ctx.release is None:
-        return None
-    facts = ctx.facts()
-    daemon = facts.get("daemon") or {}
-    release_dir = ctx.layout.release_dir(ctx.release.id)
-    if (
-        facts.get("current_release") == ctx.release.id
-        and daemon.get("state") == "running"
-        and release_dir in str(daemon.get("exe"))
-        and not facts.get("held")
-    ):
-        return daemon
+def serving(facts: HostFacts, target: Target) -> Skip | None:
+    """A skip when the daemon already runs the release being rolled out (no hold set)."""
+    rid = target.release_id
+    if rid and facts.serves(rid, target.layout.release_dir(rid)):
+        return Skip(f"daemon {facts.daemon.pid} already runs release {rid}")
     return None
 
 
-def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    daemon = ctx.settings.daemon
-    running = None if params.get("force") else runs_release(ctx)
-    ctx.notes["already_running"] = running is not None
-    if running is not None:
-        return skipped(
-            f"daemon {running.get('pid')} already runs release "
-            f"{ctx.release.id if ctx.release else ''}: nothing to stop"
-        )
+def _and(skip: Skip, more: str) -> Skip:
+    return Skip(f"{skip.reason}: {more}", skip.data)
+
+
+@dataclass(frozen=True)
+class StopHow:
+    signal: str
+    grace: float
+
+
+def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
+    daemon = target.settings.daemon
+    how = StopHow(params.signal or daemon.stop_signal,
+                  daemon.stop_grace if params.grace is None else params.grace)
+    old = facts.daemon
+    what = f"daemon {old.pid} ({old.state})" if old.pid else "the daemon, if any"
+    summary = f"set the hold; stop {what} with {how.signal}, SIGKILL after {how.grace:g}s"
+    return Action(summary, params, how)
+
+
+def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decision:
+    skip = None if params.force else serving(facts, target)
+    return _and(skip, "nothing to stop") if skip else stop_action(facts, target, params)
+
+
+def stop(ctx: HostContext, action: Action) -> StepResult:
+    how: StopHow = action.detail
     set_hold(ctx)
-    sig = params.get("signal", daemon.stop_signal)
-    grace = params.get("grace", daemon.stop_grace)
     code, out = ctx.script(
         "stop",
         "--root",
         ctx.layout.root,
         "--signal",
-        sig,
+        how.signal,
         "--grace",
-        grace,
-        timeout=float(grace) + 30,
+        how.grace,
+        timeout=float(how.grace) + 30,
     )
-    ctx.notes["stopped"] = out
+    ctx.state.stopped = out
     if out.get("outcome") == "none":
         return skipped("hold set; no daemon pidfile, nothing to stop", **out)
     if out.get("outcome") == "untrusted":
@@ -101,9 +123,11 @@ def stop(ctx: HostContext, params: dict[str, Any]) -> StepResult:
     if out.get("outcome") == "already-dead":
         return skipped(f"hold set; daemon {out['pid']} already {out['state']}", **out)
     if code != 0:
-        raise StepFailed(f"daemon {out.get('pid')} survived {sig} and SIGKILL", retryable=False)
-    how = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
-    return changed(f"hold set; daemon {out['pid']} stopped ({how})", **out)
+        raise StepFailed(
+            f"daemon {out.get('pid')} survived {how.signal} and SIGKILL", retryable=False
+        )
+    how_text = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
+    return changed(f"hold set; daemon {out['pid']} stopped ({how_text})", **out)
 
 
 def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
@@ -120,22 +144,26 @@ def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
     return r.stdout.strip()
 
 
-def start(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decision:
+    """Start the release being rolled out; a single `start` starts what current points at."""
+    rid = target.release_id or facts.current_release
+    if not target.pending and rid and facts.serves(rid, target.layout.release_dir(rid)):
+        return Skip(f"daemon {facts.daemon.pid} already runs release {rid}")
+    what = "the new build" if target.pending else (rid or "the release current points at")
+    return Action(f"release the hold; the supervisor starts {what}", params)
+
+
+def start(ctx: HostContext, action: Action) -> StepResult:
+    params: StartParams = action.params
     lay = ctx.layout
     target = ctx.sh(f"readlink -f -- {q(lay.current)}").stdout.strip()
     if not target:
         raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
-    facts = ctx.facts()  # one read: hold, daemon and supervisor as they are now
-    running = facts.get("daemon") or {}
-    if not facts.get("held") and running.get("state") == "running" and target in str(
-        running.get("exe")
-    ):
-        return skipped(f"daemon {running.get('pid')} already runs {target}")
     release_hold(ctx)
-    if not supervisor_alive(facts):
+    if not ctx.facts().supervisor.alive:
         start_supervisor(ctx)
-    pidline = _wait_daemon_of(ctx, target, float(params.get("wait", 30)))
-    ctx.notes["daemon_pid"] = pidline.split()[0]
+    pidline = _wait_daemon_of(ctx, target, params.wait)
+    ctx.state.daemon_pid = pidline.split()[0]
     return changed(
         f"hold released; supervisor started daemon {pidline.split()[0]}", pidfile=pidline
     )
@@ -148,13 +176,20 @@ def status_url(status_listen: str) -> str:
     return f"http://{host}:{port}/status"
 
 
-def ready(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+def decide_ready(facts: HostFacts, target: Target, params: ReadyParams) -> Decision:
+    daemon = target.settings.daemon
+    seconds = daemon.ready_timeout if params.timeout is None else params.timeout
+    return Action(f"wait for {status_url(daemon.status_listen)} (up to {seconds:g}s)", params)
+
+
+def ready(ctx: HostContext, action: Action) -> StepResult:
     """The status port answers (never a log line). Fails early if the daemon dies meanwhile."""
+    params: ReadyParams = action.params
     daemon = ctx.settings.daemon
-    seconds = float(params.get("timeout", daemon.ready_timeout))
+    seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
     url = status_url(daemon.status_listen)
     pidfile = q(ctx.layout.daemon_pid)
-    known = ctx.notes.get("daemon_pid")
+    known = ctx.state.daemon_pid
     first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
     loop = (
         f"pid={first}; "

@@ -6,11 +6,16 @@ step's result: what drained it, or what still holds the memory."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from rollout.config.steps import DrainParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, ok, skipped
+from rollout.events import StepResult, ok
+from rollout.facts import HostFacts
 from rollout.steps.base import HostContext
+from rollout.steps.daemon import serving
+from rollout.steps.decision import Action, Decision, Skip, Target
 from rollout.units import format_size, parse_size
 
 NAMED_HOLDERS = 3
@@ -59,38 +64,61 @@ def failure_reason(out: dict[str, Any]) -> str:
     return f"{why}: {figures}; held by: " + "; ".join(_holder_names(out.get("holders")))
 
 
-def drain(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    d = ctx.settings.daemon.drain
-    if ctx.notes.get("already_running"):
-        return skipped("daemon was not stopped: it already runs this release")
-    stopped = ctx.notes.get("stopped") or {}
-    deadline = float(params.get("deadline", d.deadline))
+@dataclass(frozen=True)
+class DrainHow:
+    deadline: float
+    plateau: float
+    zombie_grace: float
+
+
+def drain_action(target: Target, params: DrainParams) -> Action:
+    d = target.settings.daemon.drain
+    how = DrainHow(
+        d.deadline if params.deadline is None else params.deadline,
+        d.plateau if params.plateau is None else params.plateau,
+        d.zombie_grace if params.zombie_grace is None else params.zombie_grace,
+    )
+    summary = (
+        f"wait until the stopped daemon is gone and its memory is back (deadline "
+        f"{how.deadline:g}s, plateau {how.plateau:g}s)"
+    )
+    return Action(summary, params, how)
+
+
+def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
+    skip = serving(facts, target)
+    return Skip(f"{skip.reason}: it was not stopped") if skip else drain_action(target, params)
+
+
+def apply(ctx: HostContext, action: Action) -> StepResult:
+    how: DrainHow = action.detail
+    stopped = ctx.state.stopped or {}
     args: list[object] = [
         "--root",
         ctx.layout.root,
         "--deadline",
-        deadline,
+        how.deadline,
         "--plateau",
-        params.get("plateau", d.plateau),
+        how.plateau,
         "--zombie-grace",
-        params.get("zombie_grace", d.zombie_grace),
+        how.zombie_grace,
         *budget_args(ctx.settings.daemon),
     ]
     if stopped.get("pid"):
         args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
     else:
         args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
-    _, out = ctx.script("drain", *args, timeout=deadline + 30)
+    _, out = ctx.script("drain", *args, timeout=how.deadline + 30)
     if out.get("outcome") != "drained":
         raise StepFailed(failure_reason(out), retryable=False, data=out)
     note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
     waited = out["ended"] - out["started"]
-    how = {
+    drained_by = {
         "budget": f"headroom fits the budget {format_size(out.get('budget'))}",
         "baseline": "working set back to its level before the old daemon started",
     }.get(out.get("drained_by") or "", "memory not measurable here")
     return ok(
-        f"old daemon gone and {how} after {waited:.1f}s (working set "
+        f"old daemon gone and {drained_by} after {waited:.1f}s (working set "
         f"{format_size(out.get('working_set'))}, page cache "
         f"{format_size(out.get('page_cache'))}){note}",
         **out,

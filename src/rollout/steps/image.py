@@ -6,7 +6,7 @@ import hashlib
 import io
 import os
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from docker.errors import BuildError, DockerException, ImageNotFound
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.events import StepResult, changed, skipped
 from rollout.secrets import tail
-from rollout.steps.base import Artifact, Release
+from rollout.steps.decision import Artifact, Release
 from rollout.steps.manifest import release_id_of
 
 
@@ -29,7 +29,6 @@ class ControllerContext:
     cache_dir: Path
     image: str | None = None
     release: Release | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
     _client: docker.DockerClient | None = None
 
     def docker(self) -> docker.DockerClient:

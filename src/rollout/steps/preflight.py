@@ -9,50 +9,51 @@ touched: `{name: preflight-executables, kind: preflight, params: {checks: [execu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
 from rollout.events import StepResult, ok
+from rollout.facts import HostFacts
 from rollout.layout import q
 from rollout.steps.base import HostContext
 from rollout.steps.config import memory_budget
+from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.validate import ensure_input
 from rollout.units import format_size, parse_size
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
-Check = Callable[[HostContext, dict[str, Any], list[str]], list[str]]
+Check = Callable[[HostContext, HostFacts, list[str]], list[str]]
 
 
-def _space_needed(ctx: HostContext, facts: dict[str, Any]) -> int:
+def _space_needed(ctx: HostContext, facts: HostFacts) -> int:
     if ctx.release is None or _release_on_host(ctx, facts):
         return SPACE_MARGIN
     return 2 * sum(a.size for a in ctx.release.artifacts) + SPACE_MARGIN
 
 
-def _release_on_host(ctx: HostContext, facts: dict[str, Any]) -> bool:
-    ids = {r.get("id") for r in facts.get("releases") or []}
-    return ctx.release is not None and ctx.release.id in ids
+def _release_on_host(ctx: HostContext, facts: HostFacts) -> bool:
+    return ctx.release is not None and ctx.release.id in facts.release_ids
 
 
-def check_space(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_space(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     problems = []
     root = ctx.layout.root
-    if not facts.get("root_writable"):
+    if not facts.root_writable:
         problems.append(f"{root} is not writable")
-    free = (facts.get("disk") or {}).get("free_bytes")
+    free = facts.free_bytes
     need = _space_needed(ctx, facts)
     if free is not None and free < need:
         problems.append(
             f"{root} has {format_size(free)} free, the release needs {format_size(need)}"
         )
-    if not facts.get("python"):
+    if not facts.python:
         problems.append("python3 is missing on the host")
     notes.append(f"{root} writable, {format_size(free)} free")
     return problems
 
 
-def budget_of(ctx: HostContext, facts: dict[str, Any]) -> int:
+def budget_of(ctx: HostContext, facts: HostFacts) -> int:
     """The daemon's memory budget, as the config step will write it."""
     daemon = ctx.settings.daemon
     if daemon.total_budget == "cgroup":
@@ -60,7 +61,7 @@ def budget_of(ctx: HostContext, facts: dict[str, Any]) -> int:
     return parse_size(daemon.total_budget)
 
 
-def check_budget(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_budget(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     """The budget fits under the limit, and is at least what the proof type needs."""
     daemon = ctx.settings.daemon
     try:
@@ -93,7 +94,7 @@ def cpu_flags(text: str) -> set[str]:
     return set()
 
 
-def check_cpu(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_cpu(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     want = list(ctx.settings.preflight.cpu_flags)
     if not want:
         return []
@@ -118,7 +119,7 @@ def gpu_indexes(text: str) -> list[int]:
     return out
 
 
-def check_gpus(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_gpus(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     if not ctx.settings.preflight.gpus:
         notes.append("no GPU check (the host's vars say it has none)")
         return []
@@ -142,7 +143,7 @@ def missing_libraries(ldd_output: str) -> list[str]:
     return [line.strip() for line in ldd_output.splitlines() if "not found" in line]
 
 
-def check_executables(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_executables(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     """The uploaded executables load here: ldd finds every library they need."""
     if ctx.release is None or not _release_on_host(ctx, facts):
         notes.append("executables not on the host yet: checked after the upload")
@@ -160,7 +161,7 @@ def check_executables(ctx: HostContext, facts: dict[str, Any], notes: list[str])
     return problems
 
 
-def check_input(ctx: HostContext, facts: dict[str, Any], notes: list[str]) -> list[str]:
+def check_input(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     notes.append(ensure_input(ctx))
     return []
 
@@ -175,17 +176,18 @@ CHECKS: dict[str, Check] = {
 }
 
 
-def preflight(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    names = list(params.get("checks") or CHECKS)
-    unknown = [n for n in names if n not in CHECKS]
-    if unknown:
-        raise StepFailed(
-            f"unknown preflight check(s) {unknown}; known: {', '.join(CHECKS)}", retryable=False
-        )
+def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decision:
+    names = list(params.checks or CHECKS)
+    return Action(f"check {', '.join(names)}, before anything changes", params, names)
+
+
+def apply(ctx: HostContext, action: Action) -> StepResult:
+    """The checks look at the host as it is now: fresh facts (after an upload, the release
+    is there for the executables check)."""
     facts = ctx.facts()
     notes: list[str] = []
     problems: list[str] = []
-    for name in names:
+    for name in action.detail:
         if name == "input" and problems:
             break  # staging the input is work: not for a host that cannot take the release
         problems += CHECKS[name](ctx, facts, notes)

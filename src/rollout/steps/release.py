@@ -7,12 +7,16 @@ import re
 import uuid
 from typing import Any
 
+from rollout.config.steps import PruneParams, SwitchParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, changed, skipped
+from rollout.events import StepResult, changed
+from rollout.facts import HostFacts
 from rollout.layout import q
-from rollout.steps.base import HostContext, Release
+from rollout.steps.base import HostContext
 from rollout.steps.config import forget_configs_of, restore_config_of
-from rollout.steps.current import current_release, point_current_at
+from rollout.steps.current import point_current_at
+from rollout.steps.daemon import serving
+from rollout.steps.decision import Action, Decision, Release, Skip, Target
 
 _RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
@@ -40,11 +44,31 @@ def _need_release(ctx: HostContext) -> Release:
     return ctx.release
 
 
-def upload(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+NO_RELEASE = "no release to deploy: the extract step has not run"
+
+
+def _without_release(target: Target, params: Any, what: str) -> Action:
+    if target.pending:
+        return Action(f"{what} the new build (its release is known after the build)", params)
+    return Action(what, params, fails=NO_RELEASE)
+
+
+def decide_upload(facts: HostFacts, target: Target, params: Any) -> Decision:
+    release = target.release
+    if release is None:
+        return _without_release(target, params, "upload")
+    dest = target.layout.release_dir(release.id)
+    missing = [a for a in release.artifacts if facts.digest(f"{dest}/{a.name}") != a.sha256]
+    if not missing:
+        reason = f"release {release.id} already on host, sha256 matches"
+        return Skip(reason, {"release": release.id})
+    size = sum(a.size for a in missing)
+    names = ", ".join(a.name for a in missing)
+    return Action(f"upload release {release.id}: {names} ({size} bytes)", params)
+
+
+def upload(ctx: HostContext, action: Action) -> StepResult:
     release = _need_release(ctx)
-    dest = ctx.layout.release_dir(release.id)
-    if not release_mismatches(ctx, dest, release):
-        return skipped(f"release {release.id} already on host, sha256 matches", release=release.id)
     if release.source:  # a published bundle: the host downloads it itself
         from rollout.steps.pull import pull_release
 
@@ -94,37 +118,59 @@ def install_partial(ctx: HostContext, release: Release, partial: str) -> None:
     ctx.sh(f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}").check()
 
 
-def switch(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    release = _need_release(ctx)
-    before = current_release(ctx)
-    ctx.notes.setdefault("previous_release", before)
+def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Decision:
+    release = target.release
+    if release is None:
+        return _without_release(target, params, "point current at")
+    skip = serving(facts, target)
+    if skip:
+        return Skip(f"{skip.reason}: current already points at it", {"release": release.id})
+    before = facts.current_release
     if before == release.id:
-        return skipped(f"current already points at {release.id}", release=release.id)
+        return Skip(f"current already points at {release.id}", {"release": release.id})
+    return Action(f"current: {before or 'none'} -> {release.id}", params, before)
+
+
+def switch(ctx: HostContext, action: Action) -> StepResult:
+    params: SwitchParams = action.params
+    release = _need_release(ctx)
+    before: str | None = action.detail
     if release_mismatches(ctx, ctx.layout.release_dir(release.id), release):
         raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
     if before:
         ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
     point_current_at(ctx, release.id)
-    if params.get("restore_config") and restore_config_of(ctx, release.id):
+    if params.restore_config and restore_config_of(ctx, release.id):
         ctx.log(f"restored the config {release.id} ran with")
     return changed(
         f"current: {before or 'none'} -> {release.id}", previous=before, release=release.id
     )
 
 
-def prune(ctx: HostContext, params: dict[str, Any]) -> StepResult:
-    keep = int(params.get("keep", ctx.settings.release.keep))
-    r = ctx.sh(f"ls -1t -- {q(ctx.layout.releases)} 2>/dev/null").stdout.split()
-    releases = [name for name in r if _RELEASE_ID.match(name)]
-    protected = {current_release(ctx), ctx.notes.get("previous_release")}
-    kept = [rid for rid in releases if rid in protected]
-    for rid in releases:
-        if len(kept) < keep and rid not in kept:
-            kept.append(rid)
-    doomed = [rid for rid in releases if rid not in kept]
+def decide_prune(facts: HostFacts, target: Target, params: PruneParams) -> Decision:
+    """Which releases go: all but the newest `keep`, never the new one or the one before it."""
+    keep = params.keep or target.settings.release.keep
+    if target.pending:
+        return Action(f"remove all but {keep} releases", params, [])
+    newest_first = [r.id for r in reversed(facts.releases) if _RELEASE_ID.match(r.id)]
+    rid = target.release_id or facts.current_release
+    if rid and rid not in newest_first:
+        newest_first.insert(0, rid)  # uploaded by this run
+    protected = {rid, facts.current_release}
+    kept = [r for r in newest_first if r in protected]
+    for r in newest_first:
+        if len(kept) < keep and r not in kept:
+            kept.append(r)
+    doomed = [r for r in newest_first if r not in kept]
     if not doomed:
-        return skipped(f"{len(releases)} release(s) on host, keeping up to {keep}")
+        return Skip(f"{len(newest_first)} release(s) on host, keeping up to {keep}")
+    return Action(f"remove {len(doomed)} old release(s): {', '.join(doomed)}", params,
+                  (doomed, len(kept)))
+
+
+def prune(ctx: HostContext, action: Action) -> StepResult:
+    doomed, kept = action.detail
     paths = " ".join(q(ctx.layout.release_dir(rid)) for rid in doomed)
     ctx.sh(f"rm -rf -- {paths}").check()
     forget_configs_of(ctx, doomed)
-    return changed(f"pruned {len(doomed)} old release(s), kept {len(kept)}", pruned=doomed)
+    return changed(f"pruned {len(doomed)} old release(s), kept {kept}", pruned=doomed)

@@ -9,12 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.events import StepResult, ok
+from rollout.facts import HostFacts
 from rollout.layout import q
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import status_url
+from rollout.steps.decision import Action, Decision, Target
 from rollout.transport.base import RunResult
 
 
@@ -96,12 +99,18 @@ def run_bounded(ctx: HostContext, command: str, seconds: float) -> tuple[RunResu
     return replace(r, stdout=stdout), hung
 
 
-def validate(ctx: HostContext, params: dict[str, Any]) -> StepResult:
+def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:
+    pattern = params.success_pattern or target.settings.validation.success_pattern
+    return Action(f"run the validation proof; success is a line matching {pattern!r}", params)
+
+
+def validate(ctx: HostContext, action: Action) -> StepResult:
+    params: ValidateParams = action.params
     spec = ctx.settings.validation
     staged = ensure_input(ctx)
-    command = ctx.render_command(params.get("command", spec.command))
-    pattern = re.compile(params.get("success_pattern", spec.success_pattern), re.MULTILINE)
-    seconds = float(params.get("timeout", spec.timeout))
+    command = ctx.render_command(params.command or spec.command)
+    pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
+    seconds = float(spec.timeout if params.timeout is None else params.timeout)
     before = status_counters(ctx)
     r, hung = run_bounded(ctx, command, seconds)
     output = tail(r.stdout + r.stderr, 4000)

@@ -1,0 +1,209 @@
+"""Host facts as typed data: what rollout.hostside.facts printed on a host, parsed in one place.
+
+Everything read back from a host is hostile: a field of the wrong type becomes None (or its
+empty default), never an exception and never code. The record fields (`last_exit`,
+`last_start`) stay JSON objects: they are the supervisor's records, read by diagnose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.layout import is_release_id
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _bool(value: Any) -> bool:
+    return value is True
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _release_id(value: Any) -> str | None:
+    """A release id read back from a host: a folder name under releases/, or None."""
+    return value if isinstance(value, str) and is_release_id(value) else None
+
+
+def _record(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class DaemonFacts:
+    """The daemon named by daemon.pid. state: none (no pidfile), running, zombie or gone."""
+
+    state: str = "none"
+    pid: int | None = None
+    starttime: int | None = None
+    exe: str | None = None
+    note: str | None = None
+    started_at: float | None = None
+    uptime_secs: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> DaemonFacts:
+        d = _dict(raw)
+        return cls(
+            state=_str(d.get("state")) or "none",
+            pid=_int(d.get("pid")),
+            starttime=_int(d.get("starttime")),
+            exe=_str(d.get("exe")),
+            note=_str(d.get("note")),
+            started_at=_float(d.get("started_at")),
+            uptime_secs=_float(d.get("uptime_secs")),
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass(frozen=True)
+class SupervisorFacts:
+    pid: int | None = None
+    alive: bool = False
+    state: str | None = None  # from supervisor.json: running, crash-looping, ...
+    since: float | None = None
+    updated: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> SupervisorFacts:
+        d = _dict(raw)
+        return cls(
+            pid=_int(d.get("pid")),
+            alive=_bool(d.get("alive")),
+            state=_str(d.get("state")),
+            since=_float(d.get("since")),
+            updated=_float(d.get("updated")),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """The container's memory: the cgroup's usage and limit (bytes), and where they came from."""
+
+    usage: int | None = None
+    limit: int | None = None
+    source: str | None = None
+    meminfo_total: int | None = None  # /proc/meminfo: the HOST's RAM inside a container
+    meminfo_available: int | None = None
+
+    @classmethod
+    def parse(cls, cgroup: Any, meminfo: Any) -> MemoryFacts:
+        m = _dict(_dict(cgroup).get("memory"))
+        info = _dict(meminfo)
+        return cls(
+            usage=_int(m.get("usage")),
+            limit=_int(m.get("limit")),
+            source=_str(m.get("source")),
+            meminfo_total=_int(info.get("total")),
+            meminfo_available=_int(info.get("available")),
+        )
+
+
+@dataclass(frozen=True)
+class ReleaseDir:
+    """One folder under <root>/releases."""
+
+    id: str
+    mtime: float = 0.0
+    has_daemon: bool = False
+    has_bench: bool = False
+
+    @classmethod
+    def parse(cls, raw: Any) -> ReleaseDir | None:
+        d = _dict(raw)
+        name = _str(d.get("id"))
+        if not name:
+            return None
+        return cls(name, _float(d.get("mtime")) or 0.0, _bool(d.get("has_daemon")),
+                   _bool(d.get("has_bench")))
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """One host as it was when the facts were read (one round trip, rollout.hostside.facts)."""
+
+    time: float | None = None
+    root: str | None = None
+    hostname: str | None = None
+    python: str | None = None
+    memory: MemoryFacts = field(default_factory=MemoryFacts)
+    daemon: DaemonFacts = field(default_factory=DaemonFacts)
+    supervisor: SupervisorFacts = field(default_factory=SupervisorFacts)
+    held: bool = False
+    current_release: str | None = None
+    previous_release: str | None = None  # what current pointed at before the last switch
+    releases: tuple[ReleaseDir, ...] = ()  # oldest first
+    free_bytes: int | None = None
+    root_writable: bool = False
+    last_exit: dict[str, Any] | None = None
+    last_start: dict[str, Any] | None = None
+    restarts_last_hour: int | None = None
+    exits_last_hour: int | None = None
+    exit_counts_complete: bool | None = None
+    digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: Any) -> HostFacts:
+        """The one parser of facts.py's JSON object."""
+        d = _dict(raw)
+        releases = (ReleaseDir.parse(r) for r in d.get("releases") or [] if isinstance(r, dict))
+        complete = d.get("exit_counts_complete")
+        return cls(
+            time=_float(d.get("time")),
+            root=_str(d.get("root")),
+            hostname=_str(d.get("hostname")),
+            python=_str(d.get("python")),
+            memory=MemoryFacts.parse(d.get("cgroup"), d.get("meminfo")),
+            daemon=DaemonFacts.parse(d.get("daemon")),
+            supervisor=SupervisorFacts.parse(d.get("supervisor")),
+            held=_bool(d.get("held")),
+            current_release=_release_id(d.get("current_release")),
+            previous_release=_release_id(d.get("previous_release")),
+            releases=tuple(r for r in releases if r is not None),
+            free_bytes=_int(_dict(d.get("disk")).get("free_bytes")),
+            root_writable=_bool(d.get("root_writable")),
+            last_exit=_record(d.get("last_exit")),
+            last_start=_record(d.get("last_start")),
+            restarts_last_hour=_int(d.get("restarts_last_hour")),
+            exits_last_hour=_int(d.get("exits_last_hour")),
+            exit_counts_complete=complete if isinstance(complete, bool) else None,
+            digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
+            errors={str(k): str(v) for k, v in _dict(d.get("errors")).items()},
+        )
+
+    def digest(self, path: str) -> str | None:
+        return self.digests.get(path)
+
+    @property
+    def release_ids(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.releases)
+
+    def serves(self, release_id: str | None, release_dir: str) -> bool:
+        """The daemon runs this release, current points at it, and no hold is set."""
+        return bool(
+            release_id
+            and self.current_release == release_id
+            and self.daemon.running
+            and self.daemon.exe
+            and release_dir in self.daemon.exe
+            and not self.held
+        )

@@ -1,0 +1,176 @@
+"""A host's plan, as plain data: each step's decision from one read of the host's facts, and
+the rollback for each point where the host can fail.
+
+The engine applies exactly these decisions; --dry-run prints exactly them. A rollback is
+decided from the phase the host reached (untouched, stopped, switched, started, validated),
+never from step names or messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.config.render import evaluate_condition
+from rollout.config.steps import PARAMS
+from rollout.errors import Location, RolloutError, StepFailed
+from rollout.events import StepResult, skipped
+from rollout.facts import HostFacts
+from rollout.steps import HOST_STEPS
+from rollout.steps.base import HostContext
+from rollout.steps.decision import Action, Decision, Phase, Skip, Target
+
+PHASE_AT_START = {"stop": Phase.STOPPED, "switch": Phase.SWITCHED, "start": Phase.STARTED}
+"""The phase a host is in as soon as an action of this kind begins (it may fail half way)."""
+PHASE_AFTER = {"validate": Phase.VALIDATED}
+"""The phase a host reaches when an action of this kind succeeds."""
+BACK_ON = ("stop", "drain", "start", "ready", "validate")
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """What happens to a host that fails in a given phase."""
+
+    kinds: tuple[str, ...]  # rollback steps, in order (rollback-<kind>)
+    to: str | None  # the release to point current at (and its config) before the start
+    outcome: str  # the host's reason when every rollback step passes
+    rolled_back: bool  # success means the host is back on `to`, validated
+    warning: bool = False  # the host had validated: the failure is a warning, nothing reverts
+    release: str | None = None  # the release the host is left on, when known now
+
+    def describe(self) -> str:
+        if self.warning:
+            return "a warning: the host already validated, nothing is reverted"
+        if not self.kinds:
+            return self.outcome
+        if self.rolled_back:
+            return f"roll back to {self.to} ({', '.join(self.kinds)})"
+        return f"{', '.join(self.kinds)}; {self.outcome}"
+
+
+def rollback_plan(
+    phase: Phase, failed: str | None, previous: str | None, target_id: str | None
+) -> RollbackPlan:
+    """The rollback of a host that failed at step kind `failed` (None: a revert) in `phase`."""
+    if phase is Phase.VALIDATED and failed is not None:
+        return RollbackPlan((), None, "validated; a later step failed", False, True, target_id)
+    if phase is Phase.UNTOUCHED:
+        return RollbackPlan(
+            (), None, "host untouched: still on its previous release", False, release=previous
+        )
+    if not previous or previous == target_id:
+        return RollbackPlan(
+            ("stop",), None, "NO PREVIOUS RELEASE to go back to: host left stopped and held", False
+        )
+    kinds = tuple(k for k in BACK_ON if not (k == "drain" and failed == "drain"))
+    return RollbackPlan(kinds, previous, f"rolled back to {previous}, validated", True,
+                        release=previous)
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    spec: Any  # rollout.config.steps.StepSpec
+    decision: Decision
+    by_when: bool = False  # skipped because its `when` is false
+    rollback: RollbackPlan | None = None  # if this step fails (None: it cannot, it is a skip)
+
+    @property
+    def kind(self) -> str:
+        return str(self.spec.kind)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    facts: HostFacts
+    target: Target
+    previous: str | None  # the release to go back to
+    steps: tuple[PlannedStep, ...]
+
+    def rollback_at(self, phase: Phase, failed: str | None) -> RollbackPlan:
+        return rollback_plan(phase, failed, self.previous, self.target.release_id)
+
+
+def digest_paths(target: Target) -> list[str]:
+    """Files whose sha256 the decisions compare: the release, the supervisor, the config."""
+    lay = target.layout
+    paths = [lay.supervisor, lay.supervisor_conf, target.settings.daemon.config_path]
+    if target.release is not None:
+        where = lay.release_dir(target.release.id)
+        paths += [f"{where}/{a.name}" for a in target.release.artifacts]
+    return paths
+
+
+def previous_release(facts: HostFacts, target: Target) -> str | None:
+    """What the host goes back to: what current points at, or pointed at before the release
+    being rolled out (a controller that died after the switch)."""
+    if facts.current_release and facts.current_release != target.release_id:
+        return facts.current_release
+    return facts.previous_release
+
+
+Where = Callable[[Any], Location | None]
+"""Where a step is in the playbook (its `when` is named by file:line when it fails)."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, RolloutError):
+        return str(exc)
+    return f"internal error (a bug in rollout): {type(exc).__name__}: {exc}"
+
+
+def decide_step(
+    spec: Any, facts: HostFacts, target: Target, where: Where | None = None
+) -> tuple[Decision, bool]:
+    """(the decision, whether it is a skip by `when`). Whatever goes wrong while deciding
+    (a `when` that fails at run time, a bug) becomes an Action that fails: the step's
+    failure, then the rollback of the phase the host is in."""
+    kind = str(spec.kind)
+    try:
+        context = target.template_context()
+        if not evaluate_condition(spec.when, context, where(spec) if where else None):
+            return Skip(f"when: {spec.when} is false"), True
+        decide, _ = HOST_STEPS[kind]
+        return decide(facts, target, PARAMS[spec.kind].model_validate(spec.params)), False
+    except Exception as e:  # noqa: BLE001 - it is the step's failure, not the run's
+        return Action(kind, fails=failure_reason(e)), False
+
+
+def phase_at_start(phase: Phase, kind: str, decision: Decision) -> Phase:
+    """The phase once a step begins: an action known to fail changes nothing on the host."""
+    if isinstance(decision, Skip) or decision.fails:
+        return phase
+    return max(phase, PHASE_AT_START.get(kind, phase))
+
+
+def plan_host(
+    facts: HostFacts, target: Target, specs: list[Any], where: Where | None = None
+) -> HostPlan:
+    previous = previous_release(facts, target)
+    phase = Phase.UNTOUCHED
+    steps = []
+    for spec in specs:
+        decision, by_when = decide_step(spec, facts, target, where)
+        rollback = None
+        if isinstance(decision, Action):
+            phase = phase_at_start(phase, str(spec.kind), decision)
+            rollback = rollback_plan(phase, str(spec.kind), previous, target.release_id)
+            phase = PHASE_AFTER.get(str(spec.kind), phase)
+        steps.append(PlannedStep(spec, decision, by_when, rollback))
+    return HostPlan(facts, target, previous, tuple(steps))
+
+
+def apply(ctx: HostContext, kind: str, decision: Decision) -> StepResult:
+    """Apply one decision on the host: a skip says why; an action runs its kind's apply."""
+    if isinstance(decision, Skip):
+        return skipped(decision.reason, **decision.data)
+    if decision.fails:
+        raise StepFailed(decision.fails, retryable=False)
+    _, act = HOST_STEPS[kind]
+    return act(ctx, decision)
+
+
+def decide_and_apply(ctx: HostContext, spec: Any) -> StepResult:
+    """One step on one host now, outside a run: its decision from fresh facts, applied."""
+    decision, _ = decide_step(spec, ctx.facts(*digest_paths(ctx.target)), ctx.target)
+    return apply(ctx, str(spec.kind), decision)

@@ -1,0 +1,124 @@
+"""What a step decides before it acts: Skip (and why) or an Action, from facts alone.
+
+Each step kind has a pure `decide(facts, target, params) -> Skip | Action` beside its
+`apply(ctx, action)`. The engine applies exactly the decisions, and --dry-run prints exactly
+the same decisions: the skip rules live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rollout.config.render import render_runtime
+from rollout.layout import Layout
+
+
+@dataclass(frozen=True)
+class Release:
+    """A set of executables extracted from one image, named by their combined digest.
+
+    `source`: the URL of a published bundle the hosts download the executables from
+    themselves (rollout.bundle); None: the controller pushes them.
+    """
+
+    id: str
+    image: str
+    version: str
+    artifacts: tuple[Artifact, ...]
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "image": self.image,
+            "version": self.version,
+            "artifacts": {a.name: {"sha256": a.sha256, "size": a.size} for a in self.artifacts},
+        }
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    local_path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one host should end up with: its settings and, in a rollout, the release."""
+
+    host: Any  # rollout.config.inventory.Host
+    layout: Layout
+    settings: Any  # the playbook rendered for this host (rollout.config.playbook.Playbook)
+    release: Release | None = None  # None: single steps, on whatever current points at
+    pending: bool = False  # dry run: the release comes from a build not made yet
+
+    @property
+    def release_id(self) -> str | None:
+        return self.release.id if self.release else None
+
+    def template_context(self, **extra: Any) -> dict[str, Any]:
+        release_id = self.release_id
+        release_dir = self.layout.release_dir(release_id) if release_id else self.layout.current
+        return self.settings.template_context(  # type: ignore[no-any-return]
+            self.host, release_dir=release_dir, release_id=release_id, **extra
+        )
+
+    def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:
+        """Render the user's template file if given, else rollout's built-in one."""
+        if path is None:
+            text = (resources.files("rollout") / "resources" / "templates" / builtin).read_text()
+            where = None
+        else:
+            text = Path(path).read_text()
+            where = self.settings.location("daemon", "config_template")
+        return render_runtime(text, self.template_context(**extra), where)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Nothing to do, and why."""
+
+    reason: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the step will do: `summary` for people, the rest for its apply function."""
+
+    summary: str
+    params: Any = None  # the kind's typed params (rollout.config.steps)
+    detail: Any = None  # what the decision fixed: the text to write, the releases to prune...
+    fails: str | None = None  # known to fail from the facts: apply changes nothing, says this
+
+
+Decision = Skip | Action
+
+
+class Phase(IntEnum):
+    """How far a host got in this run; its rollback is decided from this alone."""
+
+    UNTOUCHED = 0  # nothing that serves changed
+    STOPPED = 1  # the hold is set: the daemon may be down
+    SWITCHED = 2  # current may point at the new release
+    STARTED = 3  # the new release's daemon may be running
+    VALIDATED = 4  # the new release passed its validation
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass
+class HostState:
+    """What a host's steps learn as they run, for the steps after them (typed, per host)."""
+
+    phase: Phase = Phase.UNTOUCHED
+    stopped: dict[str, Any] | None = None  # the stop script's report (pid, starttime, ...)
+    daemon_pid: str | None = None  # the daemon the start step saw the supervisor start

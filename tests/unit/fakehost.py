@@ -1,0 +1,189 @@
+"""A fake host behind the Transport interface: it serves facts from a small scripted state,
+answers the commands the steps send, records every one of them, and fails where told.
+
+No Docker, no SSH, no root: the engine tests run against this in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout.transport.base import RunResult, Transport
+
+ROOT = "/data"
+CURRENT = f"{ROOT}/current"
+RELEASES = f"{ROOT}/releases"
+
+
+def sha(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@dataclass
+class FakeHost(Transport):
+    """One host's state. `faults` names what goes wrong: a step kind, or `prune`."""
+
+    name: str
+    current: str | None = None
+    previous: str | None = None
+    releases: dict[str, dict[str, str]] = field(default_factory=dict)  # id: {name: sha256}
+    files: dict[str, str] = field(default_factory=dict)  # path: sha256
+    daemon: str | None = None  # the release the daemon runs
+    held: bool = False
+    supervisor: bool = False
+    faults: set[str] = field(default_factory=set)
+    bad_release: str | None = None  # start, ready and validate faults hit only this release
+    sent: list[str] = field(default_factory=list)
+    uploads: dict[str, str] = field(default_factory=dict)  # remote path: sha256
+    pid: int = 100
+
+    # ---------------------------------------------------------------- Transport
+
+    def run(self, command: str, timeout: float | None = None, stdin: str | None = None
+            ) -> RunResult:
+        self.sent.append(command)
+        code, out = self._answer(command, stdin or "")
+        return RunResult(command, code, out, "" if code == 0 else out)
+
+    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+        self.sent.append(f"put {remote_path}")
+        self.uploads[remote_path] = self.files[remote_path] = sha(Path(local_path).read_bytes())
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- what the host does
+
+    def facts(self, command: str) -> dict[str, Any]:
+        argv = shlex.split(command)
+        digests = {argv[i + 1]: self._digest(argv[i + 1])
+                   for i, a in enumerate(argv) if a == "--digest"}
+        exe = f"{RELEASES}/{self.daemon}/cuzk-daemon" if self.daemon else None
+        return {
+            "time": 1.0, "root": ROOT, "python": "3.11.2", "held": self.held,
+            "cgroup": {"memory": {"usage": 1 << 20, "limit": 512 << 20, "source": "cgroup-v2"}},
+            "daemon": {"state": "running", "pid": self.pid, "starttime": 1, "exe": exe}
+            if self.daemon else {"state": "none"},
+            "supervisor": {"pid": 9, "alive": self.supervisor, "state": "running"},
+            "current_release": self.current, "previous_release": self.previous,
+            "releases": [{"id": r, "mtime": float(i), "has_daemon": True}
+                         for i, r in enumerate(self.releases)],
+            "disk": {"free_bytes": 10 << 30}, "root_writable": "preflight" not in self.faults,
+            "digests": digests,
+            "errors": {},
+        }
+
+    def _digest(self, path: str) -> str | None:
+        m = re.fullmatch(rf"{RELEASES}/([^/]+)/([^/]+)", path)
+        if m:
+            return self.releases.get(m.group(1), {}).get(m.group(2))
+        return self.files.get(path)
+
+    def _script(self, command: str, stdin: str) -> tuple[int, str]:
+        if stdin.startswith('"""Print one JSON object of facts'):
+            return 0, json.dumps(self.facts(command))
+        if stdin.startswith('"""Stop the daemon'):
+            return self._stop()
+        if stdin.startswith('"""Wait until a stopped daemon'):
+            if "drain" in self.faults:
+                return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
+            return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
+        raise AssertionError(f"unknown host script: {stdin[:60]!r}")
+
+    def _stop(self) -> tuple[int, str]:
+        if self.daemon is None:
+            return 0, json.dumps({"outcome": "none"})
+        if "stop" in self.faults:
+            self.faults.discard("stop")  # it survives once: the rollback's forced stop works
+            return 1, json.dumps({"outcome": "survived", "pid": self.pid})
+        self.daemon = None
+        return 0, json.dumps({"outcome": "stopped", "pid": self.pid, "starttime": 1,
+                              "signal": "SIGTERM", "escalated": False})
+
+    def _sums(self, directory: str) -> str:
+        if "switch" in self.faults and directory == f"{RELEASES}/{self.bad_release}":
+            return ""  # the release on the host is incomplete
+        files = self.releases.get(directory.rsplit("/", 1)[-1], {})
+        if "/.partial-" in directory:
+            files = {p.rsplit("/", 1)[-1]: s for p, s in self.uploads.items()
+                     if p.startswith(directory + "/")}
+        return "".join(f"{s}  {n}\n" for n, s in files.items())
+
+    def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
+        words = command.split()
+        if command.startswith("python3 - "):
+            return self._script(command, stdin)
+        if command.startswith("readlink -f -- "):
+            return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
+        if command.startswith("readlink -- "):
+            return (0, f"releases/{self.current}\n") if self.current else (1, "")
+        if m := re.match(r"cd (\S+) 2>/dev/null && sha256sum", command):
+            return 0, self._sums(shlex.split(m.group(1))[0])
+        if command.startswith("sha256sum -- "):
+            path = shlex.split(command)[2]
+            digest = self.files.get(path)
+            return (0, f"{digest}  {path}\n") if digest else (1, "")
+        if "cat > " in command and "&& mv -T --" in command:
+            path = shlex.split(command.split("&& mv -T -- ")[-1])[-1]
+            self.files[path] = sha(stdin)
+            return 0, ""
+        if m := re.match(r"ln -sfn -- releases/(\S+) ", command):
+            self.current = m.group(1)
+            return 0, ""
+        if command.startswith("printf %s ") and "previous_release" in command:
+            self.previous = shlex.split(command)[2]
+            return 0, ""
+        if command.startswith("cat -- ") and "previous_release" in command:
+            return (0, self.previous) if self.previous else (1, "")
+        if command.endswith("/hold") and "touch --" in command:
+            self.held = True
+            return 0, ""
+        if command.startswith("rm -f -- ") and command.endswith("/hold"):
+            self.held = False
+            return 0, ""
+        if "--daemonize" in command:
+            self.supervisor = True
+            return 0, ""
+        if "grep -qF --" in command and "daemon.pid" in command:  # start: wait for the daemon
+            if self._bad("start") or self.held:
+                return 1, ""
+            self.daemon = self.current
+            return 0, f"{self.pid} 1 {RELEASES}/{self.current}/cuzk-daemon\n"
+        if "curl -fsS" in command:
+            if self._bad("ready"):
+                self.daemon = None
+                return 3, f"daemon {self.pid} died during start-up"
+            return 0, json.dumps({"version": self.daemon, "uptime_secs": 0.1})
+        if "cuzk-bench" in command:
+            if self._bad("validate"):
+                return 0, "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
+            return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
+        if m := re.match(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)$", command):
+            partial, dest = shlex.split(m.group(2))[0], shlex.split(m.group(3))[0]
+            self.releases[dest.rsplit("/", 1)[-1]] = dict(
+                line.split("  ")[::-1] for line in self._sums(partial).splitlines())
+            return 0, ""
+        if m := re.match(r"mv -T -- (\S+) (\S+)$", command):
+            self.files[m.group(2)] = self.files.pop(m.group(1), "")
+            return 0, ""
+        if command.startswith("rm -rf -- ") and f"{RELEASES}/" in command and ".partial" not in command:  # noqa: E501
+            if "prune" in self.faults and self.current == self.bad_release:
+                return 1, "rm: cannot remove: Read-only file system"
+            for path in words[2:]:
+                self.releases.pop(shlex.split(path)[0].rsplit("/", 1)[-1], None)
+            return 0, ""
+        return 0, ""
+
+    def _bad(self, kind: str) -> bool:
+        return kind in self.faults and self.current == self.bad_release
+
+    # ---------------------------------------------------------------- for assertions
+
+    def commands(self, pattern: str) -> list[str]:
+        return [c for c in self.sent if re.search(pattern, c)]

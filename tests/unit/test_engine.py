@@ -1,0 +1,261 @@
+"""The engine without Docker or root: fake hosts serve facts and record what is sent.
+
+Table tests: a failure at each phase and its rollback, a prune failure after validation,
+canary abort, max_fail_percentage, resume, revert on abort, and the skip rules, where the
+dry run prints exactly what the engine then does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakehost import FakeHost, sha
+
+from rollout.config.inventory import Host, Inventory
+from rollout.config.playbook import load_playbook, parse_set_options
+from rollout.dryrun import print_host_plans
+from rollout.engine import Engine, EngineOptions, RunSummary
+from rollout.events import Event, EventBus
+from rollout.hostplan import digest_paths, plan_host
+from rollout.plan import Plan, make_plan
+from rollout.steps.base import HostContext
+from rollout.steps.decision import Artifact, Phase, Release
+
+OLD, NEW = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+OLDER = ("111111111111", "222222222222", "333333333333")
+
+
+def crowd(host: FakeHost) -> None:
+    """Older releases on the host, so that the prune after this rollout removes some."""
+    host.releases = {**{r: {} for r in OLDER}, **host.releases}
+
+
+def release(tmp_path: Path, rid: str) -> Release:
+    artifacts = []
+    for name in ("cuzk-daemon", "cuzk-bench"):
+        path = tmp_path / f"{rid}-{name}"
+        path.write_bytes(f"{name} of {rid}".encode())
+        artifacts.append(Artifact(name, str(path), sha(path.read_bytes()), path.stat().st_size))
+    return Release(rid, "img", rid, tuple(artifacts))
+
+
+class Fleet:
+    """Fake hosts, and rollouts of fake releases onto them."""
+
+    def __init__(self, tmp_path: Path, names: list[str], *sets: str) -> None:
+        self.tmp = tmp_path
+        self.hosts = {n: FakeHost(n) for n in names}
+        self.sets = sets
+        self.events: list[Event] = []
+
+    def plan(self, *sets: str) -> Plan:
+        playbook = load_playbook(overrides=parse_set_options([*self.sets, *sets]))
+        hosts = [Host(n, "127.0.0.1", 22, "root", None, Path("/k"), "strict", 10, (), {})
+                 for n in self.hosts]
+        return make_plan(playbook, Inventory(self.tmp / "fleet.yaml", hosts), None)
+
+    def roll(self, rid: str, *sets: str, **options: Any) -> RunSummary:
+        plan = self.plan(*sets)
+        bus = EventBus(plan.run_id)
+        bus.subscribe(self.events.append)
+        self.events.clear()
+        opts = EngineOptions(release=release(self.tmp, rid), **options)
+        return Engine(plan, bus, lambda h: self.hosts[h.name], self.tmp, opts).run()
+
+    def serving(self, rid: str) -> Fleet:
+        """Every host validated on release `rid` (rolled there by the engine itself)."""
+        assert self.roll(rid).exit_code == 0
+        return self
+
+    def ends(self) -> list[tuple[str, str]]:
+        return [(e.host or "", e.status or "") for e in self.events if e.kind == "host_end"]
+
+    def steps(self, host: str) -> dict[str, Event]:
+        return {e.step or "": e for e in self.events if e.kind == "step_end" and e.host == host}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Fleet:
+    return Fleet(tmp_path, ["h1", "h2", "h3"]).serving(OLD)
+
+
+def test_onto_empty_hosts_then_a_new_release(fleet: Fleet) -> None:
+    summary = fleet.roll(NEW)
+    assert summary.exit_code == 0
+    assert sorted(fleet.ends()) == [(h, "validated") for h in fleet.hosts]
+    for host in fleet.hosts.values():
+        assert (host.current, host.daemon, host.held, host.previous) == (NEW, NEW, False, OLD)
+        assert set(host.releases) == {OLD, NEW}
+        assert host.commands(r"^put /data/releases/\.partial-")
+    steps = fleet.steps("h2")
+    assert list(steps) == [s.name for s in fleet.plan().host_steps]
+    assert {"preflight", "upload", "stop", "drain", "switch", "start", "validate"} <= set(steps)
+    assert steps["supervise"].status == "skipped" and steps["stop"].status == "changed"
+
+
+def test_rerun_changes_nothing(fleet: Fleet) -> None:
+    for host in fleet.hosts.values():
+        host.sent.clear()
+    assert fleet.roll(OLD).exit_code == 0
+    for host in fleet.hosts.values():
+        assert not host.commands(r"^put |touch -- /data/rollout/hold|cat > ")
+    statuses = {k: e.status for k, e in fleet.steps("h1").items()}
+    skipped = ["supervise", "upload", "config", "stop", "drain", "switch", "start", "prune"]
+    assert all(statuses[k] == "skipped" for k in skipped), statuses
+    assert "already runs release" in fleet.steps("h1")["drain"].reason  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("fault", "phase", "status", "rollback"),
+    [
+        ("preflight", Phase.UNTOUCHED, "skipped", []),
+        ("stop", Phase.STOPPED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
+        ("drain", Phase.STOPPED, "rolled_back", ["stop", "start", "ready", "validate"]),
+        ("switch", Phase.SWITCHED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
+        ("start", Phase.STARTED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
+        ("ready", Phase.STARTED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
+        ("validate", Phase.STARTED, "rolled_back",
+         ["stop", "drain", "start", "ready", "validate"]),
+        ("prune", Phase.VALIDATED, "validated", []),
+    ],
+)
+def test_a_failure_at_each_phase_and_its_rollback(
+    fleet: Fleet, fault: str, phase: Phase, status: str, rollback: list[str]
+) -> None:
+    host = fleet.hosts["h1"]
+    host.faults, host.bad_release = {fault}, NEW
+    crowd(host)
+    planned = _plan_of(fleet, "h1", NEW)
+    failing = next(s for s in planned.steps if s.kind == fault)
+    assert failing.rollback is not None
+    assert list(failing.rollback.kinds) == rollback
+    assert planned.rollback_at(phase, fault) == failing.rollback
+    summary = fleet.roll(NEW)
+    assert summary.outcomes["h1"].status == status, summary.outcomes["h1"]
+    ran = [s.removeprefix("rollback-") for s in fleet.steps("h1") if s.startswith("rollback-")]
+    assert ran == rollback
+    assert fleet.steps("h1")[fault].status == "failed"
+    want = NEW if status == "validated" else OLD
+    assert (host.current, host.daemon, host.held) == (want, want, False)
+    assert summary.aborted == "canary batch failed: rollout stopped" or status == "validated"
+
+
+def test_prune_failure_after_validation_is_a_warning_not_a_rollback(fleet: Fleet) -> None:
+    fleet.hosts["h1"].faults, fleet.hosts["h1"].bad_release = {"prune"}, NEW
+    crowd(fleet.hosts["h1"])
+    summary = fleet.roll(NEW)
+    assert summary.exit_code == 0, summary.outcomes
+    warning = next(e for e in fleet.events if e.kind == "warning")
+    assert warning.host == "h1" and "prune failed" in (warning.reason or "")
+    assert "WARNING: prune failed" in summary.outcomes["h1"].reason
+
+
+def test_canary_failure_stops_the_rollout_before_other_hosts(fleet: Fleet) -> None:
+    fleet.hosts["h1"].faults, fleet.hosts["h1"].bad_release = {"validate"}, NEW
+    for host in fleet.hosts.values():
+        host.sent.clear()
+    summary = fleet.roll(NEW)
+    assert summary.aborted == "canary batch failed: rollout stopped"
+    assert fleet.ends() == [("h1", "rolled_back")]
+    assert {n: o.status for n, o in summary.outcomes.items()} == {
+        "h1": "rolled_back", "h2": "not_started", "h3": "not_started"}
+    assert fleet.hosts["h2"].sent == [] and fleet.hosts["h3"].sent == []
+
+
+@pytest.mark.parametrize(("bad", "aborted"), [(["h2"], False), (["h2", "h3"], True)])
+def test_max_fail_percentage(tmp_path: Path, bad: list[str], aborted: bool) -> None:
+    fleet = Fleet(tmp_path, ["h1", "h2", "h3", "h4"], "serial=[1, 2, 1]",
+                  "max_fail_percentage=30").serving(OLD)
+    for name in bad:
+        fleet.hosts[name].faults, fleet.hosts[name].bad_release = {"validate"}, NEW
+    summary = fleet.roll(NEW)
+    assert bool(summary.aborted) == aborted, summary.aborted
+    assert summary.outcomes["h4"].status == ("not_started" if aborted else "validated")
+    assert summary.exit_code == 1
+    if aborted:
+        assert "exceed max_fail_percentage 30" in (summary.aborted or "")
+
+
+def test_resume_skips_hosts_still_serving_what_the_run_validated(fleet: Fleet) -> None:
+    assert fleet.roll(NEW).exit_code == 0
+    fleet.hosts["h2"].daemon = None  # died since: resumed, it is rolled again
+    for host in fleet.hosts.values():
+        host.sent.clear()
+    summary = fleet.roll(NEW, done_hosts=frozenset({"h1", "h2"}))
+    assert summary.exit_code == 0
+    assert "(resumed)" in summary.outcomes["h1"].reason
+    assert "(resumed)" not in summary.outcomes["h2"].reason
+    assert len(fleet.hosts["h1"].sent) == 1  # the facts, nothing else
+    assert fleet.hosts["h2"].commands("touch -- /data/rollout/hold")
+
+
+def test_revert_on_abort_takes_validated_hosts_back(fleet: Fleet) -> None:
+    fleet.hosts["h2"].faults, fleet.hosts["h2"].bad_release = {"validate"}, NEW
+    summary = fleet.roll(NEW, "serial=[1]", "rollback_on_abort=all")
+    assert summary.exit_code == 1
+    assert fleet.ends() == [("h1", "validated"), ("h2", "rolled_back"), ("h1", "rolled_back")]
+    for name in ("h1", "h2"):
+        host = fleet.hosts[name]
+        assert (host.current, host.daemon, host.held) == (OLD, OLD, False)
+    assert fleet.hosts["h3"].current == OLD and summary.outcomes["h3"].status == "not_started"
+
+
+def _plan_of(fleet: Fleet, name: str, rid: str) -> Any:
+    plan = fleet.plan()
+    ctx = HostContext(plan.host(name), fleet.hosts[name], _layout(), plan.settings_for(name),
+                      release(fleet.tmp, rid))
+    return plan_host(ctx.facts(*digest_paths(ctx.target)), ctx.target, plan.host_steps)
+
+
+def _layout() -> Any:
+    from rollout.layout import Layout
+
+    return Layout("/data")
+
+
+def _printed_decisions(printed: str, host: str) -> dict[str, tuple[str, str]]:
+    """{step: ("skip", reason) or ("run", summary)} from one host's dry run lines."""
+    lines = printed.split(f"  {host}: ", 1)[1].split("\n  h")[0].splitlines()[1:]
+    out = {}
+    for line in lines:
+        if " would " in line and not line.startswith("      "):
+            step = line.split()[0]
+            verb, _, text = line.split(" would ", 1)[1].partition(": ")
+            out[step] = ("skip" if verb == "skip" else "run", text)
+    return out
+
+
+@pytest.mark.parametrize("case", ["rerun", "new release", "held with a dead daemon"])
+def test_dry_run_prints_exactly_what_the_engine_does(
+    fleet: Fleet, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rid = OLD if case == "rerun" else NEW
+    if case == "held with a dead daemon":
+        assert fleet.roll(NEW).exit_code == 0
+        fleet.hosts["h1"].daemon, fleet.hosts["h1"].held = None, True
+    before = {n: len(h.sent) for n, h in fleet.hosts.items()}
+    print_host_plans(fleet.plan(), lambda h: fleet.hosts[h.name], release(fleet.tmp, rid))
+    printed = capsys.readouterr().out
+    for name, host in fleet.hosts.items():  # a dry run only reads the facts
+        assert all(c.startswith("python3 - ") for c in host.sent[before[name]:])
+    assert fleet.roll(rid).exit_code == 0
+    for name in fleet.hosts:
+        planned = _printed_decisions(printed, name)
+        assert set(planned) == set(fleet.steps(name))
+        for step, event in fleet.steps(name).items():
+            verb, text = planned[step]
+            if verb == "skip":
+                assert (event.status, event.reason) == ("skipped", text)
+            else:  # it ran: a stop that found no daemon says so, having set the hold
+                assert event.status != "skipped" or event.reason.startswith("hold set")
+
+
+def test_every_rollback_plan_is_decided_from_the_phase_alone(fleet: Fleet) -> None:
+    crowd(fleet.hosts["h1"])
+    planned = _plan_of(fleet, "h1", NEW)
+    by_kind = {s.kind: s.rollback for s in planned.steps}
+    assert by_kind["preflight"].kinds == () and not by_kind["preflight"].rolled_back
+    assert by_kind["stop"].to == OLD and by_kind["validate"].to == OLD
+    assert by_kind["prune"].warning
