@@ -313,6 +313,7 @@ class Engine:
             state.phase = phase_at_start(state.phase, step.kind, step.decision)
             result = self._run_step(ctx, spec, partial(apply, ctx, step.kind, step.decision))
             steps[spec.name] = result.status.value
+            failpoints.park(f"park-after-{step.kind}", self._parked)
             if not result.failed:
                 state.phase = PHASE_AFTER.get(step.kind, state.phase)
                 continue
@@ -351,6 +352,7 @@ class Engine:
             return self._end(
                 HostOutcome(ctx.name, "skipped", f"{cause}; host untouched", None, steps), cause
             )
+        failpoints.park("park-before-rollback", self._parked)
         rolled = roll_back_host(ctx, rollback, self._run_step)
         status = "rolled_back" if rolled.ok else "failed"
         return self._end(

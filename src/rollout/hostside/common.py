@@ -324,3 +324,86 @@ class Collector:
         except Exception as e:  # a missing piece becomes null, never a failure
             self.errors[key] = f"{type(e).__name__}: {e}"
             return None
+
+
+def listening_inodes(proc: str, port: int) -> set[int]:
+    """Socket inodes listening on TCP `port` (any address, IPv4 or IPv6), from
+    /proc/net/tcp and tcp6 of this network namespace."""
+    found: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        for line in (read_text(f"{proc}/net/{name}") or "").splitlines()[1:]:
+            parts = line.split()
+            if len(parts) < 10 or parts[3] != "0A":  # 0A: TCP_LISTEN
+                continue
+            with contextlib.suppress(ValueError):
+                if int(parts[1].rpartition(":")[2], 16) == port:
+                    found.add(int(parts[9]))
+    found.discard(0)
+    return found
+
+
+def socket_owners(proc: str, inodes: set[int]) -> list[int]:
+    """Pids holding any of these socket inodes open, from /proc/PID/fd (sorted)."""
+    if not inodes:
+        return []
+    links = {f"socket:[{i}]" for i in inodes}
+    owners: list[int] = []
+    try:
+        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+    except OSError:
+        return []
+    for pid in sorted(pids):
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") in links:
+                    owners.append(pid)
+                    break
+            except OSError:
+                continue
+    return owners
+
+
+def proc_age(proc: str, pid: int) -> float | None:
+    """Seconds since the process started (from /proc/uptime: no wall clock involved)."""
+    starttime = proc_starttime(proc, pid)
+    uptime = (read_text(f"{proc}/uptime") or "").split()
+    if starttime is None or not uptime:
+        return None
+    try:
+        return round(float(uptime[0]) - starttime / os.sysconf("SC_CLK_TCK"), 2)
+    except (ValueError, OSError):
+        return None
+
+
+def proc_ancestors(proc: str, pid: int, limit: int = 32) -> list[int]:
+    """The parent, grandparent, ... of a process, up to pid 1 (bounded)."""
+    chain: list[int] = []
+    while len(chain) < limit:
+        fields = proc_stat(proc, pid)
+        try:
+            pid = int(fields[1]) if fields and len(fields) > 1 else 0
+        except ValueError:
+            pid = 0
+        if pid <= 0:
+            break
+        chain.append(pid)
+        if pid == 1:
+            break
+    return chain
+
+
+def process_brief(proc: str, pid: int) -> dict[str, Any]:
+    """pid, parent chain, command line, executable and age of one process (for messages)."""
+    return {"pid": pid, "ancestors": proc_ancestors(proc, pid),
+            "cmdline": " ".join(proc_cmdline(proc, pid))[:300],
+            "exe": proc_exe(proc, pid), "age_secs": proc_age(proc, pid)}
+
+
+def port_owners(proc: str, port: int) -> list[dict[str, Any]]:
+    """Every process holding a socket that listens on TCP `port`, briefly described."""
+    return [process_brief(proc, pid) for pid in socket_owners(proc, listening_inodes(proc, port))]

@@ -16,6 +16,7 @@ from rollout.layout import q
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Skip, Target
+from rollout.steps.identity import check_ports
 
 
 def supervisor_conf(target: Target, params: SuperviseParams) -> str:
@@ -212,7 +213,7 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     except ValueError as e:
         got = head(r.stdout, 200)
         raise StepFailed(f"{url} answered with something that is not JSON: {got}") from e
-    return ok(
-        f"status port answers (version {status.get('version')}, up {status.get('uptime_secs')}s)",
-        status=status,
-    )
+    if not isinstance(status, dict):
+        raise StepFailed(f"{url} answered with JSON that is not an object: {head(r.stdout, 200)}")
+    proved = check_ports(ctx, status)
+    return ok(f"status port answers (up {status.get('uptime_secs')}s); {proved}", status=status)

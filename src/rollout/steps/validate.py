@@ -18,6 +18,7 @@ from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Decision, Target
+from rollout.steps.identity import check_ports
 from rollout.transport.base import RunResult
 
 
@@ -69,16 +70,22 @@ KILL_AFTER = 5  # seconds between timeout's SIGTERM and its SIGKILL
 TIMED_OUT, KILLED = 124, 137  # timeout's status when it stopped the command (TERM, KILL)
 
 
-def status_counters(ctx: HostContext) -> dict[str, Any] | None:
-    """The daemon's /status counters (None when the status port is off or does not answer)."""
+def status_doc(ctx: HostContext) -> dict[str, Any] | None:
+    """The daemon's /status (None when the status port is off or does not answer)."""
     listen = ctx.settings.daemon.status_listen
     if not listen:
         return None
     r = ctx.sh(f"curl -fsS --max-time 5 {q(status_url(listen))}", timeout=15)
     try:
-        counters = json.loads(r.stdout).get("counters") if r.ok else None
-    except (ValueError, AttributeError):
+        doc = json.loads(r.stdout) if r.ok else None
+    except ValueError:
         return None
+    return doc if isinstance(doc, dict) else None
+
+
+def status_counters(ctx: HostContext) -> dict[str, Any] | None:
+    """The daemon's /status counters (None when the status port is off or does not answer)."""
+    counters = (status_doc(ctx) or {}).get("counters")
     return counters if isinstance(counters, dict) else None
 
 
@@ -111,7 +118,10 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     command = ctx.render_command(params.command or spec.command)
     pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
     seconds = float(spec.timeout if params.timeout is None else params.timeout)
-    before = status_counters(ctx)
+    status = status_doc(ctx)
+    check_ports(ctx, status)  # the proof must reach the daemon that was started, no other
+    counters = (status or {}).get("counters")
+    before = counters if isinstance(counters, dict) else None
     r, hung = run_bounded(ctx, command, seconds)
     output = tail(r.stdout + r.stderr, 4000)
     if hung:

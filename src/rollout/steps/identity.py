@@ -1,0 +1,83 @@
+"""Whose answer did we get? The daemon's ports must be held by the daemon the start step saw
+(or a child of it), and /status's uptime must fit inside that daemon's life."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.steps.base import HostContext
+
+UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
+
+
+def tcp_port(listen: str) -> int | None:
+    """The TCP port of a listen address ("0.0.0.0:9821", "[::]:9820"); None for a unix
+    socket, an empty (off) address or one without a port."""
+    if not listen or listen.startswith("unix:"):
+        return None
+    port = listen.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
+
+
+def expected_pid(ctx: HostContext) -> int | None:
+    """The daemon the start step saw; else the one a trusted daemon.pid names."""
+    known = ctx.state.daemon_pid
+    if known is not None and str(known).isdigit():
+        return int(known)
+    daemon = ctx.facts().daemon
+    return daemon.pid if daemon.running else None
+
+
+def _owner_is(owner: dict[str, Any], pid: int) -> bool:
+    return owner.get("pid") == pid or pid in (owner.get("ancestors") or [])
+
+
+def _who(owner: dict[str, Any]) -> str:
+    return f"pid {owner.get('pid')}"
+
+
+def identity_problem(
+    port: int, owners: list[dict[str, Any]], pid: int | None, pid_age: float | None,
+    uptime: Any,
+) -> str | None:
+    """Why the answer on `port` is not the started daemon's; None when it is."""
+    if pid is None:
+        return f"port {port} answered, but no daemon of ours was started to own it"
+    strangers = [o for o in owners if not _owner_is(o, pid)]
+    if strangers:
+        o = strangers[0]
+        return (f"port answered by {_who(o)} (not the started daemon): port {port} is held "
+                f"by pid {o.get('pid')} ({o.get('cmdline') or '?'}, up {o.get('age_secs')}s), "
+                f"the started daemon is pid {pid}")
+    if not owners:
+        return (f"port answered by pid ? (not the started daemon): no process this host can "
+                f"see listens on port {port}; the started daemon is pid {pid}")
+    if pid_age is None:
+        return f"port answered by {_who(owners[0])} (not the started daemon): pid {pid} is gone"
+    if isinstance(uptime, (int, float)) and uptime > pid_age + UPTIME_SLACK:
+        return (f"port answered by {_who(owners[0])} (not the started daemon): /status says up "
+                f"{uptime:g}s, but daemon {pid} started {pid_age:g}s ago")
+    return None
+
+
+def check_ports(ctx: HostContext, status: dict[str, Any] | None) -> str:
+    """Raise unless the daemon's TCP ports are held by the started daemon (or its child) and
+    /status's uptime fits its life; returns what was proved."""
+    daemon = ctx.settings.daemon
+    ports = [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
+    pid = expected_pid(ctx)
+    if not ports:
+        return "no TCP port to check"
+    args: list[object] = [a for p in ports for a in ("--port", p)]
+    _, found = ctx.script("ports", *args, *(("--pid", pid) if pid else ()), timeout=30)
+    found = found if isinstance(found, dict) else {}
+    me = found.get("pid") or {}
+    for i, port in enumerate(ports):
+        owners = (found.get("ports") or {}).get(str(port)) or []
+        uptime = (status or {}).get("uptime_secs") if i == 0 and status is not None else None
+        problem = identity_problem(port, owners, pid, me.get("age_secs"), uptime)
+        if problem:
+            raise StepFailed(problem, retryable=False,
+                             data={"port": port, "owners": owners, "started_pid": pid})
+    return f"ports {', '.join(map(str, ports))} held by daemon {pid}"

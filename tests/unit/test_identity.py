@@ -1,0 +1,81 @@
+"""Ready and validate prove whose answer they got: port owners read from /proc for real,
+and the pure decision over them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from rollout.hostside import ports
+from rollout.steps.identity import identity_problem, tcp_port
+
+
+def test_port_owner_is_found_from_proc_for_ipv4_and_ipv6() -> None:
+    for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with socket.socket(family) as s:
+            s.bind((addr, 0))
+            s.listen()
+            port = s.getsockname()[1]
+            found = ports.collect("/proc", [port], os.getpid())
+        owners = found["ports"][str(port)]  # type: ignore[index]
+        assert [o["pid"] for o in owners] == [os.getpid()]
+        assert found["pid"]["age_secs"] >= 0  # type: ignore[index]
+
+
+def test_a_child_holding_the_port_names_its_parent_among_its_ancestors() -> None:
+    code = ("import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen();"
+            "print(s.getsockname()[1], flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        owners = ports.collect("/proc", [port], None)["ports"][str(port)]  # type: ignore[index]
+        assert owners[0]["pid"] == child.pid and os.getpid() in owners[0]["ancestors"]
+        assert identity_problem(port, owners, os.getpid(), 100.0, 1.0) is None
+    finally:
+        child.communicate("")
+
+
+def test_a_port_nobody_listens_on_has_no_owner() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening
+        port = s.getsockname()[1]
+        assert ports.collect("/proc", [port], None)["ports"] == {str(port): []}
+
+
+def owner(pid: int, *ancestors: int) -> dict[str, object]:
+    return {"pid": pid, "ancestors": list(ancestors), "cmdline": "python3 stranger.py",
+            "age_secs": 147.0}
+
+
+def test_a_stranger_on_the_port_is_named() -> None:
+    why = identity_problem(9821, [owner(77, 1)], 500, 3.0, 147.0)
+    assert why is not None and why.startswith("port answered by pid 77 (not the started daemon)")
+    assert "python3 stranger.py" in why
+
+
+def test_the_started_daemon_or_its_child_passes() -> None:
+    assert identity_problem(9821, [owner(500, 1)], 500, 3.0, 2.5) is None
+    assert identity_problem(9821, [owner(501, 500, 1)], 500, 3.0, 2.5) is None
+
+
+def test_an_uptime_older_than_the_start_is_not_the_started_daemon() -> None:
+    why = identity_problem(9821, [owner(500, 1)], 500, 3.0, 147.0)
+    assert why is not None and why.startswith("port answered by pid 500 (not the started daemon)")
+    assert "147" in why
+
+
+def test_no_owner_or_no_started_daemon_fails() -> None:
+    assert identity_problem(9821, [], 500, 3.0, 1.0) is not None
+    assert identity_problem(9821, [owner(500)], None, None, 1.0) is not None
+    assert identity_problem(9821, [owner(500)], 500, None, 1.0) is not None
+
+
+def test_tcp_port_of_listen_addresses() -> None:
+    assert tcp_port("0.0.0.0:9821") == 9821
+    assert tcp_port("[::]:9820") == 9820
+    assert tcp_port("unix:///run/curio/cuzk.sock") is None
+    assert tcp_port("") is None
