@@ -42,6 +42,7 @@ class FakeHost(Transport):
     sent: list[str] = field(default_factory=list)
     uploads: dict[str, str] = field(default_factory=dict)  # remote path: sha256
     pid: int = 100
+    stranger: int | None = None  # a process that is not ours holding the daemon's ports
 
     # ---------------------------------------------------------------- Transport
 
@@ -94,7 +95,18 @@ class FakeHost(Transport):
             if "drain" in self.faults:
                 return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
+        if stdin.startswith('"""Print who holds the daemon'):
+            return 0, json.dumps(self._ports(command))
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")
+
+    def _ports(self, command: str) -> dict[str, Any]:
+        argv = shlex.split(command)
+        holder = self.stranger or (self.pid if self.daemon else None)
+        owners = [{"pid": holder, "ancestors": [1], "cmdline": "x", "age_secs": 1.0}]
+        ports = {argv[i + 1]: owners if holder else [] for i, a in enumerate(argv)
+                 if a == "--port"}
+        me = {"pid": self.pid, "ancestors": [9], "age_secs": 1.0} if self.daemon else None
+        return {"ports": ports, "pid": me}
 
     def _stop(self) -> tuple[int, str]:
         if self.daemon is None:
