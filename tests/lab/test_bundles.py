@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout import app, lab
+from rollout import lab
+from rollout.commands import app
 from rollout.lab.web import WebServer, start_web_server, stop_web_server
 from rollout.transport.counting import CountingTransport, SentBytes
 

@@ -14,9 +14,9 @@ import pytest
 from rollout.config.inventory import load_inventory
 from rollout.config.playbook import load_playbook
 from rollout.config.steps import StepSpec
-from rollout.events import StepResult
-from rollout.hostplan import decide_and_apply
-from rollout.layout import Layout
+from rollout.engine.hostplan import decide_and_apply
+from rollout.host.layout import Layout
+from rollout.output.events import StepResult
 from rollout.steps.base import HostContext
 from rollout.transport.ssh import SshTransport
 

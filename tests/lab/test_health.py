@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from rollout import lab
-from rollout.app import load_fleet
-from rollout.diagnose import bench_diagnose
+from rollout.commands.app import load_fleet
+from rollout.commands.diagnose import bench_diagnose
 
 from .conftest import LabFleet
 from .rollout_helpers import FAST_KNOBS, jsonl, reset_host, run_cli, sh

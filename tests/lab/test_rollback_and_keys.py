@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout import app, lab
+from rollout import lab
+from rollout.commands import app
 from rollout.config.inventory import load_inventory
 from rollout.errors import HostKeyError
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from rollout.console import ConsoleSink, make_console
-from rollout.events import Event
+from rollout.output.console import ConsoleSink, make_console
+from rollout.output.events import Event
 
 LONG = "x" * 150
 

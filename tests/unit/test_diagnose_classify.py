@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rollout import diagnose as d
-from rollout.facts import HostFacts
+from rollout.commands import diagnose as d
+from rollout.host.facts import HostFacts
 
 T0 = 1_800_000_000.0
 START = "=== rollout supervisor: starting release r1: /data/current/cuzk-daemon -c x"

@@ -1,4 +1,4 @@
-"""hostside/diagnose.py: bounded reads of a huge log, run markers, cgroup counters, caps."""
+"""host/scripts/diagnose.py: bounded reads of a huge log, run markers, cgroup counters, caps."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rollout.hostside import diagnose as diag_mod
-from rollout.hostside import script_text
+from rollout.host.scripts import diagnose as diag_mod
+from rollout.host.scripts import script_text
 
 SCRIPT = script_text("diagnose").encode()  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)

@@ -1,12 +1,12 @@
-"""Status rows and fleet capacity from fixture facts (rollout.health)."""
+"""Status rows and fleet capacity from fixture facts (rollout.commands.status)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rollout import health
-from rollout.diagnose import HostEvidence
-from rollout.facts import HostFacts
+from rollout.commands import status as health
+from rollout.commands.diagnose import HostEvidence
+from rollout.host.facts import HostFacts
 
 
 def facts(state: str = "running", supervisor: str = "running", held: bool = False,

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from fakehost import FakeHost, sha
 
+from rollout.commands.dryrun import print_host_plans
 from rollout.config.inventory import Host, Inventory
 from rollout.config.playbook import load_playbook, parse_set_options
-from rollout.dryrun import print_host_plans
-from rollout.engine import Engine, EngineOptions, RunSummary
-from rollout.events import Event, EventBus
-from rollout.hostplan import digest_paths, plan_host
-from rollout.plan import Plan, make_plan
+from rollout.engine.hostplan import digest_paths, plan_host
+from rollout.engine.plan import Plan, make_plan
+from rollout.engine.run import Engine, EngineOptions, RunSummary
+from rollout.output.events import Event, EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Artifact, Phase, Release
 
@@ -210,7 +210,7 @@ def _plan_of(fleet: Fleet, name: str, rid: str) -> Any:
 
 
 def _layout() -> Any:
-    from rollout.layout import Layout
+    from rollout.host.layout import Layout
 
     return Layout("/data")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.facts import HostFacts
+from rollout.host.facts import HostFacts
 
 
 def test_parses_the_shape_facts_py_prints() -> None:

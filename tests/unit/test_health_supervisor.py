@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rollout.facts import HostFacts
-from rollout.health import supervisor_state, table_row
+from rollout.commands.status import supervisor_state, table_row
+from rollout.host.facts import HostFacts
 
 
 def test_dead_supervisor_is_reported_over_its_stale_state_file() -> None:

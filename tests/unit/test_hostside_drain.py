@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollout.hostside import drain as drain_mod
-from rollout.hostside import script_text
+from rollout.host.scripts import drain as drain_mod
+from rollout.host.scripts import script_text
 from rollout.steps.drain import failure_reason
 
 DRAIN = script_text("drain")  # as sent: python3 - ARGS < text

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from rollout.hostside import facts as facts_mod
-from rollout.hostside import script_text
+from rollout.host.scripts import facts as facts_mod
+from rollout.host.scripts import script_text
 
 FACTS = script_text("facts")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)

@@ -1,4 +1,4 @@
-"""The host-side download (hostside/fetch.py) against the lab's web server, on loopback."""
+"""The host-side download (host/scripts/fetch.py) against the lab's web server, on loopback."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rollout.hostside import script_text
-from rollout.hostside.fetch import FetchFailed, fetch_file
+from rollout.host.scripts import script_text
+from rollout.host.scripts.fetch import FetchFailed, fetch_file
 from rollout.lab.webserver import Handler
 
 DATA = bytes(range(256)) * 1000  # 256 000 bytes

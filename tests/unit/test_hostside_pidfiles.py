@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rollout.hostside import script_text
+from rollout.host.scripts import script_text
 
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 RELEASE = "abcdefabcdef"

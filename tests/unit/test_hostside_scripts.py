@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.hostside import SCRIPTS, common, script_text
+from rollout.host.scripts import SCRIPTS, common, script_text
 
 STDLIB = set(sys.stdlib_module_names)
 COMMON_SRC = Path(common.__file__).read_text()
@@ -77,7 +77,7 @@ def test_script_text_inlines_common_and_runs_without_rollout(name: str, tmp_path
             assert not (node.module or "").startswith("rollout"), f"{name}: {node.module}"
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("rollout") for a in node.names), name
-    assert "rollout.hostside" not in "".join(ln for ln in src.splitlines() if "import" in ln)
+    assert "rollout.host.scripts" not in "".join(ln for ln in src.splitlines() if "import" in ln)
     # the script's own docstring comes first (stop.py's --help shows it), then the future import
     assert ast.get_docstring(tree) == ast.get_docstring(ast.parse(
         Path(common.__file__).with_name(f"{name}.py").read_text()))

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rollout.hostside import script_text
-from rollout.hostside import supervisor as sup_mod
+from rollout.host.scripts import script_text
+from rollout.host.scripts import supervisor as sup_mod
 
 RELEASE = "abc123def456"
 # run the host scripts under another interpreter, e.g. a python3.9 like the oldest hosts'

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 
-from rollout.hostside import ports
+from rollout.host.scripts import ports
 from rollout.steps.identity import identity_problem, tcp_port
 
 

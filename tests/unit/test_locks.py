@@ -16,10 +16,7 @@ from typing import Any
 
 import pytest
 
-from rollout.errors import LockHeld, TransportError
-from rollout.hostside import lock as hostlock
-from rollout.layout import Layout
-from rollout.locks import (
+from rollout.engine.locks import (
     FleetLocks,
     FoundLock,
     Holder,
@@ -31,6 +28,9 @@ from rollout.locks import (
     parse_holder,
     take_host_lock,
 )
+from rollout.errors import LockHeld, TransportError
+from rollout.host.layout import Layout
+from rollout.host.scripts import lock as hostlock
 from rollout.steps.base import HostContext
 from rollout.transport.local import LocalTransport
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from rollout.facts import HostFacts
+from rollout.host.facts import HostFacts
 from rollout.steps import preflight
 
 LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd)

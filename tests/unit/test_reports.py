@@ -10,7 +10,7 @@ from typing import Any
 from junitparser import Failure, JUnitXml, Skipped
 from prometheus_client.parser import text_string_to_metric_families
 
-from rollout.events import Event, EventBus
+from rollout.output.events import Event, EventBus
 from rollout.reports import html, junit, prom, summary
 from rollout.reports.drain_curve import drain_curves
 from rollout.reports.output import write_atomic

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rollout.config.steps import RetryPolicy
+from rollout.engine.retry import failure_class, run_with_retry
 from rollout.errors import CommandFailed, StepFailed, TransportError
-from rollout.retry import failure_class, run_with_retry
 from rollout.steps.base import StepTimeout
 
 

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from rollout import app
+from rollout.commands import app
 from rollout.errors import StepFailed
-from rollout.events import Event, JsonLinesSink
-from rollout.journal import read_journal
-from rollout.layout import Layout
+from rollout.host.layout import Layout
+from rollout.output.events import Event, JsonLinesSink
+from rollout.output.journal import read_journal
 from rollout.steps.base import Artifact, HostContext
 from rollout.steps.manifest import read_release, release_id_of
 from rollout.transport.local import LocalTransport

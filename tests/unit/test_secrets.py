@@ -12,11 +12,11 @@ import pytest
 
 from rollout.config.render import render_shell
 from rollout.config.steps import StepSpec
-from rollout.engine import Engine
+from rollout.engine.plan import Plan
+from rollout.engine.run import Engine
 from rollout.errors import CommandFailed, StepFailed
-from rollout.events import EventBus, JsonLinesSink, StepResult
-from rollout.layout import Layout
-from rollout.plan import Plan
+from rollout.host.layout import Layout
+from rollout.output.events import EventBus, JsonLinesSink, StepResult
 from rollout.secrets import MASK, secret
 from rollout.steps.base import HostContext, StepTimeout
 from rollout.transport.base import RunResult

@@ -9,8 +9,8 @@ import pytest
 
 from rollout.config.render import render_shell
 from rollout.errors import UserError
-from rollout.events import EventBus, JsonLinesSink
-from rollout.layout import q
+from rollout.host.layout import q
+from rollout.output.events import EventBus, JsonLinesSink
 from rollout.secrets import MASK, redact, secret
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from rollout import engine as engine_module
 from rollout.config.inventory import Host
 from rollout.config.playbook import load_playbook
-from rollout.engine import Engine, EngineOptions
-from rollout.events import EventBus, StepResult, changed
-from rollout.plan import Plan
+from rollout.engine import run as engine_module
+from rollout.engine.plan import Plan
+from rollout.engine.run import Engine, EngineOptions
+from rollout.output.events import EventBus, StepResult, changed
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext, Release
 from rollout.steps.decision import Action

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from rollout.layout import Layout
+from rollout.host.layout import Layout
 from rollout.steps.base import HostContext
 from rollout.steps.validate import run_bounded
 from rollout.transport.local import LocalTransport

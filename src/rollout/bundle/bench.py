@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rollout import app, lab
+from rollout import lab
 from rollout.bundle.local import open_bundle, read_manifest, write_bundle
 from rollout.bundle.manifest import Executable
 from rollout.bundle.publish import publish
+from rollout.commands import app
 from rollout.lab.web import start_web_server, stop_web_server
 from rollout.steps.base import Artifact, Release
 from rollout.steps.manifest import release_id_of

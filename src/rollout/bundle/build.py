@@ -9,10 +9,10 @@ from pathlib import Path
 from rollout.bundle.local import write_bundle
 from rollout.bundle.manifest import Manifest, manifest_for
 from rollout.config.playbook import Playbook
-from rollout.engine import Engine
+from rollout.engine.plan import Plan
+from rollout.engine.run import Engine
 from rollout.errors import RolloutError, StepFailed
-from rollout.events import EventBus
-from rollout.plan import Plan
+from rollout.output.events import EventBus
 from rollout.steps.image import ControllerContext
 from rollout.transport.base import Transport
 

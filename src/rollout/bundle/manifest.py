@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rollout.errors import Location, UserError
-from rollout.layout import EXECUTABLE_NAME
+from rollout.host.layout import EXECUTABLE_NAME
 from rollout.steps.base import Artifact, Release
 from rollout.steps.manifest import release_id_of
 

@@ -11,7 +11,7 @@ import requests
 from rollout.bundle.local import bundle_problems
 from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
 from rollout.errors import EnvironmentProblem, UserError
-from rollout.hostside.fetch import FetchFailed, fetch_file
+from rollout.host.scripts.fetch import FetchFailed, fetch_file
 from rollout.steps.base import Release
 
 TIMEOUT = 30.0
@@ -50,7 +50,7 @@ def remote_release(base: str) -> Release:
 
 
 def copy_dir(release_id: str) -> Path:
-    from rollout.app import cache_dir
+    from rollout.commands.app import cache_dir
 
     return cache_dir() / "bundles" / release_id
 

@@ -1,6 +1,6 @@
 """The command line: invoke tasks, also installed as the `rollout` command.
 
-The engine never imports this package; tasks stay thin and call rollout.app.
+The engine never imports this package; tasks stay thin and call rollout.commands.app.
 """
 
 from __future__ import annotations

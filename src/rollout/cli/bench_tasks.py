@@ -11,9 +11,10 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from rollout import app, lab
+from rollout import lab
 from rollout.cli.errors import reports_errors
-from rollout.diagnose import bench_diagnose
+from rollout.commands import app
+from rollout.commands.diagnose import bench_diagnose
 
 FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
 

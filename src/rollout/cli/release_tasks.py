@@ -7,9 +7,9 @@ from pathlib import Path
 from invoke.context import Context
 from invoke.tasks import task
 
-from rollout import app
 from rollout.cli.errors import reports_errors
 from rollout.cli.rollout_tasks import PLAYBOOK_HELP
+from rollout.commands import app
 from rollout.errors import UserError
 
 

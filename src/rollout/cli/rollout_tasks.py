@@ -9,9 +9,10 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from rollout import app, health, single
-from rollout import diagnose as diagnose_mod
 from rollout.cli.errors import reports_errors
+from rollout.commands import app, single
+from rollout.commands import diagnose as diagnose_mod
+from rollout.commands import status as health
 from rollout.errors import UserError
 
 HOSTS_HELP = "Inventory file (fleet.yaml). Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
@@ -119,7 +120,7 @@ def rollback(
     quiet: bool = False,
 ) -> None:
     """Take the fleet back to an earlier release, in batches, drained and validated."""
-    from rollout.fleet_rollback import run_fleet_rollback
+    from rollout.commands.rollback import run_fleet_rollback
 
     request = app.RolloutRequest(
         hosts_file(hosts),

@@ -18,7 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from rollout.layout import EXECUTABLE_NAME
+from rollout.host.layout import EXECUTABLE_NAME
 
 from .batches import BatchSize, parse_serial
 from .durations import Seconds

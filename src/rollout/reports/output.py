@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from rollout.events import Event
+from rollout.output.events import Event
 from rollout.reports.runlog import RunRecord, fold
 
 # Characters XML 1.0 forbids (ANSI escapes in a daemon's log would make the file invalid).

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import UserError
-from rollout.events import Event
+from rollout.output.events import Event
 
 CONTROLLER = "controller"
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from rollout.config.render import render_shell
 from rollout.errors import StepFailed
-from rollout.events import StepResult
-from rollout.facts import HostFacts
-from rollout.hostside import script_text
-from rollout.layout import Layout, q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import Layout, q
+from rollout.host.scripts import script_text
+from rollout.output.events import StepResult
 from rollout.secrets import head, tail
 from rollout.steps.decision import Action, Decision, HostState, Target
 from rollout.steps.decision import Artifact as Artifact  # re-exported: steps import them here
@@ -79,7 +79,7 @@ class HostContext:
         return result
 
     def script(self, name: str, *args: object, timeout: float | None = None) -> tuple[int, Any]:
-        """Run a host-side script from rollout.hostside; returns (exit code, parsed JSON)."""
+        """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON)."""
         argv = " ".join(shlex.quote(str(a)) for a in args)
         result = self.sh(f"python3 - {argv}", timeout=timeout, stdin=script_text(name))
         try:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.errors import StepFailed
-from rollout.events import StepResult, changed, skipped
-from rollout.facts import HostFacts
-from rollout.layout import q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import q
+from rollout.output.events import StepResult, changed, skipped
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Skip, Target
 from rollout.units import format_size, parse_size

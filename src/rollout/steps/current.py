@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.layout import is_release_id, q
+from rollout.host.layout import is_release_id, q
 from rollout.steps.base import HostContext
 
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, changed, ok, skipped
-from rollout.facts import HostFacts
-from rollout.hostside import script_text
-from rollout.layout import q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import q
+from rollout.host.scripts import script_text
+from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Skip, Target

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.config.render import render_runtime
-from rollout.layout import Layout
+from rollout.host.layout import Layout
 
 
 @dataclass(frozen=True)

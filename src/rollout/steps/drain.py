@@ -1,6 +1,6 @@
 """Drain: wait until the stopped daemon is gone and the memory that matters is back.
 
-The host-side script (rollout.hostside.drain) polls every 100 ms; this step gives it the
+The host-side script (rollout.host.scripts.drain) polls every 100 ms; this step gives it the
 new daemon's budget, the same one the config step writes, and turns its answer into the
 step's result: what drained it, or what still holds the memory."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from rollout.config.steps import DrainParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, ok
-from rollout.facts import HostFacts
+from rollout.host.facts import HostFacts
+from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import serving
 from rollout.steps.decision import Action, Decision, Skip, Target

@@ -14,7 +14,7 @@ import docker
 from docker.errors import BuildError, DockerException, ImageNotFound
 
 from rollout.errors import EnvironmentProblem, StepFailed
-from rollout.events import StepResult, changed, skipped
+from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
 from rollout.steps.decision import Artifact, Release
 from rollout.steps.manifest import release_id_of

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollout.errors import StepFailed
-from rollout.layout import EXECUTABLE_NAME, is_release_id, q
+from rollout.host.layout import EXECUTABLE_NAME, is_release_id, q
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.release import release_mismatches
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, ok
-from rollout.facts import HostFacts
-from rollout.layout import q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import q
+from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.config import memory_budget
 from rollout.steps.decision import Action, Decision, Target

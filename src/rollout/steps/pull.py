@@ -1,4 +1,4 @@
-"""Upload by host pull: the host downloads a published release itself (hostside/fetch.py),
+"""Upload by host pull: the host downloads a published release itself (host/scripts/fetch.py),
 into a partial folder kept between attempts so that a cut download resumes. A host that
 cannot reach the URL at all gets the executables pushed from the controller instead."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.errors import StepFailed
-from rollout.events import StepResult, changed
-from rollout.layout import q
+from rollout.host.layout import q
+from rollout.output.events import StepResult, changed
 from rollout.steps.base import HostContext, Release
 from rollout.steps.release import install_partial, push_into
 

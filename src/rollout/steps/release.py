@@ -9,9 +9,9 @@ from typing import Any
 
 from rollout.config.steps import PruneParams, SwitchParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, changed
-from rollout.facts import HostFacts
-from rollout.layout import q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import q
+from rollout.output.events import StepResult, changed
 from rollout.steps.base import HostContext
 from rollout.steps.config import forget_configs_of, restore_config_of
 from rollout.steps.current import point_current_at

@@ -11,9 +11,9 @@ from typing import Any
 
 from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
-from rollout.events import StepResult, ok
-from rollout.facts import HostFacts
-from rollout.layout import q
+from rollout.host.facts import HostFacts
+from rollout.host.layout import q
+from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import status_url

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from rollout.app import connect
+from rollout.commands.app import connect
+from rollout.engine.plan import Plan
 from rollout.errors import RolloutError, StepFailed
-from rollout.facts import HostFacts
-from rollout.layout import Layout, q
-from rollout.plan import Plan
+from rollout.host.facts import HostFacts
+from rollout.host.layout import Layout, q
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.units import format_size
@@ -69,7 +69,7 @@ class HostEvidence:
 
 def diagnose_script() -> str:
     """The host-side diagnose script with common.py inlined, as it is sent."""
-    from rollout.hostside import script_text
+    from rollout.host.scripts import script_text
 
     return script_text("diagnose")
 
@@ -115,7 +115,7 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
 
 
 def _facts_script() -> str:
-    from rollout.hostside import script_text
+    from rollout.host.scripts import script_text
 
     return script_text("facts")
 

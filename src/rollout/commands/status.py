@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.app import load_fleet
-from rollout.console import print_table
-from rollout.diagnose import HostEvidence, classify, collect
+from rollout.commands.app import load_fleet
+from rollout.commands.diagnose import HostEvidence, classify, collect
+from rollout.engine.plan import Plan
 from rollout.errors import UserError
-from rollout.facts import HostFacts
-from rollout.plan import Plan
+from rollout.host.facts import HostFacts
+from rollout.output.console import print_table
 from rollout.units import format_size
 
 SERVING = "running"

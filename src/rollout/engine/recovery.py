@@ -1,4 +1,4 @@
-"""Per-host automatic rollback: apply a RollbackPlan (rollout.hostplan), decided from the
+"""Per-host automatic rollback: apply a RollbackPlan (rollout.engine.hostplan), decided from the
 phase the host reached: back to the release it had, started and validated."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from functools import partial
 from typing import Any
 
 from rollout.config.steps import DrainParams, ReadyParams, StartParams, StopParams, ValidateParams
-from rollout.events import StepResult
-from rollout.facts import HostFacts
-from rollout.hostplan import RollbackPlan
+from rollout.engine.hostplan import RollbackPlan
+from rollout.host.facts import HostFacts
+from rollout.output.events import StepResult
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
 from rollout.steps.config import restore_config_of

@@ -1,7 +1,7 @@
 """Helpers shared by the host scripts: /proc, cgroup and file readers. Never raise on bad input.
 
 Not sent on its own: script_text() puts this source in front of each script (whose
-``from rollout.hostside.common import ...  # inlined on hosts`` line it drops), so what runs
+``from rollout.host.scripts.common import ...  # inlined on hosts`` line it drops), so what runs
 on a host is still one standard-library-only file. Runs on python3 >= 3.9.
 Names defined here must not be redefined by a script: the inlined copy would be replaced.
 """

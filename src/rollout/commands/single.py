@@ -3,11 +3,11 @@ host a rollout holds is refused (exit 4, naming the holder)."""
 
 from __future__ import annotations
 
-from rollout.app import cache_dir, connect, load_fleet, step_spec
-from rollout.console import ConsoleSink
-from rollout.engine import Engine, EngineOptions
-from rollout.events import EventBus, StepResult
-from rollout.locks import LockPolicy, holder_for
+from rollout.commands.app import cache_dir, connect, load_fleet, step_spec
+from rollout.engine.locks import LockPolicy, holder_for
+from rollout.engine.run import Engine, EngineOptions
+from rollout.output.console import ConsoleSink
+from rollout.output.events import EventBus, StepResult
 
 
 def run_steps(

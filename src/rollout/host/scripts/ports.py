@@ -15,7 +15,7 @@ import sys
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import port_owners, process_brief, proc_stat  # inlined on hosts
+from rollout.host.scripts.common import port_owners, process_brief, proc_stat  # inlined on hosts
 # isort: on
 
 

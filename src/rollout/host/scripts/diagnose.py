@@ -24,7 +24,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import Collector, parse_jsonl, read_int, read_kv, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, parse_jsonl, read_int, read_kv, tail_window  # inlined on hosts
 # isort: on
 
 PATTERNS = (

@@ -1,7 +1,7 @@
 """A plan is plain data: which hosts, in which batches, through which steps, with what.
 
 Loading a playbook and an inventory gives a plan; printing it is the dry run's outline.
-Executing it (rollout.engine) is the only part that touches hosts.
+Executing it (rollout.engine.run) is the only part that touches hosts.
 """
 
 from __future__ import annotations

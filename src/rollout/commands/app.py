@@ -18,13 +18,13 @@ from typing import IO, Any
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.steps import StepSpec
-from rollout.console import ConsoleSink, print_summary
-from rollout.engine import Connect, Engine, EngineOptions, RunSummary
+from rollout.engine.locks import LockPolicy, holder_for
+from rollout.engine.plan import Plan, make_plan
+from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import UserError
-from rollout.events import EventBus, JsonLinesSink, open_private
-from rollout.journal import read_journal
-from rollout.locks import LockPolicy, holder_for
-from rollout.plan import Plan, make_plan
+from rollout.output.console import ConsoleSink, print_summary
+from rollout.output.events import EventBus, JsonLinesSink, open_private
+from rollout.output.journal import read_journal
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
 from rollout.transport.ssh import SshTransport
 
@@ -180,7 +180,7 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         req = replace(req, sets=sets_with_version(req.sets, release))
     plan = load_plan(req, req.resume)
     if req.dry_run:
-        from rollout.dryrun import dry_run
+        from rollout.commands.dryrun import dry_run
 
         dry_run(plan, connect, cache_dir(), release)
         return RunSummary(plan.run_id, {}, dry_run=True)
@@ -233,7 +233,7 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
 def run_build(playbook: str | None, sets: tuple[str, ...], out: Path) -> Any:
     """`rollout build`: build and extract on this machine, write the bundle to `out`."""
     from rollout.bundle.build import build_bundle
-    from rollout.plan import new_run_id
+    from rollout.engine.plan import new_run_id
 
     loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
     bus = EventBus(new_run_id())

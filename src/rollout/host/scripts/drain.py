@@ -40,7 +40,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, tail_window, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, tail_window, working_memory  # inlined on hosts
 # isort: on
 
 MIB = 1 << 20

@@ -1,4 +1,4 @@
-"""Host facts as typed data: what rollout.hostside.facts printed on a host, parsed in one place.
+"""Host facts as typed data: what rollout.host.scripts.facts printed on a host, parsed in one place.
 
 Everything read back from a host is hostile: a field of the wrong type becomes None (or its
 empty default), never an exception and never code. The record fields (`last_exit`,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.layout import is_release_id
+from rollout.host.layout import is_release_id
 
 
 def _int(value: Any) -> int | None:
@@ -138,7 +138,7 @@ class ReleaseDir:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """One host as it was when the facts were read (one round trip, rollout.hostside.facts)."""
+    """One host as it was when the facts were read (one round trip, rollout.host.scripts.facts)."""
 
     time: float | None = None
     root: str | None = None

@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {

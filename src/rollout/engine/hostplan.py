@@ -15,8 +15,8 @@ from typing import Any
 from rollout.config.render import evaluate_condition
 from rollout.config.steps import PARAMS
 from rollout.errors import Location, RolloutError, StepFailed
-from rollout.events import StepResult, skipped
-from rollout.facts import HostFacts
+from rollout.host.facts import HostFacts
+from rollout.output.events import StepResult, skipped
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target

@@ -1,6 +1,6 @@
 """--dry-run: read facts, print each host's plan, change nothing on any host.
 
-The plan printed is the one the engine would apply (rollout.hostplan): the same decisions
+The plan printed is the one the engine would apply (rollout.engine.hostplan): the same decisions
 from the same facts, and the rollback for each point where a host can fail.
 
 On the controller it only reads: an image already built for these inputs gives the release
@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from rollout.engine.hostplan import PlannedStep, digest_paths, plan_host
+from rollout.engine.plan import Plan
 from rollout.errors import RolloutError
-from rollout.facts import HostFacts
-from rollout.hostplan import PlannedStep, digest_paths, plan_host
-from rollout.layout import Layout
-from rollout.plan import Plan
+from rollout.host.facts import HostFacts
+from rollout.host.layout import Layout
 from rollout.steps import image
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release, Skip

@@ -14,10 +14,7 @@ from typing import Any
 
 from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
-from rollout.errors import Location, LockHeld, RolloutError
-from rollout.events import EventBus, Status, StepResult
-from rollout.facts import HostFacts
-from rollout.hostplan import (
+from rollout.engine.hostplan import (
     PHASE_AFTER,
     HostPlan,
     RollbackPlan,
@@ -27,8 +24,7 @@ from rollout.hostplan import (
     phase_at_start,
     plan_host,
 )
-from rollout.layout import Layout
-from rollout.locks import (
+from rollout.engine.locks import (
     FleetLocks,
     FoundLock,
     Holder,
@@ -38,9 +34,13 @@ from rollout.locks import (
     fleet_locks,
     lock_order,
 )
-from rollout.plan import Plan
-from rollout.retry import failure_class, run_with_retry
-from rollout.rollback import roll_back_host
+from rollout.engine.plan import Plan
+from rollout.engine.recovery import roll_back_host
+from rollout.engine.retry import failure_class, run_with_retry
+from rollout.errors import Location, LockHeld, RolloutError
+from rollout.host.facts import HostFacts
+from rollout.host.layout import Layout
+from rollout.output.events import EventBus, Status, StepResult
 from rollout.secrets import tail
 from rollout.steps import image
 from rollout.steps.base import HostContext

@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollout.events import Event
+from rollout.output.events import Event
 from rollout.secrets import redact
 
 if TYPE_CHECKING:
-    from rollout.engine import RunSummary
+    from rollout.engine.run import RunSummary
 
 _STYLE = {
     "ok": "green",

@@ -16,7 +16,10 @@ import sys
 import time
 from typing import Any
 
-from rollout.hostside.common import distrust_daemon, proc_state, read_pidfile  # inlined on hosts
+# ruff: noqa: E501
+# isort: off
+from rollout.host.scripts.common import distrust_daemon, proc_state, read_pidfile  # inlined on hosts
+# isort: on
 
 
 def daemon_state(proc: str, root: str, pid: int, starttime: int, exe: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rollout.app import (
+from rollout.commands.app import (
     RolloutRequest,
     cache_dir,
     connect,
@@ -17,11 +17,11 @@ from rollout.app import (
     step_spec,
 )
 from rollout.config.steps import StepSpec
-from rollout.console import print_summary
-from rollout.engine import Engine, EngineOptions, RunSummary
+from rollout.engine.locks import LockPolicy, holder_for
+from rollout.engine.run import Engine, EngineOptions, RunSummary
 from rollout.errors import StepFailed, UserError
-from rollout.layout import is_release_id
-from rollout.locks import LockPolicy, holder_for
+from rollout.host.layout import is_release_id
+from rollout.output.console import print_summary
 from rollout.steps.base import HostContext, Release
 from rollout.steps.current import current_release, recorded_previous
 from rollout.steps.manifest import read_release

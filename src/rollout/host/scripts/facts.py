@@ -24,7 +24,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.hostside.common import Collector, cgroup_memory, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, cgroup_memory, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 # isort: on
 
 TAIL_BYTES = 256 * 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import resources
 
 SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports")
-COMMON_IMPORT = "from rollout.hostside.common import "
+COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"
 FUTURE = "from __future__ import annotations"
 
@@ -44,7 +44,7 @@ def script_text(name: str) -> str:
     """Source of the host script ``name`` ("drain" or "drain.py"), ready to send.
 
     Self-contained: the script's docstring, the __future__ import, common.py's helpers,
-    then the rest of the script without its ``from rollout.hostside.common import``
+    then the rest of the script without its ``from rollout.host.scripts.common import``
     line and its own __future__ import.
     """
     base = name[:-3] if name.endswith(".py") else name
@@ -60,7 +60,7 @@ def script_text(name: str) -> str:
         return f"{doc}\n{FUTURE}\n\n" + "".join(script).lstrip("\n")
     common = [ln for ln in common if ln.strip() != FUTURE]
     return (
-        f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/hostside/common.py\n\n"
+        f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/host/scripts/common.py\n\n"
         + "".join(common).strip("\n")
         + f"\n\n\n# ---- {base}.py\n\n"
         + "".join(script).lstrip("\n")

@@ -1,0 +1,1 @@
+"""The commands: rollout, rollback, status, diagnose, the single steps, dry run."""

@@ -1,0 +1,1 @@
+"""The engine: plan, run, recovery (rollback), retry, locks."""

@@ -1,0 +1,1 @@
+"""A host: its layout, its facts, the scripts that run on it."""

@@ -1,0 +1,1 @@
+"""Output: events, the console, the journal."""
