@@ -125,9 +125,13 @@ def test_pause_and_sshd_stop_make_a_host_unreachable(lab_fleet: LabFleet) -> Non
 
 def lab_leftovers(client: docker.DockerClient) -> list[str]:
     prefix = lab.lab_prefix()
-    names = [c.name for c in client.containers.list(all=True) if c.name.startswith(prefix)]
-    names += [v.name for v in client.volumes.list() if v.name.startswith(prefix)]
-    names += [n.name for n in client.networks.list() if n.name.startswith(prefix)]
+
+    def ours(name: str) -> bool:  # rl-i10-lab-1 and rl-i10 are this lab's; rl-i10b-* is not
+        return name == prefix or name.startswith(f"{prefix}-")
+
+    names = [c.name for c in client.containers.list(all=True) if ours(c.name)]
+    names += [v.name for v in client.volumes.list() if ours(v.name)]
+    names += [n.name for n in client.networks.list() if ours(n.name)]
     return names
 
 

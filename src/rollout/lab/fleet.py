@@ -145,8 +145,8 @@ def _remove_leftovers(client: docker.DockerClient) -> None:
         container.remove(force=True, v=True)
     for volume in client.volumes.list(filters=_label_filter()):
         volume.remove(force=True)
-    for network in client.networks.list(names=[lab_prefix()]):
-        network.remove()
+    for network in client.networks.list(filters=_label_filter()):  # names= matches prefixes:
+        network.remove()  # rl-i10 would take rl-i10b's network too
 
 
 def _start_host(
