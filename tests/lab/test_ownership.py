@@ -44,10 +44,7 @@ server.serve_forever()
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
     reset_host(HOST)
-    work = tmp_path_factory.mktemp("base")
-    first = run_cli(work, *rollout_args(lab_fleet.fleet_path, "base"), *FAST,
-                    "--set", f"lab_knobs={{{KNOBS}}}")
-    assert first.code == 0, first.stderr[-3000:]
+    base_deploy(lab_fleet, tmp_path_factory.mktemp("base"))
     return lab_fleet
 
 
@@ -58,6 +55,68 @@ def start_stranger(host: str) -> int:
        " for i in $(seq 300); do [ -s /tmp/stranger.pid ] && "
        "curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; sleep 0.1; done; exit 1")
     return int(sh(host, "cat /tmp/stranger.pid"))
+
+
+def base_deploy(fleet: LabFleet, work: Path) -> None:
+    work.mkdir(exist_ok=True)
+    first = run_cli(work, *rollout_args(fleet.fleet_path, "base"), *FAST,
+                    "--set", f"lab_knobs={{{KNOBS}}}")
+    assert first.code == 0, first.stderr[-3000:]
+
+
+def hand_started(host: str) -> int:
+    """Kill rollout's supervisor and daemon and forget them (no pidfiles), then start the
+    release's daemon by hand as the field's scripts do: setsid nohup, nobody's child."""
+    sh(host, "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -x cuzk-daemon; "
+       "while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1; done; rm -rf /data/rollout; "
+       "setsid nohup $(readlink -f /data/current)/cuzk-daemon -c /data/zk/cuzk.toml "
+       ">/tmp/cuzk-daemon.log 2>&1 < /dev/null & "
+       "for i in $(seq 300); do curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; "
+       "sleep 0.1; done; exit 1")
+    return int(sh(host, "pgrep -x cuzk-daemon"))
+
+
+def cuzk_pids(host: str) -> list[int]:
+    return [int(p) for p in sh(host, "pgrep -x cuzk-daemon; true").split()]
+
+
+def process_start(host: str, pid: int) -> str:
+    return sh(host, f"cut -d')' -f2 /proc/{pid}/stat").split()[19]
+
+
+def test_hand_started_daemon_without_adopt_is_refused_at_preflight_untouched(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    pid = hand_started(HOST)
+    started = process_start(HOST, pid)
+    run = run_cli(tmp_path, *rollout_args(fleet.fleet_path, "hand2"), *FAST,
+                  "--set", f"lab_knobs={{{KNOBS}}}")
+    end = run.host_end(HOST)
+    assert run.code == 1 and "preflight failed" in end["reason"], end
+    assert f"pid {pid} " in end["reason"] and "--adopt" in end["reason"], end
+    assert "9821" in end["reason"] and "cuzk-daemon -c /data/zk/cuzk.toml" in end["reason"]
+    assert cuzk_pids(HOST) == [pid] and process_start(HOST, pid) == started
+    assert "base" in sh(HOST, "curl -fsS http://127.0.0.1:9821/status")
+    sh(HOST, f"kill -KILL {pid}; while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1; done")
+    base_deploy(fleet, tmp_path / "again")  # leave the host as the module found it
+
+
+def test_stranger_on_the_status_port_before_the_run_is_refused_at_preflight(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    sh(HOST, "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -x cuzk-daemon; "
+       "while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1; done; true")
+    stranger = start_stranger(HOST)
+    try:
+        run = run_cli(tmp_path, *rollout_args(fleet.fleet_path, "base"), *FAST,
+                      "--set", f"lab_knobs={{{KNOBS}}}")
+        end = run.host_end(HOST)
+        assert run.code == 1 and "preflight failed" in end["reason"], end
+        assert f"port 9821 is held by pid {stranger} " in end["reason"], end
+        assert cuzk_pids(HOST) == [], "a daemon was started next to the stranger"
+    finally:
+        sh(HOST, f"kill {stranger}; while kill -0 {stranger} 2>/dev/null; do sleep 0.1; done")
+    base_deploy(fleet, tmp_path / "again")
 
 
 def parked_at(name: str) -> object:

@@ -20,7 +20,8 @@ FACTS = script_text("facts")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
-    "current_release", "previous_release", "digests", "releases", "disk", "root_writable",
+    "current_release", "previous_release", "digests", "cuzk_processes", "port_owners",
+    "releases", "disk", "root_writable",
     "last_exit", "restarts_last_hour", "exits_last_hour", "exit_counts_complete", "last_start",
     "errors",
 }

@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 
+from rollout.host.facts import tcp_port
 from rollout.host.scripts import ports
-from rollout.steps.identity import identity_problem, tcp_port
+from rollout.steps.identity import identity_problem
 
 
 def test_port_owner_is_found_from_proc_for_ipv4_and_ipv6() -> None:
@@ -79,3 +80,24 @@ def test_tcp_port_of_listen_addresses() -> None:
     assert tcp_port("[::]:9820") == 9820
     assert tcp_port("unix:///run/curio/cuzk.sock") is None
     assert tcp_port("") is None
+
+
+def test_facts_tell_a_hand_started_daemon_and_a_port_stranger_from_ours() -> None:
+    from rollout.host.facts import HostFacts
+
+    raw = {
+        "daemon": {"state": "running", "pid": 40, "starttime": 1, "exe": "/data/releases/a/x"},
+        "cuzk_processes": [
+            {"pid": 40, "ancestors": [1], "cmdline": "cuzk-daemon -c a", "supervised": False},
+            {"pid": 41, "ancestors": [9, 1], "cmdline": "cuzk-daemon -c b", "supervised": True},
+            {"pid": 42, "ancestors": [7, 1], "cmdline": "./cuzk -c c", "age_secs": 147.0},
+            {"pid": 43, "ancestors": [7, 1], "state": "zombie"},
+            {"pid": "1; rm -rf /", "ancestors": "x"},
+        ],
+        "port_owners": {"9821": [{"pid": 50, "ancestors": [1], "cmdline": "nc -l 9821"},
+                                 {"pid": 40, "ancestors": [1]}], "x": []},
+    }
+    facts = HostFacts.parse(raw)
+    assert [p.pid for p in facts.foreign_daemons] == [42]  # 40: daemon.pid, 41: supervised
+    assert facts.foreign_daemons[0].describe() == "pid 42 (./cuzk -c c; up 147s; parent 7)"
+    assert [(port, o.pid) for port, o in facts.port_strangers()] == [(9821, 50)]

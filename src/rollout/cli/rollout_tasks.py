@@ -53,6 +53,8 @@ def hosts_file(hosts: str | None) -> str:
         "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
         "release": "Deploy this release bundle (a folder from `rollout build`, or the URL "
         "`rollout publish` put it at) instead of building: no Docker engine needed.",
+        "adopt": "Take over cuzk daemons rollout's supervisor did not start: the same as "
+        "--set adopt=true (the playbook's preflight.adopt; docs/adopt.md).",
     },
 )
 @reports_errors
@@ -72,13 +74,14 @@ def rollout(
     summary: str | None = None,
     quiet: bool = False,
     release: str | None = None,
+    adopt: bool = False,
 ) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
     inventory = hosts or "" if resume else hosts_file(hosts)
     request = app.RolloutRequest(
         inventory,
         playbook,
-        tuple(set_ or ()),
+        (*(set_ or ()), *(("adopt=true",) if adopt else ())),
         limit,
         dry_run,
         json_,

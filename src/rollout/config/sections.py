@@ -235,6 +235,13 @@ class PreflightSpec(Section):
         description="The least memory budget the validation's proof type needs; a smaller "
         "budget is refused at preflight, naming both numbers.",
     )
+    adopt: bool = Field(
+        default=False,
+        description="Take over a cuzk daemon that rollout's supervisor did not start (one "
+        "started by hand or by a script): it is stopped and drained like rollout's own, "
+        "and the supervisor's daemon replaces it. false: preflight refuses such a host, "
+        "naming the daemon. `rollout rollout --adopt`, or a host var (docs/adopt.md).",
+    )
 
 
 class InputSpec(Section):

@@ -84,13 +84,14 @@ class NoParams(_Strict):
     """This kind takes no params."""
 
 
-PreflightCheck = Literal["space", "budget", "cpu", "gpus", "executables", "input"]
+PreflightCheck = Literal["ownership", "space", "budget", "cpu", "gpus", "executables", "input"]
 
 
 class PreflightParams(_Strict):
     checks: list[PreflightCheck] | None = Field(
         default=None,
-        description="The checks to run (default: all): space, budget, cpu, gpus, executables "
+        description="The checks to run (default: all): ownership (no daemon the supervisor "
+        "does not own, no stranger on its ports), space, budget, cpu, gpus, executables "
         "(needs the release on the host: run it again after the upload), input.",
     )
 

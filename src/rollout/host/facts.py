@@ -136,6 +136,56 @@ class ReleaseDir:
                    _bool(d.get("has_bench")))
 
 
+def tcp_port(listen: str) -> int | None:
+    """The TCP port of a listen address ("0.0.0.0:9821", "[::]:9820"); None for a unix
+    socket, an empty (off) address or one without a port."""
+    if not listen or listen.startswith("unix:"):
+        return None
+    port = listen.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """A cuzk daemon found on the host, or a process holding one of the daemon's ports,
+    whoever started it. supervised: rollout's supervisor is its parent or ancestor."""
+
+    pid: int
+    ppid: int | None = None
+    exe: str | None = None
+    cmdline: str = ""
+    age_secs: float | None = None
+    started_at: float | None = None
+    state: str = "running"
+    supervised: bool = False
+
+    @classmethod
+    def parse(cls, raw: Any) -> ProcessFacts | None:
+        d = _dict(raw)
+        pid = _int(d.get("pid"))
+        if pid is None:
+            return None
+        ancestors = [a for a in d.get("ancestors") or [] if _int(a) is not None]
+        return cls(pid, _int(d.get("ppid")) or (ancestors[0] if ancestors else None),
+                   _str(d.get("exe")), _str(d.get("cmdline")) or "", _float(d.get("age_secs")),
+                   _float(d.get("started_at")), _str(d.get("state")) or "running",
+                   _bool(d.get("supervised")))
+
+    def describe(self) -> str:
+        up = f"up {self.age_secs:.0f}s" if self.age_secs is not None else "uptime unknown"
+        return f"pid {self.pid} ({self.cmdline or self.exe or '?'}; {up}; parent {self.ppid})"
+
+
+def _processes(raw: Any) -> tuple[ProcessFacts, ...]:
+    found = (ProcessFacts.parse(r) for r in raw if isinstance(r, dict)) if isinstance(
+        raw, list) else ()
+    return tuple(p for p in found if p is not None)
+
+
+def _port_owners(raw: Any) -> dict[int, tuple[ProcessFacts, ...]]:
+    return {int(k): _processes(v) for k, v in _dict(raw).items() if str(k).isdigit()}
+
+
 @dataclass(frozen=True)
 class HostFacts:
     """One host as it was when the facts were read (one round trip, rollout.host.scripts.facts)."""
@@ -159,6 +209,8 @@ class HostFacts:
     exits_last_hour: int | None = None
     exit_counts_complete: bool | None = None
     digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
+    cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
+    port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -187,8 +239,25 @@ class HostFacts:
             exits_last_hour=_int(d.get("exits_last_hour")),
             exit_counts_complete=complete if isinstance(complete, bool) else None,
             digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
+            cuzk=_processes(d.get("cuzk_processes")),
+            port_owners=_port_owners(d.get("port_owners")),
             errors={str(k): str(v) for k, v in _dict(d.get("errors")).items()},
         )
+
+    @property
+    def foreign_daemons(self) -> tuple[ProcessFacts, ...]:
+        """cuzk daemons running that rollout's supervisor did not start (hand-started)."""
+        return tuple(p for p in self.cuzk
+                     if not p.supervised and not self.ours(p.pid) and p.state != "zombie")
+
+    def ours(self, pid: int) -> bool:
+        """The daemon a trusted daemon.pid names (its supervisor may be gone)."""
+        return self.daemon.running and self.daemon.pid == pid
+
+    def port_strangers(self) -> list[tuple[int, ProcessFacts]]:
+        """(port, holder) for each of the daemon's ports held by a process not ours."""
+        return [(port, o) for port, owners in sorted(self.port_owners.items())
+                for o in owners if not o.supervised and not self.ours(o.pid)]
 
     def digest(self, path: str) -> str | None:
         return self.digests.get(path)

@@ -12,7 +12,7 @@ from typing import Any
 
 from rollout.config.render import render_shell
 from rollout.errors import StepFailed
-from rollout.host.facts import HostFacts
+from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult
@@ -107,6 +107,9 @@ class HostContext:
     def facts(self, *digests: str) -> HostFacts:
         """The host's facts, read fresh in one round trip; `digests`: files to hash too."""
         args = [a for path in digests for a in ("--digest", path)]
+        daemon = self.settings.daemon
+        for port in (tcp_port(daemon.listen), tcp_port(daemon.status_listen)):
+            args += ["--port", str(port)] if port else []
         _, data = self.script("facts", "--root", self.layout.root, *args, timeout=30)
         return HostFacts.parse(data)
 

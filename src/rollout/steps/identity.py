@@ -6,18 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.errors import StepFailed
+from rollout.host.facts import tcp_port
 from rollout.steps.base import HostContext
 
 UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
-
-
-def tcp_port(listen: str) -> int | None:
-    """The TCP port of a listen address ("0.0.0.0:9821", "[::]:9820"); None for a unix
-    socket, an empty (off) address or one without a port."""
-    if not listen or listen.startswith("unix:"):
-        return None
-    port = listen.rpartition(":")[2]
-    return int(port) if port.isdigit() else None
 
 
 def expected_pid(ctx: HostContext) -> int | None:

@@ -161,12 +161,37 @@ def check_executables(ctx: HostContext, facts: HostFacts, notes: list[str]) -> l
     return problems
 
 
+def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+    """No cuzk daemon runs that rollout's supervisor does not own (unless adopt), and no
+    other process holds the daemon's ports: checked, never assumed."""
+    adopt = ctx.settings.preflight.adopt
+    problems = []
+    foreign = {p.pid: p for p in facts.foreign_daemons}
+    for p in foreign.values():
+        held = [str(port) for port, owners in sorted(facts.port_owners.items())
+                if any(o.pid == p.pid for o in owners)]
+        ports = f"holding port(s) {', '.join(held)}" if held else "holding none of its ports"
+        if adopt:
+            notes.append(f"will adopt daemon {p.describe()}, {ports}")
+            continue
+        problems.append(f"a cuzk daemon runs that rollout's supervisor does not own: "
+                        f"{p.describe()}, {ports}; rerun with --adopt to take it over")
+    for port, o in facts.port_strangers():
+        if o.pid not in foreign and not facts.ours(o.pid):
+            problems.append(f"port {port} is held by {o.describe()}, not by a cuzk daemon: "
+                            "free the port (a cuzk daemon there: rerun with --adopt)")
+    if not problems and not foreign:
+        notes.append("no daemon but the supervisor's; ports free or ours")
+    return problems
+
+
 def check_input(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     notes.append(ensure_input(ctx))
     return []
 
 
 CHECKS: dict[str, Check] = {
+    "ownership": check_ownership,
     "space": check_space,
     "budget": check_budget,
     "cpu": check_cpu,

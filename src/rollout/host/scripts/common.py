@@ -348,11 +348,7 @@ def socket_owners(proc: str, inodes: set[int]) -> list[int]:
         return []
     links = {f"socket:[{i}]" for i in inodes}
     owners: list[int] = []
-    try:
-        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-    except OSError:
-        return []
-    for pid in sorted(pids):
+    for pid in all_pids(proc):
         fd_dir = f"{proc}/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
@@ -407,3 +403,42 @@ def process_brief(proc: str, pid: int) -> dict[str, Any]:
 def port_owners(proc: str, port: int) -> list[dict[str, Any]]:
     """Every process holding a socket that listens on TCP `port`, briefly described."""
     return [process_brief(proc, pid) for pid in socket_owners(proc, listening_inodes(proc, port))]
+
+
+DAEMON_NAMES = ("cuzk-daemon", "cuzk")  # `make cuzk` copies cuzk-daemon to ./cuzk
+
+
+def is_cuzk_daemon(proc: str, pid: int) -> bool:
+    """A cuzk daemon, whoever started it: its program or its argv[0] is named cuzk-daemon or
+    cuzk (never cuzk-bench, a client)."""
+    argv = proc_cmdline(proc, pid)
+    names = {os.path.basename(proc_program(proc, pid) or ""),
+             os.path.basename(argv[0]) if argv else ""}
+    return any(n in DAEMON_NAMES for n in names)
+
+
+def all_pids(proc: str) -> list[int]:
+    try:
+        return sorted(int(d) for d in os.listdir(proc) if d.isdigit())
+    except OSError:
+        return []
+
+
+def cuzk_processes(proc: str, supervisor_pid: int | None) -> list[dict[str, Any]]:
+    """Every cuzk daemon process on the host, whatever its parent: pid, parent, executable,
+    command line, start time, uptime, state, and whether the supervisor (supervisor_pid,
+    trusted by the caller) is its parent or ancestor."""
+    out: list[dict[str, Any]] = []
+    for pid in all_pids(proc):
+        if pid == os.getpid() or not is_cuzk_daemon(proc, pid):
+            continue
+        brief = process_brief(proc, pid)
+        fields = proc_stat(proc, pid) or []
+        starttime = proc_starttime(proc, pid)
+        started = proc_start_epoch(proc, starttime)
+        ancestors = brief["ancestors"]
+        out.append({**brief, "ppid": ancestors[0] if ancestors else None,
+                    "state": "zombie" if fields[:1] in (["Z"], ["X"], ["x"]) else "running",
+                    "starttime": starttime, "started_at": started,
+                    "supervised": supervisor_pid is not None and supervisor_pid in ancestors})
+    return out

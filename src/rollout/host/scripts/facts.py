@@ -24,7 +24,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import Collector, cgroup_memory, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, cgroup_memory, cuzk_processes, port_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 # isort: on
 
 TAIL_BYTES = 256 * 1024
@@ -87,6 +87,7 @@ class Facts(Collector):
         super().__init__()
         self.root: str = args.root
         self.digest_paths: list[str] = args.digest or []
+        self.ports: list[int] = args.port or []
         self.dir = os.path.join(args.root, "rollout")
         self.proc: str = args.proc
         self.cgroup_root: str = args.cgroup_root
@@ -136,6 +137,20 @@ class Facts(Collector):
             "updated": doc.get("updated") if doc else None,
             "status": doc,
         }
+
+    def processes(self, supervisor_pid: int | None) -> list[dict[str, Any]]:
+        """Every cuzk daemon on the host, whatever its parent (supervised: ours)."""
+        return cuzk_processes(self.proc, supervisor_pid)
+
+    def port_owners(self, supervisor_pid: int | None) -> dict[str, list[dict[str, Any]]]:
+        """Who holds each of the daemon's TCP ports (--port): pid, command line, uptime."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for port in self.ports:
+            owners = port_owners(self.proc, port)
+            for o in owners:
+                o["supervised"] = supervisor_pid is not None and supervisor_pid in o["ancestors"]
+            out[str(port)] = owners
+        return out
 
     def current(self) -> str | None:
         try:
@@ -211,6 +226,10 @@ class Facts(Collector):
         out["meminfo"] = self.safe("meminfo", lambda: memory_summary(self.proc))
         out["daemon"] = self.safe("daemon", self.daemon)
         out["supervisor"] = self.safe("supervisor", self.supervisor)
+        sup = out["supervisor"] or {}
+        sup_pid = sup.get("pid") if sup.get("alive") else None
+        out["cuzk_processes"] = self.safe("cuzk_processes", lambda: self.processes(sup_pid))
+        out["port_owners"] = self.safe("port_owners", lambda: self.port_owners(sup_pid))
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
         out["current_release"] = self.safe("current_release", self.current)
         out["previous_release"] = self.safe("previous_release", self.previous)
@@ -233,6 +252,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--root", default="/data")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
     p.add_argument("--proc", default="/proc")
+    p.add_argument("--port", type=int, action="append", metavar="N",
+                   help="also report who holds this TCP port (repeatable)")
     p.add_argument("--digest", action="append", metavar="PATH",
                    help="also report this file's sha256 (repeatable)")
     return p.parse_args(argv)
