@@ -25,18 +25,20 @@ PAD_NAME = "cuzk-kernels.bin"  # what a CUDA build's fat binaries weigh, as one 
 FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
 
 
-def padded_bundle(small: Path, out: Path, mib: int) -> Path:
-    """The small stand-in bundle plus `mib` MiB of random bytes: a release of that weight."""
+def padded_bundle(small: Path, out: Path, mib: int, size: int | None = None) -> Path:
+    """The small stand-in bundle plus `mib` MiB (or `size` bytes) of random bytes: a release
+    of that weight, and a new release id each time."""
     release = open_bundle(small)
     pad = out.parent / f"{out.name}-{PAD_NAME}"
+    size = mib << 20 if size is None else size
     with pad.open("wb") as f:
-        for _ in range(mib):
-            f.write(os.urandom(1 << 20))
+        for start in range(0, size, 1 << 20):
+            f.write(os.urandom(min(1 << 20, size - start)))
     digest = hashlib.sha256(pad.read_bytes()).hexdigest()
-    artifacts = (*release.artifacts, Artifact(PAD_NAME, str(pad), digest, mib << 20))
+    artifacts = (*release.artifacts, Artifact(PAD_NAME, str(pad), digest, size))
     big = Release(release_id_of(artifacts), release.image, release.version, artifacts)
     executables = {**read_manifest(small).executables,
-                   PAD_NAME: Executable(sha256=digest, size=mib << 20)}
+                   PAD_NAME: Executable(sha256=digest, size=size)}
     manifest = read_manifest(small).model_copy(
         update={"release": big.id, "executables": executables})
     write_bundle(out, big, manifest)

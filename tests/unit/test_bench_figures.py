@@ -1,0 +1,69 @@
+"""The side-by-side bench's arithmetic: medians, ratios, targets met or not, and its table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rollout.bench.figures import (
+    Comparison,
+    Pair,
+    Rerun,
+    Run,
+    median,
+    ratio,
+    summary_json,
+    summary_table,
+)
+
+
+def _pair(rollout_s: float, floor_s: float, cpu_s: float = 0.8, rss: float = 70.0) -> Pair:
+    return Pair(Run(rollout_s, cpu_s, rss), floor_s, rollout_first=True)
+
+
+def test_median_and_ratio() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0]) == 2.5
+    with pytest.raises(ValueError):
+        median([])
+    assert ratio(12.0, 10.0) == pytest.approx(1.2)
+    assert math.isinf(ratio(1.0, 0.0))
+
+
+def test_comparison_takes_medians_of_each_side_and_judges_the_targets() -> None:
+    c = Comparison("8 hosts", 8, (_pair(10.0, 6.0, 0.4), _pair(30.0, 5.0, 3.2),
+                                   _pair(9.0, 8.0, 0.6, rss=91.0)))  # fmt: skip
+    assert c.rollout_median_s == 10.0 and c.floor_median_s == 6.0
+    assert c.ratio == pytest.approx(10 / 6)
+    assert c.cpu_s_per_host == pytest.approx(0.6 / 8)
+    assert c.peak_rss_mib == 91.0
+    d = c.as_dict()
+    assert d["ratio_met"] is False and d["cpu_s_per_host_met"] is True
+    assert d["rollout_s"] == [10.0, 30.0, 9.0] and d["floor_s"] == [6.0, 5.0, 8.0]
+
+    close = Comparison("8 hosts", 8, (_pair(7.2, 6.0),))
+    assert close.as_dict()["ratio_met"] is True  # 1.2x exactly is within the target
+
+
+def test_table_lists_each_figure_with_its_target_and_verdict() -> None:
+    c = Comparison("16 hosts", 16, (_pair(15.0, 10.0, 3.2),))
+    text = summary_table([c], Rerun(8, Run(1.5, 0.9, 60.0)))
+    lines = text.splitlines()
+    assert lines[0].startswith("| measure") and set(lines[1]) <= {"|", "-", " "}
+    assert len({len(line) for line in lines}) == 1  # columns line up
+    ratio_row = next(line for line in lines if "rollout / floor" in line)
+    assert "1.50x" in ratio_row and "<= 1.2x" in ratio_row and "not met" in ratio_row
+    cpu_row = next(line for line in lines if "CPU s per host" in line)
+    assert "0.200" in cpu_row and "not met" in cpu_row
+    rerun_row = next(line for line in lines if "rerun" in line)
+    assert "1.50 s" in rerun_row and "| met" in rerun_row
+
+
+def test_json_carries_every_run_and_the_rerun() -> None:
+    c = Comparison("8 hosts", 8, (_pair(10.0, 6.0),))
+    out = summary_json([c], None, [{"label": "8 hosts", "before": {"loadavg": [1.0]}}])
+    assert out["rerun"] is None and out["comparisons"][0]["hosts"] == 8
+    assert out["contention"][0]["label"] == "8 hosts"
+    slow = Rerun(8, Run(3.4, 1.0, 60.0)).as_dict()
+    assert slow["met"] is False and slow["seconds"] == 3.4
