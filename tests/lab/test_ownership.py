@@ -4,10 +4,13 @@ points (failpoints): the test acts there, waiting on events, never on time."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
 import pytest
+
+from rollout.host.scripts import script_text
 
 from .conftest import LabFleet
 from .rollout_helpers import (
@@ -159,3 +162,24 @@ def test_stranger_bound_after_start_fails_ready_and_the_host_rolls_back(
                           and e["host"] == HOST and e["step"] == "rollback-ready")
     assert "held by daemon" in rollback_ready["reason"], rollback_ready
     assert_serving(HOST)
+
+
+def test_hand_started_daemon_with_adopt_is_replaced_by_the_supervisors(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    hand = hand_started(HOST)
+    run = run_cli(tmp_path, *rollout_args(fleet.fleet_path, "adopted"), *FAST,
+                  "--set", f"lab_knobs={{{KNOBS}}}", "--adopt")
+    end = run.host_end(HOST)
+    assert run.code == 0 and end["status"] == "validated", (end, run.stderr[-2000:])
+    stop = run.steps(HOST)["stop"]
+    assert f"adopted and stopped daemon(s) {hand}" in stop["reason"], stop
+    assert assert_serving(HOST) == "adopted"
+    [pid] = cuzk_pids(HOST)
+    supervisor = int(sh(HOST, "cut -d' ' -f1 /data/rollout/supervisor.pid"))
+    assert sh(HOST, f"cut -d')' -f2 /proc/{pid}/stat").split()[1] == str(supervisor)
+    sh(HOST, "printf '%s' " + shlex.quote(script_text("ports")) + " > /tmp/ports.py")
+    owners = json.loads(sh(HOST, "python3 /tmp/ports.py --port 9820 --port 9821"))["ports"]
+    assert {o["pid"] for port in ("9820", "9821") for o in owners[port]} == {pid}
+    exits = [json.loads(x) for x in sh(HOST, "cat /data/rollout/exits.jsonl").splitlines()]
+    assert any(e.get("adopted") and e["pid"] == hand for e in exits), exits

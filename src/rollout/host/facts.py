@@ -158,6 +158,7 @@ class ProcessFacts:
     started_at: float | None = None
     state: str = "running"
     supervised: bool = False
+    starttime: int | None = None  # clock ticks since boot: with pid, names this process
 
     @classmethod
     def parse(cls, raw: Any) -> ProcessFacts | None:
@@ -169,7 +170,7 @@ class ProcessFacts:
         return cls(pid, _int(d.get("ppid")) or (ancestors[0] if ancestors else None),
                    _str(d.get("exe")), _str(d.get("cmdline")) or "", _float(d.get("age_secs")),
                    _float(d.get("started_at")), _str(d.get("state")) or "running",
-                   _bool(d.get("supervised")))
+                   _bool(d.get("supervised")), _int(d.get("starttime")))
 
     def describe(self) -> str:
         up = f"up {self.age_secs:.0f}s" if self.age_secs is not None else "uptime unknown"

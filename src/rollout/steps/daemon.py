@@ -6,6 +6,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
@@ -46,20 +47,25 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
     if alive and not changed_files:
         return Skip("supervisor running, script and settings unchanged")
     what = "restart the supervisor (script or settings changed)" if alive else "start it"
-    return Action(f"install the supervisor; {what}", params, (conf, alive))
+    hold = bool(facts.foreign_daemons)  # never start a daemon this run is about to stop
+    if hold:
+        what += " held: the daemon it does not own is stopped first (adopt)"
+    return Action(f"install the supervisor; {what}", params, (conf, alive, hold))
 
 
 def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
-    conf, alive = action.detail
+    conf, alive, hold = action.detail
     ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
+    if hold:
+        set_hold(ctx)
     ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
     ctx.write_if_changed(lay.supervisor_conf, conf)
     if alive:  # the supervisor checks what supervisor.pid names before it signals anything
         ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --stop")
     start_supervisor(ctx)
     what = "restarted (script or settings changed)" if alive else "started"
-    return changed(f"supervisor {what}")
+    return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
 
 
 def set_hold(ctx: HostContext) -> None:
@@ -86,14 +92,20 @@ def _and(skip: Skip, more: str) -> Skip:
 class StopHow:
     signal: str
     grace: float
+    adopt: tuple[tuple[int, int], ...] = ()  # (pid, start time): daemons to take over
 
 
 def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
     daemon = target.settings.daemon
     how = StopHow(params.signal or daemon.stop_signal,
                   daemon.stop_grace if params.grace is None else params.grace)
+    adopt = tuple((p.pid, p.starttime) for p in facts.foreign_daemons
+                  if p.starttime is not None) if target.settings.preflight.adopt else ()
+    how = StopHow(how.signal, how.grace, adopt)
     old = facts.daemon
     what = f"daemon {old.pid} ({old.state})" if old.pid else "the daemon, if any"
+    if adopt:
+        what += f", and adopt daemon(s) {', '.join(str(p) for p, _ in adopt)}"
     summary = f"set the hold; stop {what} with {how.signal}, SIGKILL after {how.grace:g}s"
     return Action(summary, params, how)
 
@@ -106,6 +118,8 @@ def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decisio
 def stop(ctx: HostContext, action: Action) -> StepResult:
     how: StopHow = action.detail
     set_hold(ctx)
+    if how.adopt:
+        return _adopt(ctx, how)
     code, out = ctx.script(
         "stop",
         "--root",
@@ -129,6 +143,33 @@ def stop(ctx: HostContext, action: Action) -> StepResult:
         )
     how_text = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
     return changed(f"hold set; daemon {out['pid']} stopped ({how_text})", **out)
+
+
+def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
+    """Stop daemons rollout's supervisor did not start, through the same signal, escalation
+    and zombie-aware wait; the drain then waits for their memory. A respawn by their parent
+    stops the run on this host: it keeps serving, and the parent is named."""
+    done: list[dict[str, Any]] = []
+    for pid, starttime in how.adopt:
+        code, out = ctx.script(
+            "stop", "--root", ctx.layout.root, "--signal", how.signal, "--grace", how.grace,
+            "--adopt-pid", pid, "--adopt-starttime", starttime, timeout=float(how.grace) + 30,
+        )
+        if out.get("outcome") == "respawned":
+            raise StepFailed(
+                f"adopted daemon {pid} was respawned by its parent pid {out.get('parent')} "
+                f"({out.get('parent_cmdline') or '?'}): new daemon(s) "
+                f"{out.get('respawned')}; the host keeps serving from them. Hand the loop's "
+                "cuzk over to rollout's supervisor first (docs/adopt.md)",
+                retryable=False, data={"adopted": out},
+            )
+        if code != 0:
+            raise StepFailed(f"adopted daemon {pid} survived {how.signal} and SIGKILL",
+                             retryable=False, data={"adopted": out})
+        done.append(out)
+    ctx.state.stopped = done[-1] if done else None
+    names = ", ".join(f"{o['pid']} ({o.get('cmdline') or '?'})" for o in done)
+    return changed(f"hold set; adopted and stopped daemon(s) {names}", adopted=done)
 
 
 def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
