@@ -3,13 +3,14 @@ host: its steps in order, with times, statuses and reasons, and how the host end
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import UserError
+from rollout.output import journal
 from rollout.output.events import Event
 
 CONTROLLER = "controller"
@@ -146,14 +147,11 @@ def _end_step(host: HostRun, e: dict[str, Any], t: float, data: dict[str, Any]) 
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
-    """The events of runs/RUN_ID.jsonl; a torn last line (a controller killed mid-write)
-    is left out."""
+    """The events of runs/RUN_ID.jsonl; a line cut short (a controller killed mid-write) is
+    left out with a warning."""
     if not path.exists():
         raise UserError(f"no journal {path}")
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return [e for e in events if isinstance(e, dict)]
+    events, warnings = journal.read_journal(path)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return events
