@@ -27,7 +27,7 @@ def stat_of(pid: int) -> list[str]:
 def zombie_child() -> subprocess.Popen[bytes]:
     """A child that exits at once and stays a zombie until the test calls wait()."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    end = time.monotonic() + 3
+    end = time.monotonic() + 60  # a safety net: a loaded machine starts python slowly
     while stat_of(child.pid)[0] != "Z":
         assert time.monotonic() < end
         time.sleep(0.01)
@@ -55,15 +55,27 @@ def write_v2_stat(cg: Path, inactive_file: int = 0, **stat: int) -> None:
     (cg / "memory.stat").write_text("".join(f"{k} {v}\n" for k, v in fields.items()))
 
 
-def later(delay: float, fn: Callable[[], object], stamps: dict[str, float], key: str) -> None:
-    def run() -> None:
-        time.sleep(delay)
-        fn()
-        stamps[key] = time.time()
-    threading.Thread(target=run, daemon=True).start()
+def fifo_at(path: Path) -> None:
+    """A new FIFO at `path`, put there whole (a reader of the old one keeps the old one)."""
+    new = path.with_name(path.name + ".next")
+    os.mkfifo(new)
+    new.replace(path)
 
 
-def run_drain(root: Path, *args: str, timeout: float = 10) -> tuple[int, dict[str, Any]]:
+def feed_read(fifo: Path, text: str, then: Callable[[], object] | None = None) -> None:
+    """Answer the next read of the file `fifo` with `text`. Opening the FIFO for writing
+    blocks until the reader opens it: `then` runs at that moment, before the reader gets
+    its text, and must put the next file in place (a fresh FIFO by default: a reader that
+    has not yet closed this one never takes the next answer for part of this one)."""
+    with open(fifo, "w") as f:
+        if then is None:
+            fifo_at(fifo)
+        else:
+            then()
+        f.write(text)
+
+
+def run_drain(root: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any]]:
     p = subprocess.run([PYTHON, "-", "--root", str(root), *args], input=DRAIN,
                        capture_output=True, text=True, timeout=timeout)
     lines = p.stdout.strip().splitlines()
@@ -73,14 +85,32 @@ def run_drain(root: Path, *args: str, timeout: float = 10) -> tuple[int, dict[st
 
 def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
     cg = v2_tree(tmp_path, 900)
+    current = cg / "memory.current"
+    fifo_at(current)  # each read of the usage is a step the test takes in turn
     child = zombie_child()
     starttime = stat_of(child.pid)[19]
     stamps: dict[str, float] = {}
-    later(0.6, lambda: child.wait(), stamps, "reaped")
-    later(1.0, lambda: (cg / "memory.current").write_text("50\n"), stamps, "memory")
+
+    def reap() -> None:
+        stamps["reaped"] = time.time()  # (stamps come before the change they mark)
+        child.wait()
+        fifo_at(current)
+
+    def memory_back() -> None:
+        stamps["memory"] = time.time()
+        tmp = cg / "memory.current.new"
+        tmp.write_text("50\n")
+        tmp.replace(current)  # the FIFO goes (whole, at once): every later read says 50
+
+    def zombie_seen_then_reaped_then_memory_back() -> None:
+        feed_read(current, "900\n")  # the drain's first look, before its loop
+        feed_read(current, "900\n", then=reap)  # its first sample: it has seen the zombie
+        feed_read(current, "900\n", then=memory_back)  # a sample after the reap: gone
+
+    threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
     rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--starttime", starttime,
                         "--cgroup-root", str(cg), "--margin", "100", "--deadline", "20")
-    assert rc == 0 and out["outcome"] == "drained" and out["drained_by"] == "budget"
+    assert rc == 0 and out["outcome"] == "drained" and out["drained_by"] == "budget", out
     assert out["zombie_seen"] is True and out["zombie_note"] is None
     assert out["state_at_start"] == "zombie"
     assert out["zombie_secs"] > 0

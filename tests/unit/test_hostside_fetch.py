@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
@@ -30,9 +31,16 @@ class Server:
     root: Path
     log: Path
 
-    def requests(self) -> list[dict[str, Any]]:
-        text = self.log.read_text() if self.log.exists() else ""
-        return [json.loads(line) for line in text.splitlines()]
+    def requests(self, count: int) -> list[dict[str, Any]]:
+        """The log once it holds `count` requests. The server logs a request after it has
+        answered it, so the client can be done before its line is written: wait for it."""
+        deadline = time.monotonic() + 60  # a safety net, not the thing tested
+        while True:
+            text = self.log.read_text() if self.log.exists() else ""
+            lines = [json.loads(line) for line in text.splitlines()]
+            if len(lines) >= count or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.01)
 
 
 @pytest.fixture
@@ -60,21 +68,21 @@ def test_download_checked(server: Server, tmp_path: Path) -> None:
     assert (tmp_path / "f").read_bytes() == DATA
     again = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
     assert again["outcome"] == "present"
-    assert len(server.requests()) == 1
+    assert len(server.requests(1)) == 1
 
 
 def test_a_cut_download_resumes_where_it_stopped(server: Server, tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(DATA[:100_000])
     out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
     assert out["resumed_from"] == 100_000 and out["received"] == len(DATA) - 100_000
-    assert [r["range"] for r in server.requests()] == ["bytes=100000-"]
+    assert [r["range"] for r in server.requests(1)] == ["bytes=100000-"]
     assert (tmp_path / "f").read_bytes() == DATA
 
 
 def test_a_stale_prefix_is_dropped_and_fetched_again(server: Server, tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x" * 1000)
     fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
-    assert [r["range"] for r in server.requests()] == ["bytes=1000-", None]
+    assert [r["range"] for r in server.requests(2)] == ["bytes=1000-", None]
     assert (tmp_path / "f").read_bytes() == DATA
 
 
@@ -117,7 +125,7 @@ def test_script_as_sent(server: Server, tmp_path: Path) -> None:
 def test_a_whole_but_stale_file_is_fetched_again(server: Server, tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"y" * len(DATA))  # a complete file of another release
     out = fetch_file(f"{server.url}/f", str(tmp_path / "f"), SHA, len(DATA), sleep=no_sleep)
-    assert out["outcome"] == "downloaded" and [r["range"] for r in server.requests()] == [None]
+    assert out["outcome"] == "downloaded" and [r["range"] for r in server.requests(1)] == [None]
     assert (tmp_path / "f").read_bytes() == DATA
 
 
@@ -136,10 +144,12 @@ def test_the_controller_reads_only_the_manifest(server: Server, tmp_path: Path) 
     got = remote_release(f"{server.url}/r1/")
     assert got.id == release.id and got.source == f"{server.url}/r1"
     assert release_urls(got) == {"f": f"{server.url}/r1/f"}
-    assert [r["path"] for r in server.requests()] == ["/r1/manifest.json"]
+    assert [r["path"] for r in server.requests(1)] == ["/r1/manifest.json"]
     with pytest.raises(UserError, match="answered HTTP 404"):
         remote_release(f"{server.url}/r2")
     (server.root / "big").mkdir()
     (server.root / "big" / "manifest.json").write_bytes(b" " * (2 << 20))
     with pytest.raises(UserError, match="too large"):
         remote_release(f"{server.url}/big")
+    paths = [r["path"] for r in server.requests(3)]  # each manifest once, nothing else
+    assert paths == ["/r1/manifest.json", "/r2/manifest.json", "/big/manifest.json"]

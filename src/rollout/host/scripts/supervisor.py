@@ -157,6 +157,7 @@ class Daemon:
         self.died_at: float | None = None
         self.launcher_note: str | None = None
         self.baseline: dict[str, Any] | None = None  # memory just before it started
+        self.backoff = 0.0  # the restart delay the supervisor waited before starting it
 
 
 class Supervisor:
@@ -170,6 +171,7 @@ class Supervisor:
         self.since = now()
         self.reason: str | None = None
         self.next_start = 0.0  # time.monotonic(): a wall-clock jump must not stall restarts
+        self.delay = 0.0  # the backoff chosen for the next start (0: none, e.g. after a hold)
         self.failures = 0
         self.restarts: list[float] = []
         self.stop_requested = False
@@ -316,6 +318,7 @@ class Supervisor:
         child.returncode = 0
         d = Daemon(child.pid, t, release, exe)
         d.baseline = baseline
+        d.backoff = self.delay
         self.daemon = d
         if launcher:
             d.discover_until = t + float(self.cfg["discover_timeout"])
@@ -362,6 +365,7 @@ class Supervisor:
             "exe": d.exe,
             "memory": self.memory(),
             "supervisor_pid": os.getpid(),
+            "backoff": d.backoff,
         }
         if d.baseline is not None:
             rec["baseline"] = d.baseline
@@ -409,6 +413,8 @@ class Supervisor:
             if not dead:
                 return
             d.died_at = now()
+            if d.child not in (None, d.pid) and d.own_status is None and d.child_status is None:
+                self.log(f"daemon pid {d.pid} died; waiting for launcher pid {d.child}'s status")
         if d.child == d.pid and d.child_status is None:
             self.reap()  # died between this tick's reap and the check: collect its status now
             d.child_status = self.reaped.pop(d.child, None) if d.child is not None else None
@@ -458,7 +464,7 @@ class Supervisor:
     def after_exit(self, died: float, uptime: float, held: bool) -> None:
         if held:
             self.failures = 0
-            self.next_start = 0.0
+            self.next_start = self.delay = 0.0
             return
         if uptime > float(self.cfg["reset_after"]):
             self.failures = 0
@@ -468,6 +474,7 @@ class Supervisor:
         self.restarts = [t for t in self.restarts if t >= died - window]
         bmax = float(self.cfg["backoff_max"])
         if len(self.restarts) >= int(self.cfg["crash_loop_restarts"]):
+            self.delay = bmax
             self.next_start = time.monotonic() + bmax
             self.set_state(
                 "crash-looping",
@@ -475,6 +482,7 @@ class Supervisor:
             )
         else:
             delay = min(float(self.cfg["backoff_initial"]) * 2 ** (self.failures - 1), bmax)
+            self.delay = delay
             self.next_start = time.monotonic() + delay
             self.set_state("backoff", f"restart in {delay:g} s")
         self.write_json()
