@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from rollout import lab
-from rollout.errors import TransportError
+from rollout.errors import TransportError, UserError
 from rollout.lab.fleet import wait_for_ssh
 
 from .conftest import LabFleet
@@ -123,6 +123,27 @@ def test_pause_and_sshd_stop_make_a_host_unreachable(lab_fleet: LabFleet) -> Non
     wait_for_ssh(host.port)
 
 
+@pytest.mark.lab
+def test_poking_an_unknown_host_is_a_user_error(lab_fleet: LabFleet) -> None:
+    for poke in (lab.recreate_host, lab.restart_host, lab.pause_host, lab.stop_sshd):
+        with pytest.raises(UserError, match="no lab host 'lab-99' \\(is the lab up\\?\\)"):
+            poke("lab-99")
+    assert [h["name"] for h in lab.status()] == ["lab-1", "lab-2", "lab-3"]
+
+
+def test_engine_at_docker_host_that_does_not_answer_is_never_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollout.errors import EnvironmentProblem
+    from rollout.lab import engine
+
+    monkeypatch.setattr(engine, "_client", lambda: None)
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    monkeypatch.setattr(engine, "_start_dockerd", lambda: pytest.fail("started dockerd"))
+    with pytest.raises(EnvironmentProblem, match="DOCKER_HOST=tcp://127.0.0.1:9 does not"):
+        engine.ensure_engine()
+
+
 def lab_leftovers(client: docker.DockerClient) -> list[str]:
     prefix = lab.lab_prefix()
 
@@ -161,6 +182,7 @@ def test_engine_down_and_not_root_is_a_clear_environment_problem(
     from rollout.lab import engine
 
     monkeypatch.setattr(engine, "_client", lambda: None)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     with pytest.raises(EnvironmentProblem, match="not running and rollout is not root"):
         engine.ensure_engine()
@@ -172,6 +194,7 @@ def test_engine_down_as_root_installs_and_starts_dockerd(monkeypatch: pytest.Mon
     calls: list[str] = []
     answers = iter([None, None, "client"])
     monkeypatch.setattr(engine, "_client", lambda: next(answers))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr("os.geteuid", lambda: 0)
     monkeypatch.setattr(engine, "ensure_command", lambda cmd, pkg: calls.append(f"install {pkg}"))
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: calls.append("dockerd"))

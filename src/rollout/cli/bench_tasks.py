@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from rollout import lab
 from rollout.bench.figures import summary_json, summary_table
 from rollout.bench.side_by_side import Plan, measure
 from rollout.cli.errors import reports_errors
+from rollout.cli.taskdef import task
 from rollout.commands import app
 from rollout.commands.diagnose import bench_diagnose
 from rollout.errors import UserError

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from docker.errors import DockerException
 from invoke.collection import Collection
 from invoke.context import Context
-from invoke.tasks import task
 
 from rollout import lab
+from rollout.cli.errors import reports_errors
+from rollout.cli.taskdef import task
+from rollout.errors import EnvironmentProblem
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def docker_errors(fn: F) -> F:
+    """A Docker engine that refuses a request is this machine's problem (exit 3), said in
+    one line, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DockerException as e:
+            detail = getattr(e, "explanation", None) or str(e)
+            raise EnvironmentProblem(f"the Docker engine refused: {detail}") from e
+
+    return wrapper  # type: ignore[return-value]
 
 
 @task(
     help={
-        "hosts": "How many lab hosts to start (default 3).",
+        "hosts": "How many lab hosts to start (default 3, at most 64).",
         "memory": "Memory limit of each host, Docker syntax: 512m, 2g (default 512m).",
     }
 )
+@reports_errors
+@docker_errors
 def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
     """Start a fresh lab fleet on the local Docker engine and write lab/fleet.yaml."""
     fleet = lab.up(hosts=hosts, memory=memory)
@@ -22,6 +48,8 @@ def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
 
 
 @task
+@reports_errors
+@docker_errors
 def down(c: Context) -> None:
     """Remove every lab container, volume, network and host image tag."""
     lab.down()
@@ -29,6 +57,8 @@ def down(c: Context) -> None:
 
 
 @task
+@reports_errors
+@docker_errors
 def status(c: Context) -> None:
     """List the lab hosts and their state."""
     hosts = lab.status()

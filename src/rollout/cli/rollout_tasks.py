@@ -7,9 +7,9 @@ from pathlib import Path
 
 from invoke.context import Context
 from invoke.exceptions import Exit
-from invoke.tasks import task
 
 from rollout.cli.errors import reports_errors
+from rollout.cli.taskdef import task
 from rollout.commands import app, single
 from rollout.commands import diagnose as diagnose_mod
 from rollout.commands import status as health
@@ -149,7 +149,7 @@ def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str 
 
 
 SINGLE_HELP = {
-    "host": "Host name from the inventory.",
+    "host": "HOST, the first argument (or --host HOST): a host name from the inventory.",
     "hosts": HOSTS_HELP,
     "playbook": PLAYBOOK_HELP,
 }
@@ -158,28 +158,37 @@ SINGLE_HELP = {
 @task(help=SINGLE_HELP)
 @reports_errors
 def drain(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
-    """Hold the supervisor, stop the daemon, wait until it is gone and its memory is back."""
+    """drain HOST: stop the daemon, wait until it is gone and its memory is back.
+
+    The supervisor is held first, so the host is left stopped.
+    """
     _single(("stop", "drain"), host, hosts, playbook)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
 def stop(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
-    """Hold the supervisor and stop the daemon (SIGTERM, then SIGKILL after the grace)."""
+    """stop HOST: hold the supervisor and stop the daemon.
+
+    SIGTERM, then SIGKILL after the playbook's stop_grace.
+    """
     _single(("stop",), host, hosts, playbook)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
 def start(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
-    """Release the hold so the supervisor starts the current release; wait until ready."""
+    """start HOST: release the hold so the supervisor starts the current release.
+
+    Waits until the daemon's status port answers.
+    """
     _single(("supervise", "start", "ready"), host, hosts, playbook)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
 def validate(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
-    """Submit a validation proof; succeed only on its COMPLETED line."""
+    """validate HOST: submit a validation proof; succeed only on its COMPLETED line."""
     _single(("validate",), host, hosts, playbook)
 
 
@@ -224,27 +233,32 @@ def status(
 
 
 @task(
+    all_flags=("all_",),
     help={
-        "host": "Host name from the inventory (or use --all).",
-        "all_": "Diagnose every host of the inventory, in parallel.",
+        "host": "HOST, the first argument (or --host HOST): a host name, a group, a glob "
+        "(like --limit), or `all`.",
+        "all_": "Diagnose every host of the inventory, in parallel (same as HOST `all`).",
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
         "json_": "Print JSON instead of a readable report.",
-    }
+    },
 )
 @reports_errors
 def diagnose(
     c: Context,
-    host: str | None = None,
+    host: str,
     all_: bool = False,
     hosts: str | None = None,
     playbook: str | None = None,
     json_: bool = False,
 ) -> None:
-    """Name the cause of each daemon's last exit, with the evidence; reads only, bounded."""
-    if bool(host) == all_:
-        raise UserError("give one HOST or --all")
-    plan = app.load_fleet(hosts_file(hosts), playbook, None if all_ else host)
+    """diagnose HOST|GROUP|all: name the cause of each daemon's last exit.
+
+    With the evidence; reads only, bounded. HOST selects like --limit.
+    """
+    if all_ and host != "all":
+        raise UserError(f"give HOST ({host!r}) or --all, not both")
+    plan = app.load_fleet(hosts_file(hosts), playbook, host)
     code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
         raise Exit(code=code)

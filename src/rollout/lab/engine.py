@@ -38,6 +38,11 @@ def ensure_engine() -> docker.DockerClient:
     client = _client()
     if client is not None:
         return client
+    if os.environ.get("DOCKER_HOST"):
+        raise EnvironmentProblem(
+            f"the Docker engine at DOCKER_HOST={os.environ['DOCKER_HOST']} does not answer "
+            "(rollout starts a local dockerd only when DOCKER_HOST is unset)"
+        )
     if os.geteuid() != 0:
         raise EnvironmentProblem(
             "the Docker engine is not running and rollout is not root, so it cannot start it: "
