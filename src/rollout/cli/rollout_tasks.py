@@ -15,7 +15,10 @@ from rollout.commands import diagnose as diagnose_mod
 from rollout.commands import status as health
 from rollout.errors import UserError
 
-HOSTS_HELP = "Inventory file (fleet.yaml). Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
+HOSTS_HELP = (
+    "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
+    "Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
+)
 PLAYBOOK_HELP = "Playbook file. Default: playbooks/rollout.yaml, else the built-in one."
 # The options that render a run (rollout, rollback); each declared here, once.
 RUN_OUTPUT_HELP = {

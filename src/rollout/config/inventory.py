@@ -11,10 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from rollout.errors import ConfigError, UserError
+from rollout.errors import ConfigError, Location, UserError
 
 from .durations import Seconds
-from .yamlfile import YamlDoc, check_unique_names, load_yaml, to_plain, validate
+from .yamlfile import check_unique_names, load_yaml, to_plain, validate
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
@@ -161,12 +161,26 @@ def _matches(host: Host, pattern: str) -> bool:
     return any(fnmatchcase(name, pattern) for name in (host.name, *host.groups))
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
 def load_inventory(path: Path | str) -> Inventory:
-    """Read, validate and resolve an inventory file. Errors raise ConfigError."""
-    doc = load_yaml(path, "inventory")
+    """Read, validate and resolve an inventory file: fleet.yaml, or an Ansible inventory
+    (INI when the name does not end in .yaml/.yml, as Ansible decides). Errors raise
+    ConfigError naming the file, line and key."""
+    from .ansible import host_entries
+    from .ansible_ini import read_ini
+    from .ansible_yaml import looks_like_ansible, parse_yaml
+
+    file = Path(path)
+    if file.suffix not in YAML_SUFFIXES:
+        return _from_entries(file, host_entries(read_ini(file)))
+    doc = load_yaml(file, "inventory")
+    if looks_like_ansible(doc.root):
+        return _from_entries(file, host_entries(parse_yaml(doc)))
     spec = validate(InventoryFile, to_plain(doc.root), doc)
     check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
-    hosts = [_resolve(entry, spec.defaults, doc) for entry in spec.hosts]
+    hosts = [_resolve(entry, spec.defaults, doc.base_dir) for entry in spec.hosts]
     for index, (entry, host) in enumerate(zip(spec.hosts, hosts, strict=True)):
         if host.known_hosts.is_dir():
             key = ("hosts", index) if entry.known_hosts else ("defaults",)
@@ -175,7 +189,19 @@ def load_inventory(path: Path | str) -> Inventory:
     return Inventory(doc.path, hosts)
 
 
-def _resolve(entry: HostEntry, defaults: InventoryDefaults, doc: YamlDoc) -> Host:
+def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:
+    if not entries:
+        raise ConfigError("the inventory has no hosts", Location(str(file)))
+    base = file.absolute().parent
+    hosts = [_resolve(entry, InventoryDefaults(), base) for entry in entries]
+    for host in hosts:
+        if host.known_hosts.is_dir():
+            raise ConfigError(f"known_hosts {host.known_hosts} is a folder, not a file",
+                              Location(str(file), None, f"{host.name}: rollout_known_hosts"))
+    return Inventory(file, hosts)
+
+
+def _resolve(entry: HostEntry, defaults: InventoryDefaults, base_dir: Path) -> Host:
     def pick(key: str) -> Any:
         value = getattr(entry, key)
         return getattr(defaults, key) if value is None else value
@@ -186,8 +212,8 @@ def _resolve(entry: HostEntry, defaults: InventoryDefaults, doc: YamlDoc) -> Hos
         address=entry.address,
         port=pick("port"),
         user=pick("user"),
-        key_file=None if key_file is None else _local_path(key_file, doc.base_dir),
-        known_hosts=_local_path(pick("known_hosts"), doc.base_dir),
+        key_file=None if key_file is None else _local_path(key_file, base_dir),
+        known_hosts=_local_path(pick("known_hosts"), base_dir),
         host_key_policy=pick("host_key_policy"),
         connect_timeout=pick("connect_timeout"),
         groups=tuple(entry.groups),

@@ -1,0 +1,100 @@
+"""Ansible's YAML inventory format: top-level groups (usually `all`), each with `hosts`
+(name: vars or null), `vars` and `children` (groups, recursively)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from .ansible import Parsed, Value, finish
+from .yamlfile import KeyPath, YamlDoc, dotted_key
+
+GROUP_KEYS = {"hosts", "vars", "children"}
+PLAIN: tuple[type[Any], ...] = (bool, int, float, str)
+
+
+def looks_like_ansible(root: Any) -> bool:
+    """An Ansible YAML inventory: a mapping of groups (`all`, usually), each null or
+    holding only hosts/vars/children (fleet.yaml has `hosts:` as a list and `defaults:`),
+    or an inventory plugin's config (refused later, with its line)."""
+    if isinstance(root, Mapping) and ("all" in root or "plugin" in root):
+        return True
+    return (
+        isinstance(root, Mapping)
+        and bool(root)
+        and all(g is None or (isinstance(g, Mapping) and set(g) <= GROUP_KEYS)
+                for g in root.values())  # fmt: skip
+        and any(isinstance(g, Mapping) and g for g in root.values())
+    )
+
+
+def parse_yaml(doc: YamlDoc) -> Parsed:
+    parsed = Parsed(doc.path)
+    if not isinstance(doc.root, Mapping):
+        raise _error(parsed, doc, (), "an Ansible YAML inventory is a mapping of groups")
+    if "plugin" in doc.root:
+        raise _error(parsed, doc, ("plugin",), "inventory plugins are not supported; "
+                     "export the hosts with `ansible-inventory --list --yaml`")  # fmt: skip
+    for name, body in doc.root.items():
+        _group(parsed, doc, str(name), body, (name,))
+    return finish(parsed)
+
+
+def _error(parsed: Parsed, doc: YamlDoc, path: KeyPath, message: str) -> Exception:
+    return parsed.error(message, doc.line_of(path), dotted_key(path) or None)
+
+
+def _mapping(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> Mapping[Any, Any]:
+    if node is None:
+        return {}
+    if not isinstance(node, Mapping):
+        raise _error(parsed, doc, path, f"expected a mapping, got {type(node).__name__}")
+    return node
+
+
+def _group(parsed: Parsed, doc: YamlDoc, name: str, body: Any, path: KeyPath) -> None:
+    group = parsed.group(name, doc.line_of(path))
+    node = _mapping(parsed, doc, body, path)
+    for key in node:
+        if key not in GROUP_KEYS:
+            raise _error(parsed, doc, (*path, key), "unknown group key; expected one of: "
+                         "hosts, vars, children")  # fmt: skip
+    for host, host_vars in _mapping(parsed, doc, node.get("hosts"), (*path, "hosts")).items():
+        where = (*path, "hosts", host)
+        if "[" in str(host):
+            raise _error(parsed, doc, where, "host ranges are not supported: list each host")
+        decl = parsed.host(str(host), doc.line_of(where), name)
+        decl.vars.update(_vars(parsed, doc, host_vars, where))
+    group.vars.update(_vars(parsed, doc, node.get("vars"), (*path, "vars")))
+    for child, child_body in _mapping(parsed, doc, node.get("children"),
+                                      (*path, "children")).items():  # fmt: skip
+        if str(child) not in group.children:
+            group.children.append(str(child))
+        _group(parsed, doc, str(child), child_body, (*path, "children", child))
+
+
+def _vars(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> dict[str, Value]:
+    out = {}
+    for key, value in _mapping(parsed, doc, node, path).items():
+        out[str(key)] = Value(_plain(parsed, doc, value, (*path, key)), doc.line_of((*path, key)))
+    return out
+
+
+def _plain(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> Any:
+    """Plain data; a tagged value (`!vault`, `!unsafe`, ...) is refused, not interpreted."""
+    if isinstance(node, Mapping):
+        return {str(k): _plain(parsed, doc, v, (*path, k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(parsed, doc, v, (*path, i)) for i, v in enumerate(node)]
+    if getattr(node, "tag", None) is not None and getattr(node.tag, "value", None):
+        raise _error(parsed, doc, path, f"tagged values ({node.tag.value}) are not supported "
+                     "(Ansible Vault values included): give the plain value")  # fmt: skip
+    if node is None:
+        return None
+    for plain in PLAIN:
+        if isinstance(node, plain):
+            return plain(node)
+    if isinstance(node, datetime.date):  # YAML reads 2026-01-01 as a date; keep the text
+        return node.isoformat()
+    raise _error(parsed, doc, path, f"unsupported value of type {type(node).__name__}")
