@@ -17,6 +17,8 @@ import pytest
 from rollout import lab
 from rollout.errors import EnvironmentProblem
 
+from .rollout_helpers import kill_and_wait
+
 PROVER_TAG = f"{lab.lab_prefix()}/prover:test-v1"
 PROVER_VERSION = "test-v1"
 ZK = "/data/zk"
@@ -186,10 +188,9 @@ class Standin:
     def cleanup(self) -> None:
         """Kill every process but PID 1, sshd and this shell (daemons, keepers, reapers,
         anything a rollout test left behind), then free the pool and our files."""
-        self.sh("for pid in $(ps -eo pid=,comm= | awk -v me=$$ "
-                "'$1 != 1 && $1 != me && $2 != \"sshd\" {print $1}'); do "
-                "kill -KILL $pid 2>/dev/null; done; sleep 0.2; "
-                f"rm -rf /dev/shm/lab-srs-pool.* {ZK}")
+        others = ("ps -eo pid=,comm= | awk -v me=$$ "
+                  "'$1 != 1 && $1 != me && $2 != \"sshd\" {print $1}'")
+        self.ok(f"{kill_and_wait(others)} && rm -rf /dev/shm/lab-srs-pool.* {ZK}")
 
 
 @pytest.fixture(scope="session")

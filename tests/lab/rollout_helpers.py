@@ -98,12 +98,20 @@ def sh(host: str, command: str) -> str:
 def reset_host(host: str) -> None:
     """Back to an empty rented host: no supervisor, no daemon, nothing under /data."""
     # [x]yz patterns: pkill -f must not match the shell that runs this very command.
-    lab.exec_on(
-        host,
-        "pkill -KILL -f '[s]upervisor.py'; pkill -KILL -f '[l]ab-late-reaper'; "
-        "pkill -KILL -x cuzk-daemon; pkill -KILL -x lab-pool-keeper; sleep 0.3; "
-        "rm -rf /data/* /dev/shm/lab-*",
-    )
+    # Wait until they are gone (a killed supervisor could still write under /data).
+    ours = "pgrep -f '[s]upervisor.py|[l]ab-late-reaper'; pgrep -x 'cuzk-daemon|lab-pool-keeper'"
+    sh(host, f"{kill_and_wait(ours)} && rm -rf /data/* /dev/shm/lab-*")
+
+
+def kill_and_wait(list_pids: str, tries: int = 600) -> str:
+    """Shell: SIGKILL the pids that `list_pids` prints, then wait until none of them is
+    alive (a zombie counts as gone: it holds no files nor memory), polling every 50 ms;
+    fails after `tries` polls."""
+    return (f"pids=$({list_pids}); [ -n \"$pids\" ] && kill -KILL $pids 2>/dev/null; i=0; "
+            "while :; do alive=; for p in $pids; do "
+            "grep -qs '^[^)]*) [^Z]' /proc/$p/stat && alive=\"$alive $p\"; done; "
+            "[ -z \"$alive\" ] && break; i=$((i+1)); "
+            f"[ $i -ge {tries} ] && echo still running:$alive && exit 1; sleep 0.05; done")
 
 
 def host_snapshot(host: str) -> str:

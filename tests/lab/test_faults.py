@@ -46,6 +46,7 @@ SLOW_DRAIN = (
     "lab_knobs={pool_mib: 96, load_secs: 0.3, drain_mib_per_sec: 32, prove_secs: 0.1}",
 )
 HOSTS = ["lab-1", "lab-2", "lab-3"]
+POOL_HOLD = "/dev/shm/lab-pool-hold"  # while it exists, a dead daemon's pool stays charged
 
 
 @pytest.fixture(scope="module")
@@ -335,12 +336,22 @@ def test_controller_killed_mid_batch_then_resumed(fleet: LabFleet, work: Path) -
 
 
 def test_sigint_stops_new_hosts_and_the_run_resumes(fleet: LabFleet, work: Path) -> None:
-    run = start_slow_deploy(work, fleet, "interrupted")
-    run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
-    run.process.send_signal(signal.SIGINT)
+    sh("lab-1", f"touch {POOL_HOLD}")  # the canary's drain cannot end before the Ctrl-C
+    try:
+        run = start_slow_deploy(work, fleet, "interrupted")
+        run.wait_for(lambda e: e["kind"] == "step_start" and e["step"] == "drain")
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.stderr is not None
+        seen = ""
+        while "interrupt: no new hosts will start" not in seen:  # the run has taken it
+            line = run.process.stderr.readline()
+            assert line, f"the run ended without taking the interrupt: {seen}"
+            seen += line
+    finally:
+        sh("lab-1", f"rm -f {POOL_HOLD}")
     stopped = run.finish()
     assert stopped.code == 1
-    assert "--resume" in stopped.stderr
+    assert "--resume" in seen + stopped.stderr
     versions = serving_everywhere()
     assert versions["lab-1"] == "interrupted" and versions["lab-2"] != "interrupted"
     resumed = run_cli(work, "rollout", "--resume", stopped.events[0]["run_id"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -30,6 +31,14 @@ behavior = open(os.path.join(root, "behavior")).read().split() if os.path.exists
 print("fake daemon", os.getpid(), sys.argv[1:], behavior, flush=True)
 if behavior[0] == "exit":
     sys.exit(int(behavior[1]))
+if behavior[0] == "zombie-leader":  # the main thread ends, another lives on until released
+    import ctypes, signal, threading
+    def linger():
+        while not os.path.exists(os.path.join(root, "release-threads")):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=linger).start()
+    ctypes.CDLL(None).syscall(int(behavior[1]), 0)  # SYS_exit: this thread only
 end = time.time() + 60
 while time.time() < end and not os.path.exists(os.path.join(root, "test-over")):
     time.sleep(0.05)
@@ -238,6 +247,26 @@ def test_reaps_promptly_and_records_signal_and_exit_code(host: Host) -> None:
     os.kill(pid3, signal.SIGKILL)
     ex = wait_for(lambda: [e for e in host.exits() if e["exit_code"] == 7])[0]
     assert ex["signal"] is None
+
+
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine())
+
+
+@pytest.mark.skipif(SYS_EXIT is None, reason="SYS_exit number unknown on this machine")
+def test_a_zombie_whose_threads_still_exit_is_recorded_with_its_status(host: Host) -> None:
+    """A killed daemon's leader shows as Z while its other threads still exit (freeing
+    lots of memory takes time), and waitpid has nothing yet: the exit is recorded once its
+    status comes, never without it."""
+    (host.root / "behavior").write_text(f"zombie-leader {SYS_EXIT}")
+    host.start()
+    pid = wait_for(lambda: (read_pidfile(host.root) or (0,))[0])
+    wait_for(lambda: not alive(pid))  # the leader is a zombie, a thread still runs
+    wait_for(lambda: "waiting for its exit status" in host.path("supervisor.log").read_text())
+    assert host.exits() == []
+    (host.root / "behavior").write_text("sleep")
+    (host.root / "release-threads").write_text("")
+    ex = wait_for(host.exits)[0]
+    assert ex["pid"] == pid and ex["signal"] == "SIGKILL" and ex["status_from"] == "daemon"
 
 
 def test_never_blocks_repeated_kills_each_restart(host: Host) -> None:

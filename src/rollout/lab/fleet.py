@@ -322,8 +322,13 @@ def unpause_host(name: str) -> None:
 
 
 def stop_sshd(name: str) -> None:
-    """Kill a host's sshd (the container keeps running): connections are refused/reset."""
-    exec_on(name, f"touch {SSHD_STOPPED_FLAG}; pkill -x sshd || true")
+    """Kill a host's sshd (the container keeps running): connections are refused/reset.
+    Returns once no sshd process is left."""
+    code, out = exec_on(name, f"touch {SSHD_STOPPED_FLAG}; pkill -KILL -x sshd; "
+                              "for i in $(seq 600); do pgrep -x sshd >/dev/null || exit 0; "
+                              "sleep 0.05; done; exit 1")  # fmt: skip
+    if code != 0:
+        raise EnvironmentProblem(f"sshd on {name} did not go away: {out.strip()}")
 
 
 def start_sshd(name: str) -> None:

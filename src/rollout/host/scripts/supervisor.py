@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "poll_interval": 0.1,
     "discover_timeout": 2.0,
     "launcher_grace": 10.0,
+    "reap_grace": 60.0,
     "log_max_bytes": 512 * 1024 * 1024,
     "cgroup_root": "/sys/fs/cgroup",
     "proc": "/proc",
@@ -158,6 +159,7 @@ class Daemon:
         self.launcher_note: str | None = None
         self.baseline: dict[str, Any] | None = None  # memory just before it started
         self.backoff = 0.0  # the restart delay the supervisor waited before starting it
+        self.awaiting_status = False  # dead, but its exit status is not collectible yet
 
 
 class Supervisor:
@@ -418,6 +420,15 @@ class Supervisor:
         if d.child == d.pid and d.child_status is None:
             self.reap()  # died between this tick's reap and the check: collect its status now
             d.child_status = self.reaped.pop(d.child, None) if d.child is not None else None
+            if d.child_status is None and now() - d.died_at < float(self.cfg["reap_grace"]):
+                # Our child shows as a zombie, but waitpid has nothing yet: its other threads
+                # are still exiting (a killed daemon that freed a lot of memory). Its status
+                # comes on a later tick; record the exit then, not without it.
+                if not d.awaiting_status:
+                    d.awaiting_status = True
+                    self.log(f"daemon pid {d.pid} is a zombie whose threads are still "
+                             "exiting; waiting for its exit status")
+                return
         # dead: the status is ours if the daemon was our child (or reparented to us)
         ours = d.child is None or d.child == d.pid or d.own_status is not None
         if ours or d.child_status is not None:
@@ -554,6 +565,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--poll-interval", type=float)
     p.add_argument("--discover-timeout", type=float)
     p.add_argument("--launcher-grace", type=float)
+    p.add_argument("--reap-grace", type=float,
+                   help="how long a dead child's status may lag behind its zombie state (60)")
     p.add_argument("--log-max-bytes", type=int)
     p.add_argument("--daemon-oom-score-adj", type=int, help="the daemon's oom_score_adj (1000)")
     p.add_argument("--cgroup-root")
