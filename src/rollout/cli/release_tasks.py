@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke.context import Context
-from invoke.tasks import task
 
 from rollout.cli.errors import reports_errors
 from rollout.cli.rollout_tasks import PLAYBOOK_HELP
+from rollout.cli.taskdef import task
 from rollout.commands import app
 from rollout.errors import UserError
 
