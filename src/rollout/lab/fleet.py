@@ -216,7 +216,8 @@ def down() -> None:
     """Remove every container, volume, network and host image tag the lab created."""
     client = ensure_engine()
     _remove_leftovers(client)
-    if client.containers.list(all=True, filters={"label": LABEL}):
+    # sparse: no inspect per container, which fails when another lab removes one meanwhile
+    if client.containers.list(all=True, filters={"label": LABEL}, sparse=True):
         return _forget_lab_files()  # another lab (another prefix) still uses the host image
     for image in client.images.list(name=HOST_REPO):
         for tag in image.tags:

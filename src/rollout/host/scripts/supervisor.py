@@ -160,6 +160,7 @@ class Daemon:
         self.baseline: dict[str, Any] | None = None  # memory just before it started
         self.backoff = 0.0  # the restart delay the supervisor waited before starting it
         self.awaiting_status = False  # dead, but its exit status is not collectible yet
+        self.held_at_death: bool | None = None  # was the hold set when it was seen dead
 
 
 class Supervisor:
@@ -401,7 +402,7 @@ class Supervisor:
             d.own_status = self.reaped.pop(d.pid)
         if d.pid is None:  # still looking for it under the launcher
             if d.child_status is not None:
-                d.died_at = now()
+                d.died_at, d.held_at_death = now(), self.held()
                 self.record_exit()
             else:
                 self.discover()
@@ -414,7 +415,7 @@ class Supervisor:
             )
             if not dead:
                 return
-            d.died_at = now()
+            d.died_at, d.held_at_death = now(), self.held()
             if d.child not in (None, d.pid) and d.own_status is None and d.child_status is None:
                 self.log(f"daemon pid {d.pid} died; waiting for launcher pid {d.child}'s status")
         if d.child == d.pid and d.child_status is None:
@@ -441,7 +442,7 @@ class Supervisor:
         d = self.daemon
         assert d is not None
         died = d.died_at if d.died_at is not None else now()
-        held = self.held()
+        held = self.held() if d.held_at_death is None else d.held_at_death
         if d.own_status is not None or d.child == d.pid:
             status = d.own_status if d.own_status is not None else d.child_status
             status_from = "daemon" if status is not None else None
