@@ -16,6 +16,7 @@ from rollout.errors import TransportError, UserError
 from rollout.lab.fleet import wait_for_ssh
 
 from .conftest import LabFleet
+from .rollout_helpers import reset_host
 
 CGROUP_LIMIT = (
     "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
@@ -58,6 +59,8 @@ def test_inventory_is_in_the_users_format(lab_fleet: LabFleet) -> None:
 @pytest.mark.lab
 def test_each_host_reached_with_plain_openssh(lab_fleet: LabFleet) -> None:
     data = inventory(lab_fleet)
+    for host in lab_fleet.hosts:
+        reset_host(host.name)  # whatever tests ran before on this session's lab
     for entry in data["hosts"]:
         done = ssh(lab_fleet.fleet_path, entry, data["defaults"],
                    f"hostname > /data/whoami && {CGROUP_LIMIT}")
