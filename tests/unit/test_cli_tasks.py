@@ -17,8 +17,9 @@ from docker.errors import APIError
 from invoke.program import Program
 
 import rollout.cli
-from rollout import app, lab, single
+from rollout import lab
 from rollout.cli import lab_tasks, namespace
+from rollout.commands import app, single
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -107,7 +108,7 @@ def steps_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str
                         lambda hosts, playbook, host, kinds: calls.append((host, *kinds)) or [])
     monkeypatch.setattr(app, "load_fleet",
                         lambda hosts, playbook, limit: calls.append(("load_fleet", limit)))
-    monkeypatch.setattr("rollout.diagnose.diagnose", lambda plan, as_json: 0)
+    monkeypatch.setattr("rollout.commands.diagnose.diagnose", lambda plan, as_json: 0)
     inventory = tmp_path / "fleet.yaml"
     inventory.write_text("hosts: []\n")
     monkeypatch.setenv("ROLLOUT_HOSTS", str(inventory))
