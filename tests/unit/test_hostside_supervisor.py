@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -442,3 +443,16 @@ def test_describe_status() -> None:
     assert sup_mod.describe_status(7 << 8) == {"exit_code": 7, "signal": None}
     assert sup_mod.describe_status(signal.SIGKILL) == {"exit_code": None, "signal": "SIGKILL"}
     assert sup_mod.describe_status(None) == {"exit_code": None, "signal": None}
+
+
+def test_a_port_held_by_another_process_blocks_the_start_naming_the_holder(host: Host) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        host.path("supervisor.conf.json").write_text(json.dumps({"ports": [port]}))
+        host.start()
+        st = wait_for(lambda: host.state() if host.state().get("state") == "blocked" else None)
+        assert f"port {port} held by pid {os.getpid()}" in st["reason"]
+        assert host.starts() == [] and read_pidfile(host.root) is None
+    host.daemon(timeout=5.0)  # the port is free: the supervisor starts the daemon

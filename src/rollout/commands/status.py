@@ -28,6 +28,8 @@ def daemon_state(facts: HostFacts) -> str:
     """running, zombie, stopped, held or crash-looping, from the host's facts."""
     if facts.supervisor.state == "crash-looping":
         return "crash-looping"
+    if facts.supervisor.alive and facts.supervisor.state == "blocked":
+        return "blocked"
     if facts.daemon.state in ("running", "zombie"):
         return facts.daemon.state
     return "held" if facts.held else "stopped"
@@ -79,6 +81,7 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "restart_count_complete": facts.exit_counts_complete,
         "memory_used": facts.memory.usage, "memory_limit": facts.memory.limit,
         "supervisor": supervisor_state(facts),
+        "supervisor_reason": facts.supervisor.reason if facts.supervisor.alive else None,
         "last_exit": facts.last_exit,
         "last_exit_cause": verdict.cause if facts.last_exit else None,
         "last_exit_summary": verdict.summary if facts.last_exit else None,
@@ -103,6 +106,8 @@ def capacity(rows: list[dict[str, Any]]) -> Capacity:
 def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
     dead = " (supervisor dead)" if row.get("supervisor") == "dead" else ""
     out = {"host": row["host"], "state": row["state"] + dead}
+    if row["state"] == "blocked":
+        out["cause"] = str(row.get("supervisor_reason") or "")[:80]
     if row["state"] == "unreachable":
         return {**out, "last_exit": str(row.get("error") or "")[:60]}
     restarts = row.get("restarts_last_hour")

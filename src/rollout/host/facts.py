@@ -80,7 +80,8 @@ class SupervisorFacts:
     alive: bool = False
     state: str | None = None  # from supervisor.json: running, crash-looping, ...
     since: float | None = None
-    updated: float | None = None
+    updated: float | None = None  # its heartbeat: supervisor.json's last rewrite
+    reason: str | None = None  # why it is in that state (blocked: who holds the port)
 
     @classmethod
     def parse(cls, raw: Any) -> SupervisorFacts:
@@ -91,6 +92,7 @@ class SupervisorFacts:
             state=_str(d.get("state")),
             since=_float(d.get("since")),
             updated=_float(d.get("updated")),
+            reason=_str(_dict(d.get("status")).get("reason")),
         )
 
 

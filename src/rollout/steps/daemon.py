@@ -10,7 +10,7 @@ from typing import Any
 
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
-from rollout.host.facts import HostFacts
+from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import q
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
@@ -23,7 +23,9 @@ from rollout.steps.identity import check_ports
 def supervisor_conf(target: Target, params: SuperviseParams) -> str:
     daemon = target.settings.daemon
     launcher = params.launcher or target.host.vars.get("daemon_launcher") or ""
-    conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher)}
+    ports = [p for p in (tcp_port(daemon.listen), tcp_port(daemon.status_listen)) if p]
+    conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher),
+            "ports": ports}
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
 
 

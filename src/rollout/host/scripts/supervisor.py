@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, port_owners, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -52,6 +52,8 @@ DEFAULTS: dict[str, Any] = {
     # The daemon (and all it starts) is the OOM killer's first choice, never the supervisor
     # that would restart it: raising a child's score needs no privilege, lowering ours would.
     "daemon_oom_score_adj": 1000,
+    "ports": [],  # the daemon's TCP ports: never start it while another process holds one
+    "heartbeat": 3.0,  # seconds between supervisor.json rewrites (its "updated" time)
 }
 
 
@@ -517,7 +519,25 @@ class Supervisor:
             if self.state not in ("backoff", "crash-looping"):
                 self.set_state("backoff")
             return
+        holder = self.port_holder()
+        if holder:
+            self.set_state("blocked", holder)
+            return
         self.start()
+
+    def port_holder(self) -> str | None:
+        """Who holds one of the daemon's ports, when a process does (a start would crash on
+        "Address already in use"); None when they are free."""
+        for port in self.cfg.get("ports") or []:
+            try:
+                owners = port_owners(self.proc, int(port))
+            except (TypeError, ValueError):
+                continue
+            if owners:
+                o = owners[0]
+                return (f"port {port} held by pid {o['pid']} ({o['cmdline'] or '?'}): "
+                        "not starting the daemon")
+        return None
 
     def run(self) -> int:
         os.makedirs(self.dir, exist_ok=True)
@@ -530,7 +550,7 @@ class Supervisor:
         while not self.stop_requested:
             try:
                 self.tick()
-                if now() - self.last_json > 10:
+                if now() - self.last_json > float(self.cfg["heartbeat"]):
                     self.write_json()
             except Exception as e:  # the loop must survive anything
                 self.log(f"error in loop: {type(e).__name__}: {e}")
