@@ -183,3 +183,29 @@ def test_hand_started_daemon_with_adopt_is_replaced_by_the_supervisors(
     assert {o["pid"] for port in ("9820", "9821") for o in owners[port]} == {pid}
     exits = [json.loads(x) for x in sh(HOST, "cat /data/rollout/exits.jsonl").splitlines()]
     assert any(e.get("adopted") and e["pid"] == hand for e in exits), exits
+
+
+KILL_TREE = ("kill -9 $(for d in /proc/[0-9]*; do p=${d#/proc/}; "
+             "[ \"$p\" = 1 ] || [ \"$p\" = $$ ] || [ \"$(cat $d/comm 2>/dev/null)\" = sshd ] "
+             "|| echo $p; done) 2>/dev/null; true")
+
+
+def test_whole_tree_kill_shows_dead_and_diagnose_names_external_sigkill(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    sh(HOST, "test -s /data/rollout/supervisor.json")  # a heartbeat was written
+    sh(HOST, KILL_TREE)
+    sh(HOST, "while pgrep -x cuzk-daemon >/dev/null || pgrep -f '[s]upervisor.py' >/dev/null;"
+       " do sleep 0.1; done")
+    hosts = ("--hosts", str(fleet.fleet_path), "--limit", HOST)
+    status = run_cli(tmp_path, "status", *hosts, "--json")
+    [row] = json.loads(status.stdout)["hosts"]
+    assert row["state"] == "dead" and row["supervisor"] == "dead", row
+    diag = run_cli(tmp_path, "diagnose", "--hosts", str(fleet.fleet_path), "--host", HOST,
+                   "--json")
+    verdict = json.loads(diag.stdout)
+    verdict = verdict[0]["verdict"] if isinstance(verdict, list) else verdict["verdict"]
+    assert verdict["cause"] == "external-sigkill", verdict
+    assert "(supervisor killed too)" in verdict["summary"], verdict
+    assert any("last heartbeat" in e for e in verdict["evidence"]), verdict
+    base_deploy(fleet, tmp_path / "again")

@@ -232,8 +232,75 @@ def _memory_note(exit_rec: dict[str, Any]) -> list[str]:
     return []
 
 
+SHUTDOWN_RE = re.compile(r"shutting down|shutdown|exiting|received SIG", re.IGNORECASE)
+
+
+def _oom_now(diag: dict[str, Any]) -> dict[str, Any]:
+    """The cgroup's OOM counters now, under the names the supervisor records them by."""
+    cg = diag.get("cgroup") or {}
+    if cg.get("version") == 2:
+        events = cg.get("events") or {}
+        return {"oom": events.get("oom"), "oom_kill": events.get("oom_kill")}
+    if cg.get("version") == 1:
+        return {"oom_kill": (cg.get("oom_control") or {}).get("oom_kill"),
+                "failcnt": cg.get("failcnt")}
+    return {}
+
+
+def _last_log_line(diag: dict[str, Any]) -> str | None:
+    tail = (diag.get("log") or {}).get("tail") or []
+    return str(tail[-1].get("line")) if tail and isinstance(tail[-1], dict) else None
+
+
+def whole_tree_kill(facts: HostFacts, diag: dict[str, Any]) -> Verdict | None:
+    """The daemon and its supervisor both gone, and no exit record for the daemon's last
+    start: something killed the whole tree at once (the provider's watchdog), or the
+    container restarted. None when that is not what the host shows."""
+    sup, daemon = facts.supervisor, facts.daemon
+    if not sup.pid or sup.alive or daemon.running or daemon.state == "none":
+        return None
+    exit_rec, _ = _exits(facts, diag)
+    starts: list[dict[str, Any]] = [s for s in (diag.get("starts") or []) if isinstance(s, dict)]
+    if not starts and facts.last_start:
+        starts = [facts.last_start]
+    started = float(starts[-1].get("time") or 0) if starts else 0.0
+    if exit_rec is not None and float(exit_rec.get("time") or 0) >= started:
+        return None  # the supervisor recorded this daemon's end
+    raw_state = diag.get("supervisor_state")
+    state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
+    beat = state.get("updated") if isinstance(state.get("updated"), (int, float)) else None
+    evidence = [f"supervisor pid {sup.pid} gone; its last heartbeat (supervisor.json) at "
+                f"{_when(beat)}, state {state.get('state')}",
+                f"daemon pid {daemon.pid} gone ({daemon.note or 'not running'}); no exit "
+                "record after its start at " + _when(started)]
+    line = _last_log_line(diag)
+    if line is not None and not SHUTDOWN_RE.search(line):
+        evidence.append(f"daemon.log ends without a shutdown line: {line!r}")
+    before, now = state.get("oom") or {}, _oom_now(diag)
+    rose = [k for k, v in now.items() if isinstance(v, int) and v > (before.get(k) or 0)]
+    container = (diag.get("container") or {}).get("started_at")
+    restarted = isinstance(container, (int, float)) and beat is not None and container > beat
+    if restarted:
+        evidence.append(f"the container restarted at {_when(container)}, after the last "
+                        "heartbeat: every process in it was killed")
+    elif isinstance(container, (int, float)):
+        evidence.append(f"container up since {_when(container)} (not restarted since the "
+                        "last heartbeat)")
+    if rose:
+        return Verdict(OOM_KILL, "killed by the OOM killer (supervisor killed too)", evidence
+                       + [f"cgroup {k} rose {before.get(k) or 0} -> {now[k]} since the last "
+                          "heartbeat" for k in rose])
+    evidence.append(f"cgroup OOM counters unchanged since the last heartbeat ({now or 'n/a'})")
+    what = "container restarted" if restarted else "external-sigkill"
+    return Verdict(EXTERNAL_SIGKILL, f"{what} (supervisor killed too): daemon and supervisor "
+                   "gone at once, no exit record, no OOM evidence", evidence)
+
+
 def classify(facts: HostFacts, diag: dict[str, Any]) -> Verdict:
     """Name the cause of the last daemon exit from the facts and the collected evidence."""
+    tree = whole_tree_kill(facts, diag)
+    if tree is not None:
+        return tree
     exit_rec, prev = _exits(facts, diag)
     if exit_rec is None:
         return Verdict(UNKNOWN, "no daemon exit recorded", missing=[

@@ -25,13 +25,16 @@ COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memo
 
 
 def daemon_state(facts: HostFacts) -> str:
-    """running, zombie, stopped, held or crash-looping, from the host's facts."""
+    """running, zombie, stopped, held, blocked, crash-looping or dead (no daemon and no
+    supervisor to restart it), from the host's facts."""
     if facts.supervisor.state == "crash-looping":
         return "crash-looping"
     if facts.supervisor.alive and facts.supervisor.state == "blocked":
         return "blocked"
     if facts.daemon.state in ("running", "zombie"):
         return facts.daemon.state
+    if facts.supervisor.pid and not facts.supervisor.alive:
+        return "dead"  # nothing runs it and nothing will restart it
     return "held" if facts.held else "stopped"
 
 
@@ -104,7 +107,8 @@ def capacity(rows: list[dict[str, Any]]) -> Capacity:
 
 
 def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
-    dead = " (supervisor dead)" if row.get("supervisor") == "dead" else ""
+    gone = "gone" if row["state"] == "dead" else "dead"
+    dead = f" (supervisor {gone})" if row.get("supervisor") == "dead" else ""
     out = {"host": row["host"], "state": row["state"] + dead}
     if row["state"] == "blocked":
         out["cause"] = str(row.get("supervisor_reason") or "")[:80]

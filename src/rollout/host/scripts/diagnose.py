@@ -24,7 +24,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import Collector, parse_jsonl, read_int, read_kv, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, parse_jsonl, proc_start_epoch, proc_starttime, read_int, read_kv, tail_window  # inlined on hosts
 # isort: on
 
 PATTERNS = (
@@ -199,6 +199,8 @@ class Diagnose(Collector):
             os.path.join(self.dir, "supervisor.log"), 16 * 1024, 20, a.line_cap))
         out["release"] = self.safe("release", lambda: json.loads(
             read_small(os.path.join(a.root, "current", "RELEASE.json")) or "null"))
+        out["container"] = self.safe("container", lambda: {
+            "started_at": proc_start_epoch(a.proc, proc_starttime(a.proc, 1))})
         out["errors"] = self.errors
         return out
 
@@ -228,6 +230,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kmsg", default="/dev/kmsg")
     p.add_argument("--kmsg-records", type=int, default=20000)
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
+    p.add_argument("--proc", default="/proc")
     p.add_argument("--output-cap", type=int, default=OUTPUT_CAP)
     return p.parse_args(argv)
 

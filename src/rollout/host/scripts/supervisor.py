@@ -237,7 +237,8 @@ class Supervisor:
                 else None
             ),
             "supervisor_pid": os.getpid(),
-            "updated": now(),
+            "updated": now(),  # the heartbeat: rewritten every cfg["heartbeat"] seconds
+            "oom": cgroup_memory(self.cfg["cgroup_root"])["oom"],  # to tell a later kill by
         }
         try:
             write_atomic(self.path("supervisor.json"), json.dumps(doc, sort_keys=True) + "\n")
