@@ -208,4 +208,8 @@ def test_whole_tree_kill_shows_dead_and_diagnose_names_external_sigkill(
     assert verdict["cause"] == "external-sigkill", verdict
     assert "(supervisor killed too)" in verdict["summary"], verdict
     assert any("last heartbeat" in e for e in verdict["evidence"]), verdict
-    base_deploy(fleet, tmp_path / "again")
+    healed = run_cli(tmp_path, "heal", *hosts)
+    assert healed.code == 0, healed.stdout + healed.stderr
+    assert assert_serving(HOST) == "base"
+    again = run_cli(tmp_path, "heal", *hosts)  # idempotent: nothing to do the second time
+    assert again.code == 0 and "healthy" in again.stdout, again.stdout

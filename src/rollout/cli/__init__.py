@@ -19,6 +19,7 @@ namespace = Collection(
     rollout_tasks.stop,
     rollout_tasks.validate,
     rollout_tasks.status,
+    rollout_tasks.heal,
     rollout_tasks.diagnose,
     rollout_tasks.docs,
     rollout_tasks.report,

@@ -208,6 +208,8 @@ def validate(c: Context, host: str, hosts: str | None = None, playbook: str | No
         "prom": "Also write Prometheus text-format metrics to this file (replaced atomically) "
         "for node_exporter's textfile collector: serving, state, restarts, memory used and "
         "limit, last exit with its cause.",
+        "heal": "After printing, heal the hosts as `rollout heal` does (restart a dead "
+        "supervisor); the exit code is then the worse of the two.",
     }
 )
 @reports_errors
@@ -221,6 +223,7 @@ def status(
     watch: bool = False,
     interval: float = 5.0,
     prom: str | None = None,
+    heal: bool = False,
 ) -> None:
     """Per host: daemon state, release, version, uptime, restarts, memory, last exit and cause."""
     path = hosts_file(hosts)
@@ -231,6 +234,30 @@ def status(
         )
 
     code = health.watch(once, interval) if watch else once()
+    if heal:
+        from rollout.commands.heal import heal as heal_fleet
+
+        code = max(code, heal_fleet(path, playbook, limit))
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "hosts": HOSTS_HELP,
+        "playbook": PLAYBOOK_HELP,
+        "limit": "Only these hosts: comma-separated names, groups or globs.",
+    }
+)
+@reports_errors
+def heal(c: Context, hosts: str | None = None, playbook: str | None = None,
+         limit: str | None = None) -> None:
+    """Restart a dead supervisor on every host that needs one (it starts the current release
+    unless the host is held); locked and journaled; exit 1 unless every host ends serving or
+    held."""
+    from rollout.commands.heal import heal as heal_fleet
+
+    code = heal_fleet(hosts_file(hosts), playbook, limit)
     if code:
         raise Exit(code=code)
 

@@ -21,7 +21,7 @@ from rollout.units import format_size
 
 SERVING = "running"
 COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memory",
-           "last_exit", "cause"]
+           "last_exit", "cause", "on_restart"]
 
 
 def daemon_state(facts: HostFacts) -> str:
@@ -85,6 +85,7 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "memory_used": facts.memory.usage, "memory_limit": facts.memory.limit,
         "supervisor": supervisor_state(facts),
         "supervisor_reason": facts.supervisor.reason if facts.supervisor.alive else None,
+        "supervisor_registered": facts.registered or "none",
         "last_exit": facts.last_exit,
         "last_exit_cause": verdict.cause if facts.last_exit else None,
         "last_exit_summary": verdict.summary if facts.last_exit else None,
@@ -110,8 +111,6 @@ def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
     gone = "gone" if row["state"] == "dead" else "dead"
     dead = f" (supervisor {gone})" if row.get("supervisor") == "dead" else ""
     out = {"host": row["host"], "state": row["state"] + dead}
-    if row["state"] == "blocked":
-        out["cause"] = str(row.get("supervisor_reason") or "")[:80]
     if row["state"] == "unreachable":
         return {**out, "last_exit": str(row.get("error") or "")[:60]}
     restarts = row.get("restarts_last_hour")
@@ -123,7 +122,9 @@ def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
         f"{restarts}{'' if row.get('restart_count_complete', True) else '+'}",
         "memory": f"{format_size(row.get('memory_used'))} / {format_size(row.get('memory_limit'))}",
         "last_exit": _last_exit_text(row.get("last_exit"), now) or "-",
-        "cause": row.get("last_exit_cause") or "-",
+        "cause": (str(row.get("supervisor_reason") or "")[:80] if row["state"] == "blocked"
+                  else row.get("last_exit_cause") or "-"),
+        "on_restart": str(row.get("supervisor_registered") or "none")[:40],
     }
 
 

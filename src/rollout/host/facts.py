@@ -212,6 +212,7 @@ class HostFacts:
     exits_last_hour: int | None = None
     exit_counts_complete: bool | None = None
     digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
+    registered: str | None = None  # how a restart brings the supervisor back (none: nothing)
     cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
     port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
     errors: dict[str, str] = field(default_factory=dict)
@@ -242,6 +243,7 @@ class HostFacts:
             exits_last_hour=_int(d.get("exits_last_hour")),
             exit_counts_complete=complete if isinstance(complete, bool) else None,
             digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
+            registered=_str(d.get("registered")),
             cuzk=_processes(d.get("cuzk_processes")),
             port_owners=_port_owners(d.get("port_owners")),
             errors={str(k): str(v) for k, v in _dict(d.get("errors")).items()},

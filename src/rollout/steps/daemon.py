@@ -55,6 +55,48 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
     return Action(f"install the supervisor; {what}", params, (conf, alive, hold))
 
 
+UNIT = """[Unit]
+Description=rollout's supervisor of the cuzk daemon
+After=network.target
+
+[Service]
+Type=forking
+ExecStart={start}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def register_command(ctx: HostContext) -> str:
+    """Shell that registers the supervisor with the host's start-up mechanism, so that a
+    container restart brings it back: the on-start script a host var names (onstart_script:
+    vast.ai runs it at every container start), else an @reboot cron entry, else a systemd
+    unit where systemd is PID 1. Writes the method to <state>/registered."""
+    lay = ctx.layout
+    start = f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize"
+    mark = f"# rollout-supervisor {lay.root}"
+    line = f"{start} {mark}"
+    onstart = str(ctx.host_vars.get("onstart_script") or "")
+    unit = UNIT.format(start=start)
+    return (
+        f"line={q(line)}; mark={q(mark)}; onstart={q(onstart)}; "
+        'if [ -n "$onstart" ]; then '
+        '{ [ -f "$onstart" ] || printf "#!/bin/sh\n" > "$onstart"; } && '
+        '{ grep -qF -- "$mark" "$onstart" || printf "%s\n" "$line" >> "$onstart"; } && '
+        'chmod +x "$onstart" && how="on-start script $onstart"; '
+        "elif command -v crontab >/dev/null 2>&1; then "
+        '{ crontab -l 2>/dev/null | grep -vF -- "$mark"; echo "@reboot $line"; } | crontab - '
+        '&& how="cron @reboot"; '
+        'elif [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then '
+        f"printf '%s' {q(unit)} > /etc/systemd/system/rollout-supervisor.service && "
+        "systemctl daemon-reload && systemctl enable rollout-supervisor.service >/dev/null "
+        '&& how="systemd unit rollout-supervisor.service"; fi; '
+        f'printf "%s\n" "${{how:-none}}" > {q(lay.state_dir + "/registered")}; '
+        'echo "${how:-none}"'
+    )
+
+
 def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
     conf, alive, hold = action.detail
@@ -66,7 +108,9 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     if alive:  # the supervisor checks what supervisor.pid names before it signals anything
         ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --stop")
     start_supervisor(ctx)
+    registered = ctx.sh(register_command(ctx)).stdout.strip() or "none"
     what = "restarted (script or settings changed)" if alive else "started"
+    what += f"; start-up registration: {registered}"
     return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
 
 

@@ -230,6 +230,8 @@ class Facts(Collector):
         sup_pid = sup.get("pid") if sup.get("alive") else None
         out["cuzk_processes"] = self.safe("cuzk_processes", lambda: self.processes(sup_pid))
         out["port_owners"] = self.safe("port_owners", lambda: self.port_owners(sup_pid))
+        out["registered"] = self.safe("registered", lambda: (read_text(
+            os.path.join(self.dir, "registered")) or "").strip()[:200] or None)
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
         out["current_release"] = self.safe("current_release", self.current)
         out["previous_release"] = self.safe("previous_release", self.previous)
