@@ -193,6 +193,7 @@ KILL_TREE = ("kill -9 $(for d in /proc/[0-9]*; do p=${d#/proc/}; "
 def test_whole_tree_kill_shows_dead_and_diagnose_names_external_sigkill(
     fleet: LabFleet, tmp_path: Path
 ) -> None:
+    serving = assert_serving(HOST)
     sh(HOST, "test -s /data/rollout/supervisor.json")  # a heartbeat was written
     sh(HOST, KILL_TREE)
     sh(HOST, "while pgrep -x cuzk-daemon >/dev/null || pgrep -f '[s]upervisor.py' >/dev/null;"
@@ -210,6 +211,6 @@ def test_whole_tree_kill_shows_dead_and_diagnose_names_external_sigkill(
     assert any("last heartbeat" in e for e in verdict["evidence"]), verdict
     healed = run_cli(tmp_path, "heal", *hosts)
     assert healed.code == 0, healed.stdout + healed.stderr
-    assert assert_serving(HOST) == "base"
+    assert assert_serving(HOST) == serving  # the same release, back
     again = run_cli(tmp_path, "heal", *hosts)  # idempotent: nothing to do the second time
     assert again.code == 0 and "healthy" in again.stdout, again.stdout
