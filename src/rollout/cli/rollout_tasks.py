@@ -311,7 +311,8 @@ def docs(c: Context, output: str | None = None) -> None:
     help={
         "run_id": "The run to report on (its journal is runs/RUN_ID.jsonl).",
         "html": "Write the HTML report to this file: one page, no network needed.",
-        "junit": RUN_OUTPUT_HELP["junit"],
+        "junit": "Write the JUnit XML (one testsuite, one testcase per host with its steps; "
+        "a host not validated is a failure with its reason and output tail).",
         "summary": "Write the Markdown summary (each host's result, durations, what changed).",
     }
 )
