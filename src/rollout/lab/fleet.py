@@ -8,7 +8,9 @@ import os
 import re
 import socket
 import tarfile
+import threading
 import time
+import uuid
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -265,20 +267,73 @@ def _container(name: str) -> Container:
         raise UserError(f"no lab host {name!r} (is the lab up?)") from exc
 
 
+EXEC_POLL_S = 0.02
+
+
 def exec_on(
     name: str, cmd: str | Sequence[str], environment: dict[str, str] | None = None
 ) -> tuple[int, str]:
-    """Run `cmd` (a shell string or an argv) on a lab host with docker exec.
+    """Run `cmd` (a shell string or an argv) on a lab host with docker exec; its exit status
+    and its output (stdout and stderr together).
 
-    Like a command run over SSH, it runs with oom_score_adj 500 (see lab-init).
+    Like a command run over SSH, it runs with oom_score_adj 500 (see lab-init). The output
+    goes to a file in the container, read back once the command has exited: an attached
+    exec's stream sometimes comes back empty though the command printed (about 1 in 1500
+    under load here; docker/docker-py#2042), which made a file read back as empty.
     """
     reset = "echo 500 > /proc/self/oom_score_adj; "
     if isinstance(cmd, str):
         argv = ["/bin/sh", "-c", reset + cmd]
     else:
         argv = ["/bin/sh", "-c", reset + 'exec "$@"', "sh", *cmd]
-    result = _container(name).exec_run(argv, environment=environment)
-    return int(result.exit_code), result.output.decode(errors="replace")
+    code, output = exec_in(_container(name), argv, environment)
+    return code, output.decode(errors="replace")
+
+
+def exec_in(
+    container: Container, argv: list[str], environment: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """docker exec of `argv` (whose first two words are a shell and -c) in `container`,
+    its output sent to a file there and read back once it has exited (see exec_on). The
+    files already read are removed by the next exec in that container."""
+    out = f"/tmp/.lab-exec-{uuid.uuid4().hex}"
+    with _READ_LOCK:
+        done = _READ.pop(container.id, [])
+    tidy = f"rm -f {' '.join(done)}; " if done else ""
+    argv = [argv[0], argv[1], f"{tidy}exec > {out} 2>&1; " + argv[2], *argv[3:]]
+    api = container.client.api
+    exec_id = api.exec_create(container.id, argv, environment=environment)["Id"]
+    api.exec_start(exec_id, detach=True)
+    code = _exit_code(api, exec_id)
+    output = _read_file(container, out)
+    with _READ_LOCK:
+        _READ.setdefault(container.id, []).append(out)
+    return code, output
+
+
+_READ: dict[str, list[str]] = {}  # per container: output files read, for the next exec to remove
+_READ_LOCK = threading.Lock()
+
+
+def _exit_code(api: Any, exec_id: str) -> int:
+    """Wait for a detached exec to end (its state, polled) and return its exit status."""
+    while True:
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        time.sleep(EXEC_POLL_S)
+
+
+def _read_file(container: Container, path: str) -> bytes:
+    """A file's bytes from the container, through the archive API (no exec stream)."""
+    try:
+        stream, _ = container.get_archive(path)
+    except NotFound:
+        return b""  # the shell could not even open it: nothing was printed
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        data = tar.extractfile(member) if member is not None else None
+        return data.read() if data is not None else b""
 
 
 def restart_host(name: str) -> None:

@@ -22,7 +22,7 @@ from docker.errors import NotFound
 
 from rollout.errors import EnvironmentProblem
 from rollout.lab.engine import ensure_engine
-from rollout.lab.fleet import ADDRESS, LABEL, free_odd_ports, lab_prefix
+from rollout.lab.fleet import ADDRESS, LABEL, exec_in, free_odd_ports, lab_prefix
 from rollout.lab.image import ensure_host_image
 
 PORT = 8080
@@ -48,10 +48,11 @@ class WebServer:
         return f"http://{ADDRESS}:{self.host_port}"
 
     def sh(self, command: str) -> str:
-        result = ensure_engine().containers.get(self.container).exec_run(["sh", "-c", command])
-        if result.exit_code != 0:
-            raise EnvironmentProblem(f"{self.container}: `{command}`: {result.output!r}")
-        return str(result.output.decode(errors="replace"))
+        container = ensure_engine().containers.get(self.container)
+        code, output = exec_in(container, ["sh", "-c", command])
+        if code != 0:
+            raise EnvironmentProblem(f"{self.container}: `{command}`: {output!r}")
+        return output.decode(errors="replace")
 
     def requests(self) -> list[dict[str, Any]]:
         text = self.sh(f"cat {LOG} 2>/dev/null; true")
