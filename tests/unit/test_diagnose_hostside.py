@@ -21,7 +21,7 @@ START = "=== rollout supervisor: starting release r1: /data/current/cuzk-daemon 
 def run(root: Path, *args: str) -> tuple[dict[str, Any], int]:
     p = subprocess.run([PYTHON, "-", "--root", str(root), "--kmsg", str(root / "nokmsg"),
                         "--cgroup-root", str(root / "cg"), *args],
-                       input=SCRIPT, capture_output=True, timeout=20)
+                       input=SCRIPT, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout), len(p.stdout) + len(p.stderr)
 

@@ -34,7 +34,7 @@ def starttime(pid: int) -> int:
 
 def run_facts(*args: str) -> dict[str, Any]:
     p = subprocess.run([PYTHON, "-", *args], input=FACTS, capture_output=True, text=True,
-                       timeout=10)
+                       timeout=120)
     assert p.returncode == 0, p.stderr
     out: dict[str, Any] = json.loads(p.stdout)
     return out
@@ -145,7 +145,7 @@ def test_daemon_states_zombie_reused_and_wrong_cmdline(
     pidfile.write_text(f"{pid} {st} /somewhere/else/cuzk-daemon\n")
     assert run_facts("--root", str(root))["daemon"]["state"] == "gone"
     daemon.kill()
-    end = time.monotonic() + 3
+    end = time.monotonic() + 60  # a safety net on a loaded machine
     while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
         assert time.monotonic() < end
         time.sleep(0.01)

@@ -62,7 +62,7 @@ def test_runs_on_python39_when_available(name: str) -> None:
     if py is None or subprocess.run([py, "-c", "pass"], capture_output=True).returncode != 0:
         pytest.skip("no python3.9 here")
     p = subprocess.run([py, "-", "--help"], input=script_text(name), capture_output=True,
-                       text=True, timeout=10)
+                       text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "usage" in p.stdout
 
@@ -89,7 +89,7 @@ def test_script_text_inlines_common_and_runs_without_rollout(name: str, tmp_path
     probe = subprocess.run([*py, "-c", "import rollout"], capture_output=True, cwd=tmp_path)
     assert probe.returncode != 0, "rollout must not be importable here"
     p = subprocess.run([*py, "-", "--help"], input=src, capture_output=True, text=True,
-                       cwd=tmp_path, timeout=10)
+                       cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage:")
 
