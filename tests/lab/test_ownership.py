@@ -8,13 +8,16 @@ import json
 import shlex
 from pathlib import Path
 
+import docker
 import pytest
 
+from rollout import lab
 from rollout.host.scripts import script_text
 
 from .conftest import LabFleet
 from .rollout_helpers import (
     assert_serving,
+    inventory_with,
     reset_host,
     rollout_args,
     run_cli,
@@ -214,3 +217,23 @@ def test_whole_tree_kill_shows_dead_and_diagnose_names_external_sigkill(
     assert assert_serving(HOST) == serving  # the same release, back
     again = run_cli(tmp_path, "heal", *hosts)  # idempotent: nothing to do the second time
     assert again.code == 0 and "healthy" in again.stdout, again.stdout
+
+
+def test_container_restart_brings_the_supervisor_back_through_the_on_start_script(
+    fleet: LabFleet, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    serving = assert_serving(HOST)
+    fleet_file = inventory_with(tmp_path, fleet.fleet_path, HOST,
+                                "onstart_script: /root/onstart.sh")
+    hosts = ("--hosts", str(fleet_file), "--limit", HOST)
+    run = run_cli(tmp_path, *rollout_args(fleet_file, serving), *FAST,
+                  "--set", f"lab_knobs={{{KNOBS}}}")
+    assert run.code == 0, run.stderr[-2000:]
+    assert "on-start script /root/onstart.sh" in run.steps(HOST)["supervise"]["reason"]
+    [row] = json.loads(run_cli(tmp_path, "status", *hosts, "--json").stdout)["hosts"]
+    assert "on-start script" in row["supervisor_registered"], row
+    docker_client.containers.get(f"{lab.lab_prefix()}-{HOST}").restart()
+    sh(HOST, "for i in $(seq 600); do pgrep -f '[s]upervisor.py' >/dev/null && "
+       "curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; sleep 0.1; done; exit 1")
+    assert assert_serving(HOST) == serving
+    sh(HOST, "rm -f /root/onstart.sh")

@@ -76,6 +76,7 @@ class FakeHost(Transport):
             "releases": [{"id": r, "mtime": float(i), "has_daemon": True}
                          for i, r in enumerate(self.releases)],
             "disk": {"free_bytes": 10 << 30}, "root_writable": "preflight" not in self.faults,
+            "registered": "none",
             "digests": digests,
             "errors": {},
         }

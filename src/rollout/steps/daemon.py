@@ -46,13 +46,18 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
         facts.digest(lay.supervisor_conf) != _sha256(conf)
     )
     alive = facts.supervisor.alive
+    onstart = str(target.host.vars.get("onstart_script") or "")
+    unregistered = facts.registered is None or (onstart and onstart not in facts.registered)
+    if alive and not changed_files and unregistered:
+        return Action("register the running supervisor with the host's start-up mechanism",
+                      params, (conf, alive, False, True))
     if alive and not changed_files:
         return Skip("supervisor running, script and settings unchanged")
     what = "restart the supervisor (script or settings changed)" if alive else "start it"
     hold = bool(facts.foreign_daemons)  # never start a daemon this run is about to stop
     if hold:
         what += " held: the daemon it does not own is stopped first (adopt)"
-    return Action(f"install the supervisor; {what}", params, (conf, alive, hold))
+    return Action(f"install the supervisor; {what}", params, (conf, alive, hold, False))
 
 
 UNIT = """[Unit]
@@ -99,7 +104,10 @@ def register_command(ctx: HostContext) -> str:
 
 def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
-    conf, alive, hold = action.detail
+    conf, alive, hold, register_only = action.detail
+    if register_only:
+        how = ctx.sh(register_command(ctx)).stdout.strip() or "none"
+        return changed(f"supervisor running; start-up registration: {how}")
     ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
     if hold:
         set_hold(ctx)
