@@ -77,7 +77,7 @@ def test_junit_of_a_fleet_rollback(crashed: tuple[Path, CliRun]) -> None:
     (suite,) = list(JUnitXml.fromfile(str(work / "rollback.xml")))
     assert suite.name.startswith("rollback ") and suite.tests == 1 and suite.failures == 0
     (case,) = list(suite)
-    assert case.name == "lab-3" and case.is_passed and case.classname == "rollout.engine.recovery"
+    assert case.name == "lab-3" and case.is_passed and case.classname == "rollout.rollback"
     assert "validate" in case.system_out and "switch" in case.system_out
     assert "| lab-3 | ✅ validated |" in (work / "rollback.md").read_text()
 
