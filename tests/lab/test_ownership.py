@@ -237,3 +237,44 @@ def test_container_restart_brings_the_supervisor_back_through_the_on_start_scrip
        "curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; sleep 0.1; done; exit 1")
     assert assert_serving(HOST) == serving
     sh(HOST, "rm -f /root/onstart.sh")
+
+
+# The field's entrypoint.sh: a sidecar, and a loop that respawns cuzk whenever it ends.
+ENTRYPOINT = """#!/bin/sh
+python3 -c 'import time; time.sleep(86400)' curio-sidecar &
+while true; do
+  $(readlink -f /data/current)/cuzk-daemon -c /data/zk/cuzk.toml >>/tmp/cuzk-daemon.log 2>&1
+  sleep 0.2
+done
+"""
+
+
+def test_adopt_reports_a_respawning_loop_and_succeeds_after_the_hand_over(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    hand_started(HOST)
+    sh(HOST, "pkill -KILL -x cuzk-daemon; while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1;"
+       " done; printf '%s' " + shlex.quote(ENTRYPOINT) + " > /root/entrypoint.sh; "
+       "setsid nohup sh /root/entrypoint.sh >/dev/null 2>&1 < /dev/null & "
+       "for i in $(seq 300); do curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; "
+       "sleep 0.1; done; exit 1")
+    loop = int(sh(HOST, "pgrep -f '^sh /root/entrypoint.sh'"))
+    sidecar = int(sh(HOST, "pgrep -f '[c]urio-sidecar'"))
+    args = (*rollout_args(fleet.fleet_path, "handover"), *FAST,
+            "--set", f"lab_knobs={{{KNOBS}}}", "--adopt")
+    run = run_cli(tmp_path, *args)
+    end = run.host_end(HOST)
+    assert run.code == 1 and f"respawned by its parent pid {loop}" in end["reason"], end
+    assert "entrypoint.sh" in end["reason"], end
+    assert len(cuzk_pids(HOST)) == 1  # the respawned daemon serves, alone
+    sh(HOST, "for i in $(seq 300); do curl -fsS http://127.0.0.1:9821/status >/dev/null && "
+       "exit 0; sleep 0.1; done; exit 1")  # and answers, once bound
+    # the hand-over (docs/adopt.md): the loop stops starting cuzk; the sidecar keeps running
+    sh(HOST, f"kill {loop}; while kill -0 {loop} 2>/dev/null; do sleep 0.1; done")
+    (tmp_path / "again").mkdir()
+    again = run_cli(tmp_path / "again", *args)
+    assert again.code == 0, again.stderr[-2000:]
+    assert again.host_end(HOST)["status"] == "validated"
+    assert assert_serving(HOST) == "handover" and len(cuzk_pids(HOST)) == 1
+    sh(HOST, f"kill -0 {sidecar}")  # the sidecar still runs
+    sh(HOST, f"kill {sidecar}; rm -f /root/entrypoint.sh")

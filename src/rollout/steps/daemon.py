@@ -16,7 +16,7 @@ from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Action, Decision, Skip, Target
+from rollout.steps.decision import Action, Decision, Phase, Skip, Target
 from rollout.steps.identity import check_ports
 
 
@@ -210,6 +210,9 @@ def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
             "--adopt-pid", pid, "--adopt-starttime", starttime, timeout=float(how.grace) + 30,
         )
         if out.get("outcome") == "respawned":
+            # nothing of ours changed what serves: no rollback; the hold stays so that the
+            # supervisor never starts a daemon next to the respawned one
+            ctx.state.phase = Phase.UNTOUCHED
             raise StepFailed(
                 f"adopted daemon {pid} was respawned by its parent pid {out.get('parent')} "
                 f"({out.get('parent_cmdline') or '?'}): new daemon(s) "
