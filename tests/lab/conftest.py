@@ -4,6 +4,7 @@ helper that installs and drives the stand-in cuzk on a lab host (through docker 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Iterator
@@ -29,6 +30,11 @@ STATUS = "127.0.0.1:9821"
 # Small and fast, so the whole lab run stays short on two cores.
 FAST = {"pool_mib": 32, "load_secs": 0.5, "drain_mib_per_sec": 64, "prove_secs": 0.2,
         "bind_delay_secs": 0.3}
+PARAMS = f"{ZK}/params"
+# cuzk's file name for the PoRep 32 GiB SRS; the stand-in reads it at its first proof.
+POREP_PARAMS = ("v28-stacked-proof-of-replication-merkletree-poseidon_hasher-8-8-0-sha256_hasher-"
+                "82a357d2f2ca81dc61bb45f4a762807aedee1b0a53fd6c4e77b46a01bfef7820.params")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -105,6 +111,10 @@ class Standin:
         for tar in archives.values():
             container.put_archive("/data/bin", tar)
 
+    def make_params(self, mib: int = 1) -> None:
+        """The SRS params file the daemon mmaps at its first proof."""
+        self.ok(f"mkdir -p {PARAMS} && head -c {mib}M /dev/urandom > {PARAMS}/{POREP_PARAMS}")
+
     def write_config(self, knobs: dict[str, Any] | None = None, budget: str = "auto") -> None:
         lines = [
             "[daemon]", f'listen = "{LISTEN}"', f'status_listen = "{STATUS}"',
@@ -154,11 +164,16 @@ class Standin:
         body, _, http = out.rpartition("\n")
         return int(http), (json.loads(body) if body.startswith("{") else None)
 
+    def grpc_bound(self) -> bool:
+        """The gRPC port accepts connections (curl exit 7: refused)."""
+        return self.sh(f"curl -s --max-time 1 -o /dev/null http://{LISTEN}/")[0] != 7
+
     def wait_ready(self, timeout: float = 10.0) -> dict[str, Any]:
+        """Both ports answer: like cuzk, the stand-in binds the status port first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             http, body = self.status()
-            if http == 200 and body:
+            if http == 200 and body and self.grpc_bound():
                 return body
             time.sleep(0.1)
         raise AssertionError(f"daemon on {self.host} never answered; log:\n{self.log()}")
@@ -166,8 +181,12 @@ class Standin:
     def bench(self, args: str) -> tuple[int, str]:
         return self.sh(f"/data/bin/cuzk-bench {args} 2>&1")
 
-    def log(self) -> str:
+    def raw_log(self) -> str:
         return self.sh(f"cat {LOG}")[1]
+
+    def log(self) -> str:
+        """The daemon's log without its ANSI colour codes."""
+        return ANSI.sub("", self.raw_log())
 
     def exit_rc(self, timeout: float = 10.0) -> int:
         deadline = time.monotonic() + timeout
@@ -190,7 +209,7 @@ class Standin:
         anything a rollout test left behind), then free the pool and our files."""
         others = ("ps -eo pid=,comm= | awk -v me=$$ "
                   "'$1 != 1 && $1 != me && $2 != \"sshd\" {print $1}'")
-        self.ok(f"{kill_and_wait(others)} && rm -rf /dev/shm/lab-srs-pool.* {ZK}")
+        self.ok(f"{kill_and_wait(others)} && rm -rf /dev/shm/lab-srs-pool.* {ZK} /run/curio")
 
 
 @pytest.fixture(scope="session")

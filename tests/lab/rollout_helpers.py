@@ -147,15 +147,14 @@ def assert_serving(host: str) -> str:
     release = sh(host, "readlink /data/current").strip()
     assert release.startswith("releases/"), f"{host}: current -> {release!r}"
     pid_line = sh(host, "cat /data/rollout/daemon.pid").split()
-    assert f"/data/{release}/cuzk-daemon" == pid_line[2], (host, pid_line, release)
+    assert pid_line[2:3] == [f"/data/{release}/cuzk-daemon"], (host, pid_line, release)
     state = sh(host, f"cut -d')' -f2 /proc/{pid_line[0]}/stat").split()[0]
     assert state in "RS", f"{host}: daemon {pid_line[0]} is {state}"
     assert lab.exec_on(host, "test -e /data/rollout/hold")[0] != 0, f"{host}: still on hold"
     assert "partial" not in sh(host, "ls -a /data/releases"), f"{host}: partial upload left"
     assert lab.exec_on(host, "test -e /data/rollout/lock")[0] != 0, f"{host}: lock left"
-    version = status_json(host)["version"]
-    release_meta = json.loads(sh(host, f"cat /data/{release}/RELEASE.json"))
-    assert release_meta["version"] == version, (host, release_meta, version)
+    assert set(status_json(host)) >= {"uptime_secs", "memory", "counters"}
+    version = serving_version(host)
     proof = sh(
         host,
         f"/data/{release}/cuzk-bench -a http://127.0.0.1:9820 single -t porep "
@@ -163,6 +162,14 @@ def assert_serving(host: str) -> str:
     )
     assert "status:    COMPLETED" in proof, f"{host}: {proof}"
     return str(version)
+
+
+def serving_version(host: str) -> str:
+    """The version of the release the running daemon was started from (cuzk's /status names
+    none): RELEASE.json beside the executable in the daemon's pidfile."""
+    exe = sh(host, "cat /data/rollout/daemon.pid").split()[2]
+    meta = json.loads(sh(host, f"cat {exe.rsplit('/', 1)[0]}/RELEASE.json"))
+    return str(meta["version"])
 
 
 def rollout_args(fleet_path: Path, version: str) -> tuple[str, ...]:

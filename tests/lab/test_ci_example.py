@@ -23,7 +23,8 @@ NO_DOCKER = "unix:///nonexistent/docker.sock"
 
 
 def _checkout(fleet_path: Path, root: Path) -> Path:
-    """What the pipeline's repository holds: one inventory per fleet, no credentials."""
+    """What the pipeline's repository holds: one inventory per fleet, its playbook, no
+    credentials."""
     yaml = YAML(typ="safe", pure=True)
     lab = yaml.load(fleet_path.read_text())
     (root / "fleets").mkdir(parents=True)
@@ -35,6 +36,12 @@ def _checkout(fleet_path: Path, root: Path) -> Path:
         }
         with (root / "fleets" / f"{fleet}.yaml").open("w") as f:
             yaml.dump(inventory, f)
+    # Its own playbooks/rollout.yaml: here the lab's (the stand-in build), paths made absolute.
+    text = (REPO / "playbooks" / "lab.yaml").read_text()
+    text = text.replace("../dockerfiles", str(REPO / "dockerfiles"))
+    text = text.replace(" files/", f" {REPO}/playbooks/files/")
+    (root / "playbooks").mkdir()
+    (root / "playbooks" / "rollout.yaml").write_text(text)
     return root
 
 

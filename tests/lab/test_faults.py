@@ -155,12 +155,11 @@ def test_broken_upload_is_caught_and_retried(
 def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
     inventory = inventory_with(work, fleet.fleet_path, "lab-3", 'job: "x; touch /tmp/pwned"')
     playbook = work / "play.yaml"
-    source = (REPO / "playbooks" / "rollout.yaml").read_text()
+    source = (REPO / "playbooks" / "lab.yaml").read_text()
     source = source.replace("../dockerfiles", str(REPO / "dockerfiles"))
     source = source.replace("source: files/c1.json", f"source: {REPO}/playbooks/files/c1.json")
-    source = source.replace(
-        "--c1 {{ validate.input.path }}", "--c1 {{ validate.input.path }} --job-id {{ job }}"
-    )
+    source = source.replace("params_source: files/", f"params_source: {REPO}/playbooks/files/")
+    source = source.replace('command: "{{', 'command: "echo job {{ job }}; {{', 1)
     source = source.replace("  ready_timeout: 60 ", '  job: "none"\n  ready_timeout: 60 ')
     playbook.write_text(source)
     run = run_cli(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rollout.config.inventory import load_inventory
-from rollout.config.playbook import load_playbook
+from rollout.config.playbook import LAB_PLAYBOOK, load_playbook
 from rollout.config.steps import StepSpec
 from rollout.engine.hostplan import decide_and_apply
 from rollout.host.layout import Layout
@@ -33,7 +33,7 @@ CONFIG = StepSpec(name="config", kind="config")  # type: ignore[arg-type]
 def host_context(fleet: LabFleet) -> HostContext:
     host = load_inventory(fleet.fleet_path).get(HOST)
     knobs = {"pool_mib": 32, "load_secs": 0.3, "drain_mib_per_sec": 256, "token": MARK}
-    settings = load_playbook(overrides={"lab_knobs": knobs}).for_host(host)
+    settings = load_playbook(LAB_PLAYBOOK, overrides={"lab_knobs": knobs}).for_host(host)
     return HostContext(host, SshTransport(host), Layout(settings.release.root), settings)
 
 

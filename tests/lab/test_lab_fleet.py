@@ -12,6 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from rollout import lab
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.errors import TransportError, UserError
 from rollout.lab.fleet import wait_for_ssh
 
@@ -47,6 +48,7 @@ def test_inventory_is_in_the_users_format(lab_fleet: LabFleet) -> None:
     assert data["defaults"] == {"user": "root", "key_file": "keys/id_ed25519",
                                 "known_hosts": "known_hosts", "host_key_policy": "strict"}
     assert [h["name"] for h in data["hosts"]] == ["lab-1", "lab-2", "lab-3"]
+    assert data["playbook"] == str(LAB_PLAYBOOK)  # never the real default, never a real host
     for host in data["hosts"]:
         assert host["address"] == "127.0.0.1" and host["port"] % 2 == 1
         assert host["groups"] == ["lab"] and host["vars"] == {"memory_limit": "512m"}

@@ -16,8 +16,8 @@ from .rollout_helpers import (
     reset_host,
     rollout_args,
     run_cli,
+    serving_version,
     sh,
-    status_json,
 )
 
 pytestmark = pytest.mark.lab
@@ -67,7 +67,7 @@ def test_v1_onto_empty_hosts_then_v2(fleet: LabFleet, work: Path) -> None:
         for name, meta in artifacts.items():
             on_host = sh(host.name, f"sha256sum /data/current/{name}").split()[0]
             assert on_host == meta["sha256"]
-        assert status_json(host.name)["version"] == "v2"
+        assert serving_version(host.name) == "v2"
         pid_line = sh(host.name, "cat /data/rollout/daemon.pid")
         assert f"/data/releases/{release_id}/cuzk-daemon" in pid_line
         steps = second.steps(host.name)

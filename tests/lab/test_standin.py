@@ -11,11 +11,23 @@ import pytest
 
 from rollout import lab
 
-from .conftest import LISTEN, LOG, PROVER_VERSION, STATUS, ZK, Standin, extract_standin
+from .conftest import (
+    LISTEN,
+    LOG,
+    PARAMS,
+    POREP_PARAMS,
+    PROVER_VERSION,
+    ZK,
+    Standin,
+    extract_standin,
+)
 
 pytestmark = pytest.mark.lab
 MIB = 1 << 20
 C1 = f"{ZK}/c1.json"
+PROVE = f"-a http://{LISTEN} single -t porep --c1 {C1}"
+STATUS_KEYS = {"uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers", "allocations",
+               "counters", "buffers"}
 
 
 def wait_until(predicate, timeout: float = 10.0, step: float = 0.1):  # type: ignore[no-untyped-def]
@@ -32,6 +44,14 @@ def make_c1(s: Standin) -> None:
     s.ok(f"mkdir -p {ZK} && echo '{{\"c1\": \"lab\"}}' > {C1}")
 
 
+def first_proof(s: Standin) -> None:
+    """Params and input in place, one proof: the SRS is loaded only now, as in cuzk."""
+    s.make_params()
+    make_c1(s)
+    code, out = s.bench(PROVE)
+    assert code == 0 and "status:    COMPLETED" in out, out
+
+
 READINESS_PROBE = r"""
 import json, socket, subprocess, time
 t0 = time.monotonic()
@@ -42,7 +62,7 @@ while port_at is None and time.monotonic() - t0 < 10:
     if line_at is None and "ready, serving on" in open("%(log)s").read():
         line_at = time.monotonic() - t0
     try:
-        socket.create_connection(("127.0.0.1", 9821), timeout=0.2).close()
+        socket.create_connection(("127.0.0.1", 9820), timeout=0.2).close()
         port_at = time.monotonic() - t0
     except OSError:
         time.sleep(0.01)
@@ -50,32 +70,115 @@ print(json.dumps({"line_at": line_at, "port_at": port_at}))
 """
 
 
-def test_version_is_stamped_at_build(standin: Standin) -> None:
-    assert standin.ok("/data/bin/cuzk-daemon --version").strip() == f"cuzk-daemon {PROVER_VERSION}"
-    assert standin.ok("/data/bin/cuzk-bench --version").strip() == f"cuzk-bench {PROVER_VERSION}"
+def test_version_is_stamped_at_build_but_never_reported(standin: Standin) -> None:
+    for exe in ("cuzk-daemon", "cuzk-bench"):
+        assert f'BUILD_VERSION = "{PROVER_VERSION}"' in standin.ok(f"cat /data/bin/{exe}")
+        code, out = standin.sh(f"/data/bin/{exe} --version")
+        assert code == 2, out  # like cuzk (clap): there is no such flag
 
 
-def test_ready_only_after_load_and_line_before_bind(standin: Standin) -> None:
+def test_ready_line_before_bind_and_nothing_loaded_at_start(standin: Standin) -> None:
     standin.write_config({"load_secs": 1.5, "bind_delay_secs": 0.4})
     probe = READINESS_PROBE % {"config": f"{ZK}/cuzk.toml", "log": LOG}
     timing = json.loads(standin.ok(f"python3 -c '{probe}'").strip().splitlines()[-1])
     assert timing["port_at"] is not None, standin.log()
-    assert timing["port_at"] >= 1.5
     assert timing["line_at"] is not None and timing["line_at"] < timing["port_at"]
+    body = standin.wait_ready()
+    assert body["memory"]["used_bytes"] == 0 and body["allocations"]["srs"] == []
+    assert not standin.pool_files()  # the SRS waits for the first proof
 
 
-def test_status_fields_and_404(standin: Standin) -> None:
+def test_status_has_cuzks_keys_and_no_version_or_pid(standin: Standin) -> None:
     standin.start()
     body = standin.wait_ready()
-    assert body["version"] == PROVER_VERSION
-    assert isinstance(body["uptime_secs"], int)
-    assert set(body["memory"]) >= {"total_bytes", "used_bytes", "available_bytes"}
+    assert set(body) == STATUS_KEYS
+    assert isinstance(body["uptime_secs"], float)
+    assert set(body["memory"]) == {"total_bytes", "used_bytes", "available_bytes"}
+    assert set(body["counters"]) == {"total_completed", "total_failed", "completed_by_kind",
+                                     "failed_by_kind", "queue_depth"}
+    first_proof(standin)
+    body = standin.wait_ready()
     assert body["memory"]["used_bytes"] == 32 * MIB
-    assert set(body["counters"]) >= {"total_completed", "total_failed"}
+    assert body["counters"]["total_completed"] == 1
+    assert body["counters"]["completed_by_kind"] == {"porep": 1}
+    assert [a["circuit_id"] for a in body["allocations"]["srs"]] == ["porep-32g"]
     http, _ = standin.status("/metrics")
     assert http == 404
     http, _ = standin.status("/")
     assert http == 404
+
+
+def test_srs_is_mmapped_at_the_first_proof_then_a_pce_file_is_written(standin: Standin) -> None:
+    standin.make_params(mib=48)
+    standin.start()
+    standin.wait_ready()
+    assert standin.sh(f"ls {PARAMS}")[1].split() == [POREP_PARAMS]
+    standin.ok("sync; echo 1 > /proc/sys/vm/drop_caches || true")
+    before = standin.memory_usage()
+    make_c1(standin)
+    code, out = standin.bench(PROVE)
+    assert code == 0 and "status:    COMPLETED" in out, out
+    log = standin.log()
+    assert "loading SRS from disk" in log and f"path={PARAMS}/{POREP_PARAMS}" in log
+    assert standin.pool_files()
+    pce = standin.ok(f"stat -c %s {PARAMS}/pce-porep-32g.bin").strip()
+    assert int(pce) == 4 * MIB  # pce_mib
+    assert standin.memory_usage() - before >= 32 * MIB  # the pool, plus page cache
+
+
+def test_missing_params_fail_every_proof_with_cuzks_message(standin: Standin) -> None:
+    make_c1(standin)
+    standin.start()
+    standin.wait_ready()
+    for _ in range(2):
+        code, out = standin.bench(PROVE)
+        assert code == 0 and "status:    FAILED" in out, out
+        assert f"error:     SRS param file not found for Porep32G: {PARAMS}/{POREP_PARAMS}" in out
+    assert standin.wait_ready()["counters"]["total_failed"] == 2
+    assert not standin.pool_files()
+
+
+def test_cuzks_defaults_unix_socket_no_status_port_missing_config(standin: Standin) -> None:
+    standin.make_params()
+    make_c1(standin)
+    standin.ok("cd /data && nohup /data/bin/cuzk-daemon -c /data/zk/absent.toml "
+               f"> {LOG} 2>&1 < /dev/null &")
+    wait_until(lambda: standin.sh("test -S /run/curio/cuzk.sock")[0] == 0)
+    assert "not found" not in standin.log()  # cuzk logs it before its logging starts
+    assert standin.status()[0] == 0  # status_listen defaults to "": no status port
+    code, out = standin.bench(f"-a unix:///run/curio/cuzk.sock single -t porep --c1 {C1}")
+    assert code == 0 and "status:    COMPLETED" in out, out
+
+
+def test_sizes_as_cuzk_reads_them(standin: Standin) -> None:
+    standin.write_config(budget="1.5GiB")  # cuzk reads what it cannot parse as 50 GiB
+    standin.ok(f"nohup /data/bin/cuzk-daemon -c {ZK}/cuzk.toml > {LOG} 2>&1 < /dev/null &")
+    assert standin.wait_ready()["memory"]["total_bytes"] == 50 * 1024**3
+    standin.cleanup()
+    standin.ok(f"mkdir -p {ZK} && printf '[memory]\ntotal_budget = 536870912\n' > {ZK}/int.toml")
+    code, out = standin.sh(f"/data/bin/cuzk-daemon -c {ZK}/int.toml")
+    assert code == 1 and "failed to load config" in out and "expected a string" in out
+
+
+def test_logs_are_coloured_unless_no_color(standin: Standin) -> None:
+    standin.start()
+    standin.wait_ready()
+    assert "\x1b[32m INFO\x1b[0m" in standin.raw_log()
+    standin.cleanup()
+    standin.start(env={"NO_COLOR": "1"})
+    standin.wait_ready()
+    assert "\x1b[" not in standin.raw_log() and " INFO cuzk_daemon: " in standin.raw_log()
+
+
+def test_refuses_to_run_on_a_host_that_is_not_a_lab_host(standin: Standin) -> None:
+    standin.ok("mv /etc/rollout-lab-host /etc/rollout-lab-host.away")
+    try:
+        standin.start()
+        assert standin.exit_rc() == 1
+        assert "LAB STAND-IN" in standin.log() and "/etc/rollout-lab-host" in standin.log()
+        assert standin.status()[0] == 0
+    finally:
+        standin.ok("mv /etc/rollout-lab-host.away /etc/rollout-lab-host")
 
 
 def test_sigterm_kills_at_once_zombie_under_late_reaper_then_reaped(standin: Standin) -> None:
@@ -94,9 +197,11 @@ def test_sigterm_kills_at_once_zombie_under_late_reaper_then_reaped(standin: Sta
 
 
 def test_memory_stays_charged_after_death_then_drains(standin: Standin) -> None:
+    standin.make_params()
     baseline = standin.memory_usage()
     standin.start({"pool_mib": 96, "drain_mib_per_sec": 48})
     standin.wait_ready()
+    first_proof(standin)
     loaded = standin.memory_usage()
     assert loaded - baseline >= 90 * MIB
     standin.ok(f"kill -KILL {standin.wait_pid()}")
@@ -108,46 +213,50 @@ def test_memory_stays_charged_after_death_then_drains(standin: Standin) -> None:
     assert "lab-pool-keeper" not in standin.sh("ps -eo comm")[1]
 
 
-def test_sigint_stops_work_but_keeps_process_and_memory(standin: Standin) -> None:
+def test_sigint_leaves_a_prove_call_hanging_and_keeps_process_and_memory(
+    standin: Standin,
+) -> None:
     baseline = standin.memory_usage()
     standin.start()
     standin.wait_ready()
+    first_proof(standin)
     pid = standin.wait_pid()
     standin.ok(f"kill -INT {pid}")
-    wait_until(lambda: "received SIGINT" in standin.log())  # handled: now it must live on
+    wait_until(lambda: "received SIGINT, shutting down" in standin.log())
     assert standin.state(pid) in ("S", "R")
     http, body = standin.status()
-    assert http == 200 and body and body["accepting_work"] is False
-    make_c1(standin)
-    code, out = standin.bench(f"-a http://{LISTEN} single -t porep --c1 {C1}")
-    assert code == 0 and "status:    FAILED" in out and "not accepting" in out
+    assert http == 200 and body  # the status port still answers
+    # A bound is the only way to show that something never answers: 124 is timeout's.
+    code, out = standin.sh(f"timeout 3 /data/bin/cuzk-bench {PROVE}")
+    assert code == 124 and "=== Proof Result ===" not in out, out
     assert standin.memory_usage() - baseline >= 28 * MIB
     assert standin.pool_files()
 
 
 def test_bench_prints_result_block_and_exit_codes(standin: Standin) -> None:
+    standin.make_params()
     make_c1(standin)
-    code, out = standin.bench(f"-a http://{LISTEN} single -t porep --c1 {C1}")
-    assert code != 0 and "failed to connect" in out  # nobody listening yet
+    code, out = standin.bench(PROVE)
+    assert code == 1 and "Error: failed to connect to daemon" in out  # nobody listening yet
     standin.start()
     standin.wait_ready()
-    code, out = standin.bench(f"-a http://{LISTEN} single -t porep --c1 {C1}")
+    code, out = standin.bench(PROVE)
     assert code == 0, out
-    assert out.splitlines()[0] == "=== Proof Result ==="
-    assert "status:    COMPLETED" in out
+    assert "=== Proof Result ===" in out and "status:    COMPLETED" in out
+    assert "submitting proof" in out  # its log lines go to stdout too
     first = re.search(r"^job_id:    (\S+)$", out, re.MULTILINE)
-    code, out = standin.bench(f"-a {LISTEN} single -t porep --c1 {C1}")  # no scheme
+    code, out = standin.bench(PROVE.replace("porep --c1", "seal-commit --c1"))
     second = re.search(r"^job_id:    (\S+)$", out, re.MULTILINE)
     assert code == 0 and first and second and first.group(1) != second.group(1)
-    code, out = standin.bench(f"-a {LISTEN} single -t porep --c1 {ZK}/missing.json")
-    assert code == 0 and "status:    FAILED" in out
-    assert re.search(r"^error:     .*missing\.json", out, re.MULTILINE)
-    for _ in range(2):
-        code, out = standin.bench(f"-a {LISTEN} single -t porep --c1 {C1} --job-id fixed-1")
-    assert code == 0 and "status:    FAILED" in out and "already exists" in out
-    code, out = standin.bench(f"-a {LISTEN} status")
-    assert code == 0 and "=== Daemon Status ===" in out and f"version:   {PROVER_VERSION}" in out
-    assert "completed: 3" in out and "failed:    1" in out  # a missing c1 never reaches it
+    code, out = standin.bench(f"-a {LISTEN} single -t porep --c1 {C1}")  # no scheme
+    assert code == 1 and "invalid daemon address" in out
+    code, out = standin.bench(f"-a http://{LISTEN} single -t porep --c1 {ZK}/missing.json")
+    assert code == 1 and "Error: failed to read" in out and "os error 2" in out
+    code, out = standin.bench(f"-a http://{LISTEN} single -t c2 --c1 {C1}")
+    assert code == 1 and "unknown proof type: c2. Use: porep, snap, wpost, winning" in out
+    code, out = standin.bench(f"-a http://{LISTEN} status")
+    assert code == 0 and "=== cuzk daemon status ===" in out
+    assert "proofs completed: 2" in out and "proofs failed:    0" in out
 
 
 def test_fault_crash_at_start_panics_with_101(standin: Standin) -> None:
@@ -162,7 +271,7 @@ def test_fault_die_after_is_a_silent_sigkill(standin: Standin) -> None:
     standin.wait_ready()
     assert standin.exit_rc(timeout=5) == 137
     daemon_lines = [line for line in standin.log().splitlines() if "cuzk_daemon:" in line]
-    assert daemon_lines[-1].endswith(f"(status on {STATUS})")
+    assert daemon_lines[-1].endswith(f"ready, serving on {LISTEN}")  # and not a word more
 
 
 def test_fault_clean_exit_logs_and_exits_0(standin: Standin) -> None:
@@ -185,10 +294,11 @@ def test_fault_oom_is_killed_by_the_cgroup(standin: Standin) -> None:
 
 
 def test_fault_fail_validation_from_env_over_config(standin: Standin) -> None:
+    standin.make_params()
     make_c1(standin)
     standin.start({"fault": "none"}, env={"CUZK_LAB_FAULT": "fail_validation"})
     standin.wait_ready()
-    code, out = standin.bench(f"-a {LISTEN} single -t porep --c1 {C1}")
+    code, out = standin.bench(PROVE)
     assert code == 0 and "status:    FAILED" in out and "error:     proof verification" in out
     http, body = standin.status()
     assert body and body["counters"]["total_failed"] == 1
@@ -203,10 +313,21 @@ def test_fault_ignore_sigterm(standin: Standin) -> None:
     assert standin.state(pid) in ("S", "R")
 
 
+def test_fault_gpu_shows_at_the_first_proof_not_at_start(standin: Standin) -> None:
+    standin.make_params()
+    make_c1(standin)
+    standin.start({"fault": "gpu_fault"})
+    assert standin.wait_ready()["counters"]["total_failed"] == 0  # it starts like any other
+    code, out = standin.bench(PROVE)
+    assert code == 0 and "status:    FAILED" in out and "CUDA error" in out, out
+    assert "CUDA error" in standin.log()
+
+
 def test_fault_never_release_keeps_the_pool(standin: Standin) -> None:
     baseline = standin.memory_usage()
     standin.start({"fault": "never_release", "drain_mib_per_sec": 256})
     standin.wait_ready()
+    first_proof(standin)
     standin.ok(f"kill -KILL {standin.wait_pid()}")
     wait_until(lambda: standin.pid() is None)
     # The keeper saw the daemon die and left without releasing anything: nothing else ever
@@ -225,12 +346,15 @@ def test_baked_fault_is_the_default_and_overridable(
         standin.install(extract_standin(docker_client, tag))
     finally:
         docker_client.images.remove(tag, force=True)
+    assert 'BUILD_VERSION = "bad-1"' in standin.ok("cat /data/bin/cuzk-daemon")
+    standin.make_params()
     make_c1(standin)
     standin.start()
-    assert standin.wait_ready()["version"] == "bad-1"
-    assert "status:    FAILED" in standin.bench(f"-a {LISTEN} single -t porep --c1 {C1}")[1]
+    standin.wait_ready()
+    assert "status:    FAILED" in standin.bench(PROVE)[1]
     standin.cleanup()
+    standin.make_params()
     make_c1(standin)
     standin.start({"fault": "none"})  # config overrides the baked fault
     standin.wait_ready()
-    assert "status:    COMPLETED" in standin.bench(f"-a {LISTEN} single -t porep --c1 {C1}")[1]
+    assert "status:    COMPLETED" in standin.bench(PROVE)[1]

@@ -26,10 +26,11 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def playbook_with(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
-    text = (REPO / "playbooks" / "rollout.yaml").read_text()
+    text = (REPO / "playbooks" / "lab.yaml").read_text()
     line = text.splitlines().index(next(x for x in text.splitlines() if old in x)) + 1
     text = text.replace(old, new).replace("../dockerfiles", str(REPO / "dockerfiles"))
     text = text.replace("source: files/c1.json", f"source: {REPO}/playbooks/files/c1.json")
+    text = text.replace("params_source: files/", f"params_source: {REPO}/playbooks/files/")
     path = tmp_path / "play.yaml"
     path.write_text(text)
     return path, line

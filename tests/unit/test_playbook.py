@@ -63,14 +63,14 @@ def host(**vars: object) -> Host:
     return Host("lab-1", "127.0.0.1", 22001, "root", None, Path("/k"), "strict", 10, ("lab",), vars)
 
 
-def test_default_playbook_loads() -> None:
-    playbook = load_playbook()
+def test_default_playbook_loads(tmp_path: Path) -> None:
+    playbook = load_playbook(overrides={"curio_dir": str(tmp_path)})  # a curio checkout
     assert playbook.path == DEFAULT_PLAYBOOK
     assert [s.kind for s in playbook.steps][:2] == [StepKind.BUILD, StepKind.EXTRACT]
     assert [s.name for s in playbook.steps_in("controller")] == ["build", "extract"]
-    assert playbook.build.dockerfile.name == "lab-prover.Dockerfile"
+    assert playbook.build.dockerfile.name == "cuzk.Dockerfile"
     assert playbook.build.dockerfile.is_absolute()
-    assert playbook.build.tag == "rollout-lab/prover:v1"
+    assert playbook.build.tag == "rollout/cuzk:v1"
     assert playbook.rolling.serial == [1, "100%"]
     assert playbook.step("validate").retry.retries(FailureClass.TIMEOUT)
     assert not playbook.step("validate").retry.retries(FailureClass.TRANSPORT)

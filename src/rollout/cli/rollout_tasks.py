@@ -19,7 +19,10 @@ HOSTS_HELP = (
     "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
     "Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
 )
-PLAYBOOK_HELP = "Playbook file. Default: playbooks/rollout.yaml, else the built-in one."
+PLAYBOOK_HELP = (
+    "Playbook file. Default: the one the inventory names (the lab's names the lab playbook), "
+    "else playbooks/rollout.yaml, else the built-in real cuzk playbook."
+)
 # The options that render a run (rollout, rollback); each declared here, once.
 RUN_OUTPUT_HELP = {
     "json_": "Write every event as a JSON line to this file ('-' for stdout).",

@@ -99,7 +99,8 @@ def load_fleet(
 ) -> Plan:
     """Inventory and playbook, validated and rendered for each selected host."""
     inventory = load_inventory(hosts_file)
-    loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
+    chosen = playbook or inventory.playbook or default_playbook()
+    loaded = load_playbook(chosen, parse_set_options(sets))
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return make_plan(loaded, inventory, limit, run_id)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rollout.engine.hostplan import PlannedStep, digest_paths, plan_host
 from rollout.engine.plan import Plan
-from rollout.errors import RolloutError
+from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.steps import image
@@ -34,10 +35,17 @@ def host_summary(facts: HostFacts) -> str:
 
 
 def known_release(plan: Plan, cache_dir: Any) -> Release | None:
-    ctx = image.ControllerContext(plan.playbook.build, plan.version, cache_dir)
-    ctx.image = image.existing_image(ctx)
+    spec = plan.playbook.build
+    ctx = image.ControllerContext(spec, plan.version, cache_dir)
+    try:
+        ctx.image = image.existing_image(ctx)
+    except StepFailed as e:
+        print(f"  controller: build: would fail to build {spec.tag} "
+              f"({Path(spec.dockerfile).name}): {e}")
+        return None
     if ctx.image is None:
-        print(f"  controller: build: would build {image.content_tag(plan.playbook.build)}")
+        print(f"  controller: build: would build {image.content_tag(spec)} "
+              f"({Path(spec.dockerfile).name})")
         return None
     image.extract(ctx, {})
     assert ctx.release is not None

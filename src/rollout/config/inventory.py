@@ -90,6 +90,12 @@ class InventoryFile(_Strict):
         default_factory=InventoryDefaults, description="Fleet-wide defaults."
     )
     hosts: list[HostEntry] = Field(min_length=1, description="The hosts of the fleet.")
+    playbook: str | None = Field(
+        default=None,
+        description="Playbook used when --playbook is not given (relative to the inventory "
+        "file; `~` expanded). The lab's inventory names the lab playbook; null: "
+        "playbooks/rollout.yaml, else the built-in real cuzk playbook.",
+    )
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class Host:
 class Inventory:
     path: Path
     hosts: list[Host]
+    playbook: Path | None = None
 
     @property
     def groups(self) -> dict[str, list[Host]]:
@@ -186,7 +193,8 @@ def load_inventory(path: Path | str) -> Inventory:
             key = ("hosts", index) if entry.known_hosts else ("defaults",)
             where = doc.location((*key, "known_hosts"))
             raise ConfigError(f"known_hosts {host.known_hosts} is a folder, not a file", where)
-    return Inventory(doc.path, hosts)
+    playbook = None if spec.playbook is None else _local_path(spec.playbook, doc.base_dir)
+    return Inventory(doc.path, hosts, playbook)
 
 
 def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:

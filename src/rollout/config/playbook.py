@@ -37,6 +37,7 @@ from .render import render_tree, resolve_vars
 from .sections import (
     BuildSpec,
     DaemonSpec,
+    ParamsSpec,
     PreflightSpec,
     ReleaseSpec,
     RollingSpec,
@@ -55,9 +56,14 @@ from .yamlfile import (
     validate,
 )
 
-DEFAULT_PLAYBOOK = Path(__file__).resolve().parent.parent / "resources/playbooks/rollout.yaml"
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "resources/playbooks"
+DEFAULT_PLAYBOOK = PLAYBOOKS / "rollout.yaml"
+"""The real cuzk playbook: what a user's inventory gets without --playbook."""
+LAB_PLAYBOOK = PLAYBOOKS / "lab.yaml"
+"""The lab's playbook (the stand-in build), named by the inventory `lab.up` writes."""
 RESERVED_NAMES = frozenset(
-    {"host", "release_dir", "release_id", "rolling", "release", "build", "daemon", "validate"}
+    {"host", "release_dir", "release_id", "rolling", "release", "build", "daemon", "validate",
+     "params"}
 )
 """Names of the template context that variables may not take."""
 RUNTIME_TEMPLATES = (
@@ -83,6 +89,9 @@ class Playbook(Section):
     daemon: DaemonSpec = Field(default_factory=DaemonSpec, description="The cuzk daemon.")
     preflight: PreflightSpec = Field(
         default_factory=PreflightSpec, description="What a host must offer before it is touched."
+    )
+    params: ParamsSpec = Field(
+        default_factory=ParamsSpec, description="Proof parameters in param_cache."
     )
     validation: ValidateSpec = Field(
         default_factory=ValidateSpec, alias="validate", description="The validation proof."

@@ -3,6 +3,7 @@ these models validate the YAML and generate docs/options.md."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -41,6 +42,20 @@ def _check_size(text: str) -> str:
     return text
 
 
+_CUZK_SIZE = re.compile(r"^\s*\d+\s*(GiB|MiB|GB|MB)?\s*$")
+
+
+def _check_cuzk_size(text: str) -> str:
+    """Only what cuzk's parse_size reads: whole GiB, MiB, GB, MB or bytes (case matters).
+    cuzk silently reads anything else (1.5GiB, 1TiB, 512KiB, 64mib) as 50 GiB."""
+    if not _CUZK_SIZE.match(text):
+        raise ValueError(
+            f"cuzk reads only whole GiB, MiB, GB, MB or bytes (like 5GiB, 512MiB, 1073741824), "
+            f"got {text!r}: anything else it silently takes as 50GiB"
+        )
+    return text
+
+
 def _check_remote_path(text: str) -> str:
     if not text.startswith("/"):
         raise ValueError(f"must be an absolute path on the host, got {text!r}")
@@ -51,6 +66,18 @@ def _check_listen(text: str) -> str:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"must be HOST:PORT, got {text!r}")
+    return text
+
+
+def _check_grpc_listen(text: str) -> str:
+    """cuzk parses [daemon] listen as a socket address: an IP literal, never a host name."""
+    host = _check_listen(text).rpartition(":")[0]
+    try:
+        ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
+    except ValueError:
+        raise ValueError(
+            f"cuzk needs an IP address and a port here (like 127.0.0.1:9820), got {text!r}"
+        ) from None
     return text
 
 
@@ -71,10 +98,23 @@ def _resolve_local(path: Path, info: ValidationInfo) -> Path:
     return Path(os.path.normpath(Path(base) / path))
 
 
+def _resolve_source(text: str | None, info: ValidationInfo) -> str | None:
+    """A URL is kept; a local path is made absolute against the playbook's folder; an empty
+    one (`--set params_source=`) is None."""
+    if text is None or not text.strip():
+        return None
+    if re.match(r"^https?://", text):
+        return text
+    return str(_resolve_local(Path(text), info))
+
+
 Size = Annotated[str, AfterValidator(_check_size)]
+CuzkSize = Annotated[str, AfterValidator(_check_cuzk_size)]
+Source = Annotated[str | None, AfterValidator(_resolve_source)]
 RemotePath = Annotated[str, AfterValidator(_check_remote_path)]
 LocalPath = Annotated[Path, AfterValidator(_resolve_local)]
 Listen = Annotated[str, AfterValidator(_check_listen)]
+GrpcListen = Annotated[str, AfterValidator(_check_grpc_listen)]
 Regex = Annotated[str, AfterValidator(_check_regex)]
 Executable = Annotated[str, StringConstraints(pattern=EXECUTABLE_NAME)]
 Signal = Literal["SIGTERM", "SIGINT", "SIGKILL", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"]
@@ -180,20 +220,35 @@ class DaemonSpec(Section):
     """The cuzk daemon: its configuration, and how it is stopped and started."""
 
     config_path: RemotePath = Field(default="/data/zk/cuzk.toml", description="Daemon config file.")
-    listen: Listen = Field(default="127.0.0.1:9820", description="gRPC address ([daemon] listen).")
+    listen: GrpcListen = Field(
+        default="127.0.0.1:9820", description="gRPC address ([daemon] listen): IP:PORT."
+    )
     status_listen: Listen = Field(
         default="127.0.0.1:9821", description="HTTP status address ([daemon] status_listen)."
     )
     total_budget: str = Field(
         default="cgroup",
         description='Memory budget: "cgroup" (the container\'s cgroup limit minus '
-        "safety_margin, never the host's RAM) or a size such as 400GiB.",
+        "safety_margin, never the host's RAM) or a size such as 400GiB (whole GiB, MiB, GB, "
+        "MB or bytes: the forms cuzk reads).",
     )
-    safety_margin: Size = Field(
-        default="64MiB", description="Memory kept free ([memory] safety_margin)."
+    safety_margin: CuzkSize = Field(
+        default="5GiB",
+        description="Memory kept free under the limit ([memory] safety_margin; cuzk's "
+        "default). Whole GiB, MiB, GB, MB or bytes.",
     )
     param_cache: RemotePath = Field(
         default="/data/zk/params", description="[srs] param_cache (writable)."
+    )
+    gpu_devices: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list,
+        description="[gpus] devices: GPU ordinals (usually from a host var); []: every GPU "
+        "nvidia-smi lists.",
+    )
+    gpu_threads: int = Field(
+        default=0,
+        ge=0,
+        description="[gpus] gpu_threads (usually from a host var); 0: cuzk's default.",
     )
     config_template: LocalPath | None = Field(
         default=None,
@@ -213,7 +268,46 @@ class DaemonSpec(Section):
     @field_validator("total_budget")
     @classmethod
     def _budget(cls, value: str) -> str:
-        return value if value == "cgroup" else _check_size(value)
+        return value if value == "cgroup" else _check_cuzk_size(value)
+
+
+class ParamFile(Section):
+    """One file the proof type reads from param_cache."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="File name in param_cache."
+    )
+    size: int | None = Field(
+        default=None, ge=1, description="Expected size in bytes; null: present and not empty."
+    )
+    sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="Expected sha256, checked when the file is staged; null: not checked.",
+    )
+
+
+class ParamsSpec(Section):
+    """The proof parameters (.params, .vk) cuzk reads from [srs] param_cache at its first
+    proof. Preflight checks them before the old daemon is touched, staging missing ones."""
+
+    files: list[ParamFile] = Field(
+        default_factory=list, description="The files the validation's proof type needs."
+    )
+    source: Source = Field(
+        default=None,
+        description="Where missing files are staged from: an http(s) URL or a local folder "
+        "(relative to the playbook file), each file by its name; resumable, checksummed. "
+        "null: missing files fail preflight.",
+    )
+    pce_bytes: Size = Field(
+        default="0",
+        description="Free space param_cache needs for the PCE file cuzk writes after its "
+        "first proof (unless it is already there).",
+    )
+    pce_file: str = Field(
+        default="pce-porep-32g.bin", description="Name of that PCE file in param_cache."
+    )
 
 
 class PreflightSpec(Section):
@@ -229,6 +323,11 @@ class PreflightSpec(Section):
         default=True,
         description="Check that nvidia-smi lists daemon.gpu_devices (any GPU when that is "
         "empty). Usually a host var: false on hosts without GPUs, like the lab's.",
+    )
+    host_marker: RemotePath | None = Field(
+        default=None,
+        description="A file every host of this playbook must have, else preflight refuses it "
+        "(the lab playbook names the one `lab.up` writes); null: no such check.",
     )
     min_budget: Size = Field(
         default="0",

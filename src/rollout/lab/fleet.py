@@ -23,6 +23,7 @@ from docker.errors import NotFound
 from docker.models.containers import Container
 from docker.utils import parse_bytes
 
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.errors import EnvironmentProblem, TransportError, UserError
 from rollout.lab.engine import ensure_engine
 from rollout.lab.image import HOST_REPO, ensure_host_image
@@ -35,6 +36,9 @@ FIRST_PORT = 22001
 SSH_WAIT_S = 30.0
 MAX_HOSTS = 64
 SSHD_STOPPED_FLAG = "/run/lab-sshd-stopped"  # lab-init does not restart sshd while it exists
+HOST_MARKER = "/etc/rollout-lab-host"
+"""Only lab hosts have this file: the lab playbook's preflight and the stand-in itself refuse
+any host without it, so the stand-in can never replace a real prover."""
 
 
 def lab_prefix() -> str:
@@ -109,6 +113,9 @@ def _write_atomic(path: Path, text: str) -> None:
 def inventory_text(hosts: Sequence[LabHost]) -> str:
     lines = [
         "# Lab fleet written by `inv lab.up`.",
+        "# It names the lab playbook (the stand-in build); an inventory of your own names none",
+        "# and gets the real cuzk playbook.",
+        f"playbook: {LAB_PLAYBOOK}",
         "defaults:",
         "  user: root",
         "  key_file: keys/id_ed25519",
@@ -131,6 +138,7 @@ def _secrets_tar(key: HostKey, authorized_key: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path, data, mode in (
+            (HOST_MARKER.lstrip("/"), f"{lab_prefix()}\n".encode(), 0o644),
             ("root/.ssh/authorized_keys", authorized_key.encode(), 0o600),
             ("etc/ssh/ssh_host_ed25519_key", key.private, 0o600),
             ("etc/ssh/ssh_host_ed25519_key.pub", key.public.encode() + b"\n", 0o644),

@@ -18,6 +18,7 @@ from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
 from rollout.steps.identity import check_ports
+from rollout.units import format_size
 
 
 def supervisor_conf(target: Target, params: SuperviseParams) -> str:
@@ -25,7 +26,7 @@ def supervisor_conf(target: Target, params: SuperviseParams) -> str:
     launcher = params.launcher or target.host.vars.get("daemon_launcher") or ""
     ports = [p for p in (tcp_port(daemon.listen), tcp_port(daemon.status_listen)) if p]
     conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher),
-            "ports": ports}
+            "ports": ports, "daemon_env": {"NO_COLOR": "1"}}  # cuzk colours its log unless NO_COLOR
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
 
 
@@ -281,8 +282,14 @@ def decide_ready(facts: HostFacts, target: Target, params: ReadyParams) -> Decis
     return Action(f"wait for {status_url(daemon.status_listen)} (up to {seconds:g}s)", params)
 
 
+def _grpc_url(listen: str) -> str:
+    return status_url(listen).removesuffix("/status") + "/"
+
+
 def ready(ctx: HostContext, action: Action) -> StepResult:
-    """The status port answers (never a log line). Fails early if the daemon dies meanwhile."""
+    """The gRPC port is bound and the status port answers (never a log line: cuzk prints
+    "ready, serving on" before it binds, and binds the status port before the gRPC one).
+    Fails early if the daemon dies meanwhile."""
     params: ReadyParams = action.params
     daemon = ctx.settings.daemon
     seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
@@ -293,7 +300,9 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     loop = (
         f"pid={first}; "
         f"for i in $(seq {int(seconds * 5)}); do "
-        f"curl -fsS --max-time 1 {q(url)} && exit 0; "
+        # the gRPC port bound (curl 7: refused, 28: timed out), then the status port answers
+        f"curl -s --max-time 1 -o /dev/null {q(_grpc_url(daemon.listen))}; rc=$?; "
+        f"if [ $rc -ne 7 ] && [ $rc -ne 28 ]; then curl -fsS --max-time 1 {q(url)} && exit 0; fi; "
         f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
         f'then echo "daemon $pid died during start-up"; exit 3; fi; '
         f"sleep 0.2; done; exit 1"
@@ -314,4 +323,27 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     if not isinstance(status, dict):
         raise StepFailed(f"{url} answered with JSON that is not an object: {head(r.stdout, 200)}")
     proved = check_ports(ctx, status)
-    return ok(f"status port answers (up {status.get('uptime_secs')}s); {proved}", status=status)
+    return ok(f"status port answers ({_status_summary(status)}); {proved}", status=status)
+
+
+def _status_summary(status: Any) -> str:
+    """What cuzk's /status says (it names no version: the release is what rollout knows)."""
+    if not isinstance(status, dict):
+        return "not a JSON object"
+    memory = _mapping(status.get("memory"))
+    counters = _mapping(status.get("counters"))
+    uptime = status.get("uptime_secs")
+    up = f"up {uptime:.1f}s" if isinstance(uptime, int | float) else "uptime unknown"
+    return (
+        f"{up}, budget {format_size(_int_or_none(memory.get('total_bytes')))}, "
+        f"{counters.get('total_completed', '?')} proofs completed, "
+        f"{counters.get('total_failed', '?')} failed"
+    )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

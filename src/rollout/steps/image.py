@@ -58,8 +58,18 @@ def _repository(tag: str) -> str:
     return tag.rsplit(":", 1)[0] if ":" in last else tag
 
 
+def check_build_inputs(spec: Any) -> None:
+    """The Dockerfile and the build context exist (a real build's context is a checkout
+    that may not be on this machine)."""
+    if not Path(spec.dockerfile).is_file():
+        raise StepFailed(f"build.dockerfile {spec.dockerfile} does not exist", retryable=False)
+    if not Path(spec.context).is_dir():
+        raise StepFailed(f"build.context {spec.context} is not a folder", retryable=False)
+
+
 def content_tag(spec: Any) -> str:
     """The image tag that names these build inputs: same inputs, same tag, no rebuild."""
+    check_build_inputs(spec)
     args = {k: str(v) for k, v in (spec.args or {}).items()}
     digest = context_digest(Path(spec.context), Path(spec.dockerfile), args)
     return f"{_repository(spec.tag)}:c-{digest}"

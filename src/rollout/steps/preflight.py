@@ -18,6 +18,7 @@ from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.config import memory_budget
 from rollout.steps.decision import Action, Decision, Target
+from rollout.steps.params import check_params
 from rollout.steps.validate import ensure_input
 from rollout.units import format_size, parse_size
 
@@ -185,20 +186,43 @@ def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> lis
     return problems
 
 
+def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+    """`preflight.host_marker`: this playbook runs only on hosts that have this file (the lab
+    playbook names the one every lab host has, so the stand-in never reaches a real host)."""
+    marker = ctx.settings.preflight.host_marker
+    if not marker:
+        return []
+    if not ctx.sh(f"test -f {q(marker)}").ok:
+        return [
+            f"{ctx.name} is not a host this playbook may run on: {marker} is missing "
+            "(the lab playbook runs only on lab hosts)"
+        ]
+    notes.append(f"{marker} present")
+    return []
+
+
+def check_param_files(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+    notes.append(check_params(ctx))  # raises StepFailed naming what is missing
+    return []
+
+
 def check_input(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     notes.append(ensure_input(ctx))
     return []
 
 
 CHECKS: dict[str, Check] = {
+    "host": check_host_marker,
     "ownership": check_ownership,
     "space": check_space,
     "budget": check_budget,
     "cpu": check_cpu,
     "gpus": check_gpus,
     "executables": check_executables,
+    "params": check_param_files,
     "input": check_input,
 }
+STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
 
 
 def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decision:
@@ -213,8 +237,8 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     notes: list[str] = []
     problems: list[str] = []
     for name in action.detail:
-        if name == "input" and problems:
-            break  # staging the input is work: not for a host that cannot take the release
+        if name in STAGING and problems:
+            break  # staging params and input is work: not for a host that cannot take it
         problems += CHECKS[name](ctx, facts, notes)
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)

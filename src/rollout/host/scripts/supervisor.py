@@ -54,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "daemon_oom_score_adj": 1000,
     "ports": [],  # the daemon's TCP ports: never start it while another process holds one
     "heartbeat": 3.0,  # seconds between supervisor.json rewrites (its "updated" time)
+    # Extra environment for the daemon, e.g. {"NO_COLOR": "1"}: cuzk logs ANSI colour
+    # codes unless NO_COLOR is set, and those would split every line a grep looks for.
+    "daemon_env": {},
 }
 
 
@@ -68,6 +71,14 @@ def oom_first(score: int) -> Any:
             f.write(str(score))
 
     return apply
+
+
+def daemon_environment(extra: Any) -> dict[str, str]:
+    """This process's environment plus the configured extra variables (strings only)."""
+    env = dict(os.environ)
+    if isinstance(extra, dict):
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
 
 
 def now() -> float:
@@ -312,6 +323,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=daemon_environment(self.cfg["daemon_env"]),
                 preexec_fn=oom_first(int(self.cfg["daemon_oom_score_adj"])),
             )
         except OSError as e:

@@ -12,7 +12,8 @@ RUN sed -i -e "s|^BUILD_VERSION = .*|BUILD_VERSION = \"${VERSION}\"|" \
            -e "s|^BUILD_FAULT = .*|BUILD_FAULT = \"${FAULT}\"|" \
         /usr/local/bin/cuzk-daemon /usr/local/bin/cuzk-bench \
  && chmod 0755 /usr/local/bin/cuzk-daemon /usr/local/bin/cuzk-bench \
- && /usr/local/bin/cuzk-daemon --version
+ && /usr/local/bin/cuzk-daemon --help > /dev/null \
+ && /usr/local/bin/cuzk-bench --help > /dev/null
 RUN if [ "${FAULT}" = missing_library ]; then \
       sel=$(ldd /bin/ls | awk '/libselinux.so.1/ {print $3}') \
    && cp "$sel" "$(dirname "$sel")/liblabonly.so.1" \
@@ -20,5 +21,5 @@ RUN if [ "${FAULT}" = missing_library ]; then \
 assert d.count(a) == 1; \
 open('/usr/local/bin/cuzk-daemon', 'wb').write(d.replace(a, b'liblabonly.so.1\0'))" \
    && ldd /usr/local/bin/cuzk-daemon | grep -q 'liblabonly.so.1 => /' \
-   && /usr/local/bin/cuzk-daemon --version; fi
+   && /usr/local/bin/cuzk-daemon --help > /dev/null; fi
 CMD ["/usr/local/bin/cuzk-daemon", "-c", "/data/zk/cuzk.toml"]
