@@ -136,19 +136,11 @@ def test_params_staging_resumes_after_a_dropped_transfer_and_checks_the_digest(
     (source / POREP_PARAMS).write_bytes(big)
     (source / VK).write_bytes(b"vk\n")
     digest = hashlib.sha256(big).hexdigest()
-    playbook = tmp_path / "staging.yaml"
-    text = (REPO / "playbooks" / "lab.yaml").read_text()
-    head, rest = text.split("  files:\n", 1)
-    tail = rest[rest.index("\nvalidate:"):]
-    files = (f"  files:\n    - {{name: {POREP_PARAMS}, size: {len(big)}, sha256: {digest}}}\n"
-             f"    - {{name: {VK}, size: 3}}\n")
-    text = head + files + tail
-    text = text.replace("params_source: files/params", f"params_source: {source}")
-    text = text.replace("../dockerfiles", str(REPO / "dockerfiles"))
-    text = text.replace(" files/c1.json", f" {REPO}/playbooks/files/c1.json")
-    playbook.write_text(text)
+    manifest = (f"[{{name: {POREP_PARAMS}, size: {len(big)}, sha256: {digest}}}, "
+                f"{{name: {VK}, size: 3}}]")
     sh("lab-3", f"rm -rf {PARAMS}")
-    args = ("--limit", "lab-3", "--playbook", str(playbook))
+    args = ("--limit", "lab-3", "--set", f"params_files={manifest}",
+            "--set", f"params_source={source}")
 
     dropped = deploy(tmp_path, fleet, "staged", *args,
                      env={"ROLLOUT_FAILPOINTS": "upload-drop@lab-3:1"})

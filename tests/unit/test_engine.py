@@ -15,7 +15,7 @@ from fakehost import FakeHost, sha
 
 from rollout.commands.dryrun import print_host_plans
 from rollout.config.inventory import Host, Inventory
-from rollout.config.playbook import load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
 from rollout.engine.hostplan import digest_paths, plan_host
 from rollout.engine.plan import Plan, make_plan
 from rollout.engine.run import Engine, EngineOptions, RunSummary
@@ -51,7 +51,8 @@ class Fleet:
         self.events: list[Event] = []
 
     def plan(self, *sets: str) -> Plan:
-        playbook = load_playbook(overrides=parse_set_options([*self.sets, *sets]))
+        sets = ("params_files=[]", "pce_bytes=0", *self.sets, *sets)  # no params on fake hosts
+        playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets))
         hosts = [Host(n, "127.0.0.1", 22, "root", None, Path("/k"), "strict", 10, (), {})
                  for n in self.hosts]
         return make_plan(playbook, Inventory(self.tmp / "fleet.yaml", hosts), None)

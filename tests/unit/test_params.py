@@ -12,7 +12,7 @@ import pytest
 
 from rollout.config.sections import ParamsSpec
 from rollout.errors import StepFailed
-from rollout.layout import Layout
+from rollout.host.layout import Layout
 from rollout.steps.base import HostContext
 from rollout.steps.params import check_params
 from rollout.transport.local import LocalTransport

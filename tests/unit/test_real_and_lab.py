@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.app import load_fleet
+from rollout.commands.app import load_fleet
 from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, load_playbook
 from rollout.errors import ConfigError
 from rollout.lab.fleet import HOST_MARKER, LabHost, inventory_text

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import StepFailed
-from rollout.layout import q
+from rollout.host.layout import q
 from rollout.steps.base import HostContext
 from rollout.units import format_size, parse_size
 
