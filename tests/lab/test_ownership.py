@@ -54,12 +54,13 @@ def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabF
     return lab_fleet
 
 
-def start_stranger(host: str) -> int:
+def start_stranger(host: str, port: int = 9821) -> int:
     """Bind the stranger (setsid nohup, nobody's child) and wait until it answers."""
-    sh(host, "rm -f /tmp/stranger.pid; printf '%s' " + shlex.quote(STRANGER)
+    script = STRANGER.replace("9821", str(port))
+    sh(host, "rm -f /tmp/stranger.pid; printf '%s' " + shlex.quote(script)
        + " > /tmp/stranger.py; setsid nohup python3 /tmp/stranger.py >/dev/null 2>&1 &"
        " for i in $(seq 300); do [ -s /tmp/stranger.pid ] && "
-       "curl -fsS http://127.0.0.1:9821/status >/dev/null && exit 0; sleep 0.1; done; exit 1")
+       f"curl -fsS http://127.0.0.1:{port}/status >/dev/null && exit 0; sleep 0.1; done; exit 1")
     return int(sh(host, "cat /tmp/stranger.pid"))
 
 
@@ -102,7 +103,8 @@ def test_hand_started_daemon_without_adopt_is_refused_at_preflight_untouched(
     assert f"pid {pid} " in end["reason"] and "--adopt" in end["reason"], end
     assert "9821" in end["reason"] and "cuzk-daemon -c /data/zk/cuzk.toml" in end["reason"]
     assert cuzk_pids(HOST) == [pid] and process_start(HOST, pid) == started
-    assert "base" in sh(HOST, "curl -fsS http://127.0.0.1:9821/status")
+    assert json.loads(sh(HOST, "curl -fsS http://127.0.0.1:9821/status"))["uptime_secs"] > 0
+    assert json.loads(sh(HOST, "cat /data/current/RELEASE.json"))["version"] == "base"
     sh(HOST, f"kill -KILL {pid}; while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1; done")
     base_deploy(fleet, tmp_path / "again")  # leave the host as the module found it
 
@@ -142,7 +144,8 @@ def test_stranger_bound_after_start_fails_ready_and_the_host_rolls_back(
     stranger = None
     try:
         run.wait_for(parked_at("park-after-start"), timeout=300)
-        stranger = start_stranger(HOST)
+        # Like cuzk, the daemon binds its status port at once and its gRPC port late.
+        stranger = start_stranger(HOST, 9820)
         (park / "park-after-start.go").touch()
         run.wait_for(parked_at("park-before-rollback"), timeout=120)
         ready = next(e for e in run.events() if e["kind"] == "step_end"
