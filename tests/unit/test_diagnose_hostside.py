@@ -94,3 +94,13 @@ def test_kernel_records_get_wall_times() -> None:
     rec = diag_mod.kernel_record(b"3,120,5000000,-;Out of memory: Killed process 9 (cuzk)\n",
                                  1000.0, 300)
     assert rec == {"time": 1005.0, "line": "Out of memory: Killed process 9 (cuzk)"}
+
+
+def test_the_old_log_a_host_var_names_is_scanned_too(tmp_path: Path) -> None:
+    (tmp_path / "rollout").mkdir()
+    old = tmp_path / "cuzk-daemon.log"
+    old.write_text("INFO ready\nthread 'main' panicked at src/srs.rs:12\nlast words\n")
+    out, _ = run(tmp_path, "--old-log", str(old))
+    assert [t["line"] for t in out["old_log"]["tail"]][-1] == "last words"
+    assert any("panicked" in m["line"] for m in out["old_log"]["matches"])
+    assert "old_log" not in run(tmp_path)[0]

@@ -103,6 +103,9 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
         return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
     try:
         args: tuple[object, ...] = ("--root", plan.root, *(LIGHT_ARGS if light else ()))
+        old_log = str(ctx.host_vars.get("old_daemon_log") or "")
+        if old_log and not light:  # the log a hand-started daemon wrote (docs/adopt.md)
+            args = (*args, "--old-log", old_log)
         facts, facts_size = _json_script(ctx, _facts_script(), ("--root", plan.root), 30)
         diag, diag_size = _json_script(ctx, diagnose_script(), args, 30)
     except RolloutError as e:
@@ -369,6 +372,11 @@ def report_dict(ev: HostEvidence) -> dict[str, Any]:
     out["log_files"] = log.get("files")
     out["log_tail"] = [t.get("line") for t in log.get("tail") or []]
     out["log_matches"] = [m.get("line") for m in log.get("matches") or []]
+    old = ev.diag.get("old_log") or {}
+    if old:
+        out["old_log_files"] = old.get("files")
+        out["old_log_matches"] = [m.get("line") for m in old.get("matches") or []]
+        out["old_log_tail"] = [t.get("line") for t in old.get("tail") or []]
     out["cgroup"] = ev.diag.get("cgroup")
     out["kernel"] = ev.diag.get("kernel")
     out["supervisor_state"] = ev.diag.get("supervisor_state")
@@ -391,6 +399,11 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"   log: {files or 'none'}")
     lines += ["   error-pattern matches:"] + [f"     {m}" for m in report["log_matches"][-15:]]
     lines += ["   log tail:"] + [f"     {t}" for t in report["log_tail"][-15:]]
+    if report.get("old_log_files") is not None:
+        old = ", ".join(f["path"] for f in report.get("old_log_files") or []) or "none"
+        lines.append(f"   old log (host var old_daemon_log): {old}")
+        lines += [f"     {m}" for m in (report.get("old_log_matches") or [])[-10:]]
+        lines += [f"     {t}" for t in (report.get("old_log_tail") or [])[-10:]]
     kernel = report.get("kernel") or {}
     lines.append("   kernel: " + ("readable" if kernel.get("readable")
                                    else f"unreadable ({kernel.get('error')})"))

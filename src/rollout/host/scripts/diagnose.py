@@ -199,6 +199,9 @@ class Diagnose(Collector):
             os.path.join(self.dir, "supervisor.log"), 16 * 1024, 20, a.line_cap))
         out["release"] = self.safe("release", lambda: json.loads(
             read_small(os.path.join(a.root, "current", "RELEASE.json")) or "null"))
+        if a.old_log:
+            old = LogScan(a.old_log, a.window_bytes, a.tail_lines, a.max_matches, a.line_cap)
+            out["old_log"] = self.safe("old_log", old.collect)
         out["container"] = self.safe("container", lambda: {
             "started_at": proc_start_epoch(a.proc, proc_starttime(a.proc, 1))})
         out["errors"] = self.errors
@@ -221,6 +224,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="bounded crash forensics as one JSON object")
     p.add_argument("--root", default="/data")
     p.add_argument("--log", help="daemon log (default <root>/rollout/daemon.log)")
+    p.add_argument("--old-log", help="also scan the log a hand-started daemon wrote")
     p.add_argument("--window-bytes", type=int, default=4 << 20,
                    help="how far back from the end of the log to grep")
     p.add_argument("--tail-lines", type=int, default=40)
