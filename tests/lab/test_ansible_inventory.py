@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from rollout.config.playbook import LAB_PLAYBOOK
+
 from .conftest import LabFleet
 from .rollout_helpers import FAST_KNOBS, assert_serving, reset_host, run_cli
 
@@ -39,6 +41,7 @@ def test_an_ansible_ini_inventory_rolls_the_lab_out(lab_fleet: LabFleet, tmp_pat
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(ansible_ini(lab_fleet.fleet_path))
     run = run_cli(tmp_path, "rollout", "--hosts", str(inventory), "--set", "version=ansible-1",
+                  "--playbook", str(LAB_PLAYBOOK),  # an Ansible inventory names no playbook
                   "--set", f"lab_knobs={FAST_KNOBS}", "--limit", "lab")  # fmt: skip
     assert run.code == 0, run.stderr[-3000:]
     for host in lab_fleet.hosts:

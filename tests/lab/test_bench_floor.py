@@ -12,6 +12,7 @@ from rollout.bench.floor import run_floor
 from rollout.bench.side_by_side import lab_hosts
 from rollout.bundle.bench import padded_bundle
 from rollout.bundle.local import open_bundle
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.errors import StepFailed
 
 from .conftest import LabFleet
@@ -23,7 +24,8 @@ HOSTS = ("lab-1", "lab-2")
 
 def _build(work: Path, version: str, *sets: str) -> Path:
     out = work / f"bundle-{version}"
-    args = ("build", "--out", str(out), "--set", f"version={version}")
+    args = ("build", "--out", str(out), "--playbook", str(LAB_PLAYBOOK),
+            "--set", f"version={version}")
     run = run_cli(work, *args, *(a for s in sets for a in ("--set", s)))
     assert run.code == 0, run.stderr[-3000:]
     return out

@@ -19,6 +19,7 @@ from rollout.bench.floor import SshHost, run_floor
 from rollout.bundle.bench import padded_bundle
 from rollout.bundle.local import open_bundle
 from rollout.commands import app
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.lab.fleet import LABEL
 from rollout.lab.keys import ensure_client_key
 
@@ -115,7 +116,7 @@ class Plan:
 
 def measure(work: Path, plan: Plan, say: Callable[[str], None] = print) -> dict[str, Any]:
     rel = Releases(work, work / "build")
-    app.run_build(None, ("version=bench-floor",), rel.small)
+    app.run_build(str(LAB_PLAYBOOK), ("version=bench-floor",), rel.small)  # the stand-in
     results: dict[str, Any] = {"comparisons": [], "contention": []}
 
     def compare(label: str, n: int, memory: str, pad: int, do_rerun: bool) -> None:

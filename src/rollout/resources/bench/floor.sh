@@ -58,6 +58,11 @@ i=0
 until curl -fsS --max-time 1 -o /dev/null "$status_url"; do
   i=$((i + 1)); [ $i -lt 1200 ] || fail "status port did not answer within 60 s"; poll
 done
+# cuzk binds its gRPC port after the status port: wait until it accepts (curl 7: refused)
+i=0
+until curl -s --max-time 1 -o /dev/null "$addr/"; [ $? -ne 7 ]; do
+  i=$((i + 1)); [ $i -lt 1200 ] || fail "gRPC port did not accept within 60 s"; poll
+done
 
 out=$(timeout -k 5 600 "$rel/cuzk-bench" -a "$addr" single -t porep --c1 "$c1") || true
 printf '%s\n' "$out" | grep -q '^status:[[:space:]]*COMPLETED' || fail "validation: $out"
