@@ -55,9 +55,15 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
     if alive and not changed_files:
         return Skip("supervisor running, script and settings unchanged")
     what = "restart the supervisor (script or settings changed)" if alive else "start it"
-    hold = bool(facts.foreign_daemons)  # never start a daemon this run is about to stop
-    if hold:
+    # never start a daemon this run is about to stop: a hand-started one runs (adopt), or
+    # a rollout will stop whatever a fresh supervisor would start now
+    stops_later = (not alive and target.release_id is not None and not facts.daemon.running
+                   and serving(facts, target) is None)
+    hold = bool(facts.foreign_daemons) or stops_later
+    if facts.foreign_daemons:
         what += " held: the daemon it does not own is stopped first (adopt)"
+    elif hold:
+        what += " held: this run starts the new release itself"
     return Action(f"install the supervisor; {what}", params, (conf, alive, hold, False))
 
 
