@@ -143,3 +143,13 @@ def test_a_set_name_no_template_uses_gets_a_warning(tmp_path: Path) -> None:
     playbook = load_playbook(write(tmp_path), parse_set_options(["tga=x", "tag=y", "version=2"]))
     assert len(playbook.warnings) == 1
     assert "--set tga" in playbook.warnings[0]
+
+
+def test_the_lab_validation_passes_the_c1_sector_and_miner_ids_as_data() -> None:
+    from rollout.config.playbook import LAB_PLAYBOOK
+
+    sets = parse_set_options(["c1_sector_num=7", "c1_miner_id=1001; touch /tmp/x"])
+    per_host = load_playbook(LAB_PLAYBOOK, sets).for_host(host())
+    context = per_host.template_context(host(), release_dir="/d")
+    command = render_shell(per_host.validation.command, context)
+    assert command.endswith("--sector-num 7 --miner-id '1001; touch /tmp/x'")
