@@ -110,6 +110,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+def like_a_session() -> None:
+    """Start the supervisor at oom_score_adj 500, as from a lab host's login session."""
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("500")
+
+
 class Host:
     def __init__(self, tmp: Path) -> None:
         self.root = tmp / "data"
@@ -137,7 +143,8 @@ class Host:
         args = [PYTHON, str(self.script), "--root", str(self.root),
                 "--cgroup-root", str(self.cg), "--daemon-args", "-c /data/zk/cuzk.toml",
                 "--backoff-initial", "0.1", *extra]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             preexec_fn=like_a_session)
         self.procs.append(p)
         if wait:
             wait_for(lambda: self.path("supervisor.pid").exists())
@@ -221,6 +228,11 @@ def test_starts_daemon_and_writes_pidfile_starts_and_state(host: Host) -> None:
     assert st["daemon_pid"] == pid
     sp = host.path("supervisor.pid").read_text().split()
     assert len(sp) == 2 and int(sp[0]) == host.procs[0].pid
+    # a second OOM strike right after the daemon's must take a login session (lab-init and
+    # rented hosts run them at 500), not the supervisor: it lowered its score from theirs
+    adj = int(Path(f"/proc/{sp[0]}/oom_score_adj").read_text())
+    assert adj <= 0 and (adj == -900 or "the supervisor runs at 0" in host.path(
+        "supervisor.log").read_text())
     # the daemon writes its own first line: it may come a moment after the supervisor's state
     assert wait_for(lambda: "fake daemon" in host.path("daemon.log").read_text())
 

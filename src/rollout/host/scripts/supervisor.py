@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, port_owners, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, port_owners, read_int, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Any] = {
     # The daemon (and all it starts) is the OOM killer's first choice, never the supervisor
     # that would restart it: raising a child's score needs no privilege, lowering ours would.
     "daemon_oom_score_adj": 1000,
+    # The supervisor's own score, set at start where privilege allows (root on a rented
+    # host). The killer can strike twice in a row, before the daemon's memory is back: the
+    # second strike must take a login session, never the one process that records the
+    # exit and restarts the daemon.
+    "supervisor_oom_score_adj": -900,
     "ports": [],  # the daemon's TCP ports: never start it while another process holds one
     "heartbeat": 3.0,  # seconds between supervisor.json rewrites (its "updated" time)
     # Extra environment for the daemon, e.g. {"NO_COLOR": "1"}: cuzk logs ANSI colour
@@ -552,12 +557,33 @@ class Supervisor:
                         "not starting the daemon")
         return None
 
+    def shield_from_oom(self, score: int) -> None:
+        """Lower our own oom_score_adj to `score`. Without CAP_SYS_RESOURCE (Docker drops it,
+        so a rented container has none, root or not) a process may still lower its score as
+        far as 0, the floor it inherited: a supervisor started from a session at 500 goes
+        back to 0, below the sessions. Never raises it; says what it got."""
+        current = read_int("/proc/self/oom_score_adj")
+        for want in dict.fromkeys((score, max(score, 0))):
+            if current is not None and want >= current:
+                break
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write(str(want))
+                current = want
+                break
+            except OSError:
+                continue
+        if current != score:
+            self.log(f"oom_score_adj {score} not allowed here (no CAP_SYS_RESOURCE): "
+                     f"the supervisor runs at {current}")
+
     def run(self) -> int:
         os.makedirs(self.dir, exist_ok=True)
         me = os.getpid()
         write_atomic(self.path("supervisor.pid"), f"{me} {proc_starttime(self.proc, me)}\n")
         set_child_subreaper()
         self.log(f"supervisor started pid {me} config {json.dumps(self.cfg, sort_keys=True)}")
+        self.shield_from_oom(int(self.cfg["supervisor_oom_score_adj"]))
         self.adopt()
         interval = float(self.cfg["poll_interval"])
         while not self.stop_requested:
@@ -603,6 +629,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
                    help="how long a dead child's status may lag behind its zombie state (60)")
     p.add_argument("--log-max-bytes", type=int)
     p.add_argument("--daemon-oom-score-adj", type=int, help="the daemon's oom_score_adj (1000)")
+    p.add_argument("--supervisor-oom-score-adj", type=int,
+                   help="the supervisor's own oom_score_adj, where privilege allows (-900)")
     p.add_argument("--cgroup-root")
     p.add_argument("--proc")
     p.add_argument("--daemonize", action="store_true")
