@@ -142,6 +142,11 @@ class FakeHost(Transport):
             path = shlex.split(command)[2]
             digest = self.files.get(path)
             return (0, f"{digest}  {path}\n") if digest else (1, "")
+        if m := re.search(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)$", command):
+            partial, dest = shlex.split(m.group(2))[0], shlex.split(m.group(3))[0]
+            self.releases[dest.rsplit("/", 1)[-1]] = dict(
+                line.split("  ")[::-1] for line in self._sums(partial).splitlines())
+            return 0, ""
         if "cat > " in command and "&& mv -T --" in command:
             path = shlex.split(command.split("&& mv -T -- ")[-1])[-1]
             self.files[path] = sha(stdin)
@@ -177,11 +182,6 @@ class FakeHost(Transport):
             if self._bad("validate"):
                 return 0, "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
             return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
-        if m := re.match(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)$", command):
-            partial, dest = shlex.split(m.group(2))[0], shlex.split(m.group(3))[0]
-            self.releases[dest.rsplit("/", 1)[-1]] = dict(
-                line.split("  ")[::-1] for line in self._sums(partial).splitlines())
-            return 0, ""
         if m := re.match(r"mv -T -- (\S+) (\S+)$", command):
             self.files[m.group(2)] = self.files.pop(m.group(1), "")
             return 0, ""

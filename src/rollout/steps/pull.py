@@ -48,7 +48,7 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
     if error and error.get("kind") == "unreachable":
         local_copy(release, urls)
         pushed = push_into(ctx, release, partial)
-        install_partial(ctx, release, partial)
+        install_partial(ctx, release, partial, checked=True)
         return changed(
             f"pushed release {release.id} from the controller ({pushed} bytes): the host "
             f"could not reach {release.source}: {error.get('message')}",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
 from typing import Any
 
 from rollout.config.steps import PruneParams, SwitchParams
-from rollout.errors import StepFailed
+from rollout.errors import StepFailed, TransportError
 from rollout.host.facts import HostFacts
 from rollout.host.layout import q
 from rollout.output.events import StepResult, changed
@@ -74,12 +75,13 @@ def upload(ctx: HostContext, action: Action) -> StepResult:
 
         return pull_release(ctx, release)
     partial = f"{ctx.layout.releases}/.partial-{release.id}-{uuid.uuid4().hex[:8]}"
-    ctx.sh(f"mkdir -p {q(partial)}").check()
     try:
         push_into(ctx, release, partial)
-        install_partial(ctx, release, partial)
-    finally:
-        ctx.sh(f"rm -rf -- {q(partial)}")
+        install_partial(ctx, release, partial, checked=True)
+    except BaseException:
+        with contextlib.suppress(TransportError):  # a lost host keeps the original error
+            ctx.sh(f"rm -rf -- {q(partial)}")
+        raise
     size = sum(a.size for a in release.artifacts)
     return changed(
         f"uploaded release {release.id} ({size} bytes), sha256 verified on host",
@@ -89,33 +91,44 @@ def upload(ctx: HostContext, action: Action) -> StepResult:
 
 
 def push_into(ctx: HostContext, release: Release, partial: str) -> int:
-    """Copy the executables from the controller into the host's partial folder."""
+    """Copy the executables from the controller into the host's partial folder (created
+    there), each one's sha256 read back on the host in the same round trip as its bytes."""
     for artifact in release.artifacts:
-        ctx.transport.put(artifact.local_path, f"{partial}/{artifact.name}")
+        found = ctx.transport.put_and_digest(
+            artifact.local_path, f"{partial}/{artifact.name}", mode=0o755
+        )
+        if found != artifact.sha256:
+            raise StepFailed(f"sha256 mismatch on host after upload: {artifact.name} "
+                             f"(sent {artifact.sha256[:12]}, host has {found[:12] or 'nothing'})")
     return sum(a.size for a in release.artifacts)
 
 
-def drop_cached(ctx: HostContext, directory: str, names: list[str]) -> None:
+def evict_command(directory: str, names: list[str]) -> str:
     """Evict the files just written and checked from the page cache. Read twice, their pages
     are active file cache charged to the container: a 100 MiB release would count in the
-    working set the drain waits on. Best effort (GNU dd's nocache; synced first)."""
+    working set the drain waits on. Best effort (GNU dd's nocache; synced first): the
+    command always succeeds."""
     files = " ".join(q(n) for n in names)
-    ctx.sh(f"cd {q(directory)} && sync -- {files} && for f in {files}; do "
-           'dd if="$f" iflag=nocache count=0 status=none; done; true')
+    return (f"{{ cd {q(directory)} && sync -- {files} && for f in {files}; do "
+            'dd if="$f" iflag=nocache count=0 status=none; done; true; }')
 
 
-def install_partial(ctx: HostContext, release: Release, partial: str) -> None:
-    """Check the executables in `partial` on the host, then rename it to the release's folder."""
-    names = " ".join(q(a.name) for a in release.artifacts)
-    ctx.sh(f"cd {q(partial)} && chmod 0755 -- {names}").check()
-    bad = release_mismatches(ctx, partial, release)
-    if bad:
-        raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
-    drop_cached(ctx, partial, [a.name for a in release.artifacts])
+def install_partial(
+    ctx: HostContext, release: Release, partial: str, checked: bool = False
+) -> None:
+    """Check the executables in `partial` on the host (unless `checked`: each was as it
+    landed), then, in one round trip: write RELEASE.json, evict the files from the page cache
+    and rename the folder to the release's."""
+    names = [a.name for a in release.artifacts]
+    if not checked:
+        ctx.sh(f"cd {q(partial)} && chmod 0755 -- {' '.join(q(n) for n in names)}").check()
+        bad = release_mismatches(ctx, partial, release)
+        if bad:
+            raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
     meta = json.dumps(release.to_dict(), indent=2)
-    ctx.sh(f"cat > {q(partial)}/RELEASE.json", stdin=meta).check()
     dest = ctx.layout.release_dir(release.id)
-    ctx.sh(f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}").check()
+    ctx.sh(f"cat > {q(partial)}/RELEASE.json && {evict_command(partial, names)} && "
+           f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)}", stdin=meta).check()
 
 
 def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Decision:

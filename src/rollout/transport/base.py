@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -39,6 +40,17 @@ class Transport(ABC):
     @abstractmethod
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         """Copy a local file to the host. `resume`: append to what a partial copy left."""
+
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+        """Copy a local file to the host, creating its folder and setting its mode, and return
+        the sha256 of what landed there, read back on the host. Raises CommandFailed when the
+        host could not write it. Transports that can do it all in one round trip do."""
+        path = shlex.quote(remote_path)
+        folder = shlex.quote(remote_path.rsplit("/", 1)[0] or "/")
+        self.run(f"mkdir -p -- {folder}").check()
+        self.put(local_path, remote_path)
+        self.run(f"chmod {mode:o} -- {path}").check()
+        return self.run(f"sha256sum -- {path}").check().stdout.split(" ", 1)[0]
 
     @abstractmethod
     def get(self, remote_path: str, local_path: str) -> None:

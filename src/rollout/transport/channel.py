@@ -1,13 +1,17 @@
 """Run one command on an SSH session channel, its input sent over the channel's stdin.
 
 File contents (a rendered config, a host-side script) travel as stdin, never in the
-command line, where `ps` on the host would show them to every local user.
+command line, where `ps` on the host would show them to every local user. A file upload
+is a command too (`cat > FILE`), its bytes streamed into the channel: one round trip,
+and per byte only the SSH packet's own cost (SFTP splits each write into two packets and
+answers each one).
 """
 
 from __future__ import annotations
 
 import select
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import paramiko
@@ -52,6 +56,17 @@ def _drain(channel: paramiko.Channel, out: ChannelOutput) -> bool:
     return not got and channel.exit_status_ready() and said_all
 
 
+def _collect(channel: paramiko.Channel, out: ChannelOutput, deadline: float | None) -> None:
+    """Read the command's output until it exits, or mark it timed out at `deadline`."""
+    while not _drain(channel, out):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            out.timed_out = True
+            return
+        select.select([channel], [], [], min(left or 1.0, 1.0))
+    out.exit_code = channel.recv_exit_status()
+
+
 def run_on_channel(
     transport: paramiko.Transport, command: str, stdin: bytes | None, timeout: float | None
 ) -> ChannelOutput:
@@ -63,13 +78,42 @@ def run_on_channel(
         channel.settimeout(timeout)
         channel.exec_command(command)
         _send(channel, stdin)
-        while not _drain(channel, out):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                out.timed_out = True
-                return out
-            select.select([channel], [], [], min(left or 1.0, 1.0))
-        out.exit_code = channel.recv_exit_status()
+        _collect(channel, out, deadline)
+        return out
+    finally:
+        channel.close()
+
+
+def _stream(channel: paramiko.Channel, chunks: Iterable[bytes]) -> None:
+    """Send every chunk, one SSH packet's worth at a time: sendall on a large buffer re-slices
+    (copies) the rest of it after each packet."""
+    step = max(1024, channel.out_max_packet_size - 64)
+    for chunk in chunks:
+        for start in range(0, len(chunk), step):
+            channel.sendall(chunk[start : start + step])
+
+
+def stream_to_channel(
+    transport: paramiko.Transport, command: str, chunks: Iterable[bytes], stall: float
+) -> ChannelOutput:
+    """Run `command` with `chunks` as its stdin, then collect its output until it exits.
+    A send that makes no progress for `stall` seconds raises TimeoutError. A command that
+    exits before reading everything (a full disk, a missing folder) is not a send error: its
+    exit status and output say what happened. A dead connection raises."""
+    out = ChannelOutput()
+    channel = transport.open_session()
+    try:
+        channel.settimeout(stall)
+        channel.exec_command(command)
+        try:
+            _stream(channel, chunks)
+            channel.shutdown_write()
+        except TimeoutError:
+            raise
+        except OSError:
+            if not (channel.closed and transport.is_active()):
+                raise  # the connection, not the command, went away
+        _collect(channel, out, time.monotonic() + stall)
         return out
     finally:
         channel.close()

@@ -38,6 +38,10 @@ class CountingTransport(Transport):
         self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
         self.inner.put(local_path, remote_path, resume)
 
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+        self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
+        return self.inner.put_and_digest(local_path, remote_path, mode)
+
     def get(self, remote_path: str, local_path: str) -> None:
         self.sent.add(self.name, len(remote_path.encode()))
         self.inner.get(remote_path, local_path)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import posixpath
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, BinaryIO, Protocol
 
 import paramiko
 from fabric import Connection
@@ -18,7 +20,10 @@ from fabric import Connection
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
 from rollout.transport.base import RunResult, Transport
-from rollout.transport.channel import run_on_channel
+from rollout.transport.channel import run_on_channel, stream_to_channel
+
+UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
+UPLOAD_STALL = 300.0  # seconds an upload may make no progress before it is a lost connection
 
 
 class SshTarget(Protocol):
@@ -70,6 +75,17 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
         )
 
 
+def _aead_first(sock: Any, disabled_algorithms: dict[str, Any] | None = None) -> paramiko.Transport:
+    """A paramiko transport that offers AES-GCM first: one pass of C per packet, where
+    paramiko's first choice, aes128-ctr with an HMAC, spends about a third more controller
+    CPU per byte uploaded. Every other cipher stays on offer, in paramiko's order."""
+    transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+    options = transport.get_security_options()
+    aead = tuple(c for c in options.ciphers if c.endswith("-gcm@openssh.com"))
+    options.ciphers = aead + tuple(c for c in options.ciphers if c not in aead)
+    return transport
+
+
 class SshTransport(Transport):
     def __init__(self, target: SshTarget) -> None:
         self.name = target.name
@@ -83,7 +99,9 @@ class SshTransport(Transport):
 
     def _open(self) -> Connection:
         t = self.target
-        kwargs: dict[str, object] = {"look_for_keys": False, "allow_agent": False}
+        kwargs: dict[str, object] = {
+            "look_for_keys": False, "allow_agent": False, "transport_factory": _aead_first,
+        }
         if t.key_file is not None:
             kwargs["key_filename"] = str(t.key_file)
         conn = Connection(
@@ -136,32 +154,61 @@ class SshTransport(Transport):
         return RunResult(command, out.exit_code, stdout, stderr)
 
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+        start = self._remote_size(remote_path) if resume else 0
+        if start > os.path.getsize(local_path):
+            start = 0
+        redirect = ">>" if start else ">"
+        folder = shlex.quote(posixpath.dirname(remote_path) or "/")
+        self._upload(local_path, start, f"mkdir -p -- {folder} && cat {redirect} "
+                                        f"{shlex.quote(remote_path)}").check()
+
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+        """One round trip: the bytes stream into `cat`, then the host reads back their sha256."""
+        path, folder = shlex.quote(remote_path), shlex.quote(posixpath.dirname(remote_path) or "/")
+        command = (f"mkdir -p -- {folder} && cat > {path} && chmod {mode:o} -- {path} && "
+                   f"sha256sum < {path}")
+        return self._upload(local_path, 0, command).check().stdout.split(" ", 1)[0]
+
+    def _remote_size(self, remote_path: str) -> int:
+        r = self.run(f"stat -c %s -- {shlex.quote(remote_path)} 2>/dev/null || echo 0")
+        return int(r.stdout.strip() or 0) if r.stdout.strip().isdigit() else 0
+
+    def _upload(self, local_path: str, start: int, command: str) -> RunResult:
+        """Run `command` with the file's bytes from `start` as its stdin."""
+        transport = self._connection().client.get_transport()
         try:
-            self._put(local_path, remote_path, resume)
+            if transport is None:
+                raise paramiko.SSHException("no SSH transport")
+            with open(local_path, "rb") as src:
+                src.seek(start)
+                out = stream_to_channel(transport, command, self._chunks(src), UPLOAD_STALL)
+            if out.exit_code == -1 and not transport.is_active():
+                raise EOFError("the connection closed before the command's exit status came")
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.name}: upload of {local_path} failed: {e}") from e
+        stdout, stderr = out.text()
+        return RunResult(command, out.exit_code, stdout, stderr)
 
-    def _put(self, local_path: str, remote_path: str, resume: bool) -> None:
-        sftp = self._connection().sftp()
-        start = 0
-        if resume:
-            with contextlib.suppress(OSError):
-                start = sftp.stat(remote_path).st_size or 0
-            if start > os.path.getsize(local_path):
-                start = 0
-        with open(local_path, "rb") as src, sftp.open(remote_path, "ab" if start else "wb") as dst:
-            dst.set_pipelined(True)
-            src.seek(start)
-            if failpoints.hit("upload-drop", self.name):
-                dst.write(src.read(max(1, (os.path.getsize(local_path) - start) // 2)))
-                dst.flush()
+    def _chunks(self, src: BinaryIO) -> Iterator[bytes]:
+        """The file's bytes; the failpoints cut the connection half-way, or flip a byte."""
+        size = os.fstat(src.fileno()).st_size - src.tell()
+        drop = failpoints.hit("upload-drop", self.name)
+        corrupt = failpoints.hit("upload-corrupt", self.name)
+        sent = 0
+        while chunk := src.read(UPLOAD_CHUNK):
+            half = size // 2 - sent
+            if corrupt and 0 <= half < len(chunk):
+                flipped = bytearray(chunk)
+                flipped[half] ^= 0xFF
+                chunk = bytes(flipped)
+            if drop and half < len(chunk):
+                cut = max(1, half)
+                yield chunk[:cut]
                 self._conn.client.get_transport().sock.close()  # type: ignore[union-attr]
-            elif failpoints.hit("upload-corrupt", self.name):
-                data = bytearray(src.read())
-                data[len(data) // 2] ^= 0xFF
-                dst.write(bytes(data))
-            shutil.copyfileobj(src, dst, 1 << 20)
+                drop, chunk = False, chunk[cut:]
+            yield chunk
+            sent += len(chunk)
 
     def get(self, remote_path: str, local_path: str) -> None:
         try:
