@@ -1,0 +1,138 @@
+"""The upload: bytes streamed in packet-sized pieces, each file checked on the host as it
+lands, a corrupted or cut transfer caught, and the release installed whole or not at all."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rollout import failpoints
+from rollout.errors import StepFailed
+from rollout.host.layout import Layout
+from rollout.steps.base import Artifact, HostContext, Release
+from rollout.steps.decision import Action
+from rollout.steps.release import upload
+from rollout.transport.channel import _stream
+from rollout.transport.local import LocalTransport
+from rollout.transport.ssh import UPLOAD_CHUNK, SshTransport
+
+
+class Channel:
+    """Records what a paramiko channel would be asked to send."""
+
+    out_max_packet_size = 32768
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+
+def test_stream_sends_every_byte_once_in_pieces_no_larger_than_a_packet() -> None:
+    data = os.urandom(3 * UPLOAD_CHUNK + 12345)
+    channel = Channel()
+    _stream(channel, [data[i : i + UPLOAD_CHUNK] for i in range(0, len(data), UPLOAD_CHUNK)])  # type: ignore[arg-type]
+    assert b"".join(channel.sent) == data
+    assert max(len(p) for p in channel.sent) <= Channel.out_max_packet_size - 64
+
+
+def ssh_transport(name: str) -> tuple[SshTransport, SimpleNamespace]:
+    """An SshTransport whose connection is a stand-in: only its socket's close is watched."""
+    sock = SimpleNamespace(closed=0)
+    sock.close = lambda: setattr(sock, "closed", sock.closed + 1)
+    transport = SshTransport.__new__(SshTransport)
+    transport.name = name
+    transport._conn = SimpleNamespace(  # type: ignore[assignment]
+        client=SimpleNamespace(get_transport=lambda: SimpleNamespace(sock=sock)))
+    return transport, sock
+
+
+def arm(monkeypatch: pytest.MonkeyPatch, points: str) -> None:
+    monkeypatch.setenv("ROLLOUT_FAILPOINTS", points)
+    monkeypatch.setattr(failpoints, "_remaining", None)
+
+
+def chunks_of(transport: SshTransport, path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        yield from transport._chunks(f)
+
+
+def test_corrupt_failpoint_flips_exactly_one_byte(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    arm(monkeypatch, "upload-corrupt@h1:1")
+    transport, sock = ssh_transport("h1")
+    data = os.urandom(2 * UPLOAD_CHUNK + 7)
+    (tmp_path / "f").write_bytes(data)
+    got = b"".join(chunks_of(transport, tmp_path / "f"))
+    assert len(got) == len(data) and sock.closed == 0
+    assert [i for i in range(len(data)) if got[i] != data[i]] == [len(data) // 2]
+    assert b"".join(chunks_of(transport, tmp_path / "f")) == data  # armed once
+
+
+def test_drop_failpoint_closes_the_socket_half_way(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    arm(monkeypatch, "upload-drop@h1:1")
+    transport, sock = ssh_transport("h1")
+    (tmp_path / "f").write_bytes(os.urandom(3 * UPLOAD_CHUNK))
+    sent = 0
+    for chunk in chunks_of(transport, tmp_path / "f"):
+        if sock.closed:
+            break
+        sent += len(chunk)
+    assert sock.closed == 1 and sent == 3 * UPLOAD_CHUNK // 2
+
+
+class CorruptingTransport(LocalTransport):
+    """A local 'host' whose uploads arrive with one byte flipped."""
+
+    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+        data = bytearray(Path(local_path).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        Path(remote_path).write_bytes(bytes(data))
+
+
+def release_of(tmp_path: Path) -> Release:
+    artifacts = []
+    for name, size in (("cuzk-daemon", 70_000), ("cuzk-kernels.bin", 3 << 20)):
+        path = tmp_path / "bundle" / name
+        path.parent.mkdir(exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        artifacts.append(Artifact(name, str(path), hashlib.sha256(data).hexdigest(), size))
+    return Release("0123456789ab", "img", "v1", tuple(artifacts))
+
+
+def context(tmp_path: Path, transport: LocalTransport, release: Release) -> HostContext:
+    host: Any = SimpleNamespace(name="h1", vars={})
+    return HostContext(host, transport, Layout(str(tmp_path / "data")), None, release)
+
+
+def test_upload_installs_checked_executables_and_their_manifest(tmp_path: Path) -> None:
+    release = release_of(tmp_path)
+    result = upload(context(tmp_path, LocalTransport("h1"), release), Action("upload"))
+    assert result.status == "changed" and "sha256 verified on host" in result.reason
+    dest = tmp_path / "data" / "releases" / release.id
+    for a in release.artifacts:
+        on_host = dest / a.name
+        assert hashlib.sha256(on_host.read_bytes()).hexdigest() == a.sha256
+        assert stat.S_IMODE(on_host.stat().st_mode) == 0o755
+    assert json.loads((dest / "RELEASE.json").read_text()) == release.to_dict()
+    assert sorted(p.name for p in dest.parent.iterdir()) == [release.id]  # no partial left
+
+
+def test_a_corrupted_upload_fails_and_leaves_no_release(tmp_path: Path) -> None:
+    release = release_of(tmp_path)
+    with pytest.raises(StepFailed, match="sha256 mismatch on host after upload: cuzk-daemon"):
+        upload(context(tmp_path, CorruptingTransport("h1"), release), Action("upload"))
+    assert list((tmp_path / "data" / "releases").iterdir()) == []
