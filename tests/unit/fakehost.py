@@ -43,6 +43,7 @@ class FakeHost(Transport):
     uploads: dict[str, str] = field(default_factory=dict)  # remote path: sha256
     pid: int = 100
     stranger: int | None = None  # a process that is not ours holding the daemon's ports
+    validated: Any = None  # <state>/validated.json as the controller wrote it (parsed)
 
     # ---------------------------------------------------------------- Transport
 
@@ -76,7 +77,7 @@ class FakeHost(Transport):
             "releases": [{"id": r, "mtime": float(i), "has_daemon": True}
                          for i, r in enumerate(self.releases)],
             "disk": {"free_bytes": 10 << 30}, "root_writable": "preflight" not in self.faults,
-            "registered": "none",
+            "registered": "none", "validated": self.validated,
             "digests": digests,
             "errors": {},
         }
@@ -150,6 +151,8 @@ class FakeHost(Transport):
         if "cat > " in command and "&& mv -T --" in command:
             path = shlex.split(command.split("&& mv -T -- ")[-1])[-1]
             self.files[path] = sha(stdin)
+            if path.endswith("/validated.json"):
+                self.validated = json.loads(stdin)
             return 0, ""
         if m := re.match(r"ln -sfn -- releases/(\S+) ", command):
             self.current = m.group(1)
@@ -172,6 +175,7 @@ class FakeHost(Transport):
             if self._bad("start") or self.held:
                 return 1, ""
             self.daemon = self.current
+            self.pid += 1  # a new process: a new pid
             return 0, f"{self.pid} 1 {RELEASES}/{self.current}/cuzk-daemon\n"
         if "curl -fsS" in command:
             if self._bad("ready"):
@@ -179,6 +183,8 @@ class FakeHost(Transport):
                 return 3, f"daemon {self.pid} died during start-up"
             return 0, json.dumps({"version": self.daemon, "uptime_secs": 0.1})
         if "cuzk-bench" in command:
+            if "rm -f -- /data/rollout/validated.json;" in command:
+                self.validated = None  # the evidence of an earlier validation goes first
             if self._bad("validate"):
                 return 0, "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
             return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"

@@ -260,3 +260,85 @@ def test_every_rollback_plan_is_decided_from_the_phase_alone(fleet: Fleet) -> No
     assert by_kind["preflight"].kinds == () and not by_kind["preflight"].rolled_back
     assert by_kind["stop"].to == OLD and by_kind["validate"].to == OLD
     assert by_kind["prune"].warning
+
+
+def _kinds(fleet: Fleet, name: str) -> dict[str, str]:
+    return {k: e.status or "" for k, e in fleet.steps(name).items()}
+
+
+def test_rerun_rests_on_the_evidence_of_the_same_daemon(fleet: Fleet) -> None:
+    evidence = dict(fleet.hosts["h1"].validated)
+    assert evidence["release"] == OLD and evidence["pid"] == fleet.hosts["h1"].pid
+    for host in fleet.hosts.values():
+        host.sent.clear()
+    assert fleet.roll(OLD).exit_code == 0
+    for host in fleet.hosts.values():
+        assert all(c.startswith("python3 - --root /data ") for c in host.sent)  # the facts
+    statuses = _kinds(fleet, "h1")
+    assert all(s == "skipped" for s in statuses.values()), statuses
+    validate = fleet.steps("h1")["validate"]
+    assert f"daemon {evidence['pid']} (start time 1) already passed the validation" in str(
+        validate.reason)
+    assert validate.data["evidence"]["pid"] == evidence["pid"]
+    assert "changes nothing" in str(fleet.steps("h1")["preflight"].reason)
+    assert fleet.hosts["h1"].validated == evidence  # nothing rewrote it
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        "another daemon (pid)",
+        "another daemon (start time)",
+        "another release",
+        "hostile: pid is a string",
+        "hostile: not an object",
+        "none",
+    ],
+)
+def test_rerun_validates_again_without_evidence_of_this_daemon(fleet: Fleet, evidence: str
+                                                              ) -> None:
+    host = fleet.hosts["h1"]
+    good = dict(host.validated)
+    host.validated = {
+        "another daemon (pid)": {**good, "pid": good["pid"] + 1},
+        "another daemon (start time)": {**good, "starttime": 2},
+        "another release": {**good, "release": NEW},
+        "hostile: pid is a string": {**good, "pid": str(good["pid"])},
+        "hostile: not an object": "$(reboot)",
+        "none": None,
+    }[evidence]
+    host.sent.clear()
+    assert fleet.roll(OLD).exit_code == 0
+    statuses = _kinds(fleet, "h1")
+    assert (statuses["ready"], statuses["validate"]) == ("ok", "ok"), statuses
+    assert statuses["preflight"] == "skipped"  # still nothing changes on the host
+    assert host.commands(r"cuzk-bench")
+    assert {**host.validated, "time": 0} == {**good, "time": 0}  # it names this daemon again
+    assert _kinds(fleet, "h2")["validate"] == "skipped"
+
+
+def test_evidence_never_skips_a_step_after_one_that_acts(fleet: Fleet) -> None:
+    host = fleet.hosts["h1"]
+    host.files["/data/rollout/supervisor.conf.json"] = "changed by hand"
+    assert fleet.roll(OLD).exit_code == 0
+    statuses = _kinds(fleet, "h1")
+    assert statuses["supervise"] == "changed"
+    assert (statuses["preflight"], statuses["ready"], statuses["validate"]) == ("ok", "ok", "ok")
+    assert _kinds(fleet, "h2")["validate"] == "skipped"
+
+
+def test_a_new_daemon_is_validated_and_its_evidence_replaces_the_old(fleet: Fleet) -> None:
+    before = dict(fleet.hosts["h1"].validated)
+    assert fleet.roll(NEW).exit_code == 0
+    after = fleet.hosts["h1"].validated
+    assert after["release"] == NEW and after["pid"] != before["pid"]
+    assert _kinds(fleet, "h1")["validate"] == "ok"
+
+
+def test_a_failed_validation_leaves_no_evidence(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, ["h1"]).serving(OLD)
+    host = fleet.hosts["h1"]
+    host.faults, host.bad_release = {"validate"}, NEW
+    assert fleet.roll(NEW).exit_code == 1
+    assert host.validated is not None and host.validated["release"] == OLD  # the rollback's
+    assert host.validated["pid"] == host.pid

@@ -9,7 +9,7 @@ never from step names or messages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rollout.config.render import evaluate_condition
@@ -143,14 +143,56 @@ def phase_at_start(phase: Phase, kind: str, decision: Decision) -> Phase:
     return max(phase, PHASE_AT_START.get(kind, phase))
 
 
+CHANGING = ("supervise", "upload", "config", "stop", "drain", "switch", "start")
+"""Kinds that change what a host runs or holds: a plan with none of them acting changes
+nothing, and needs no preflight."""
+BY_EVIDENCE = ("ready", "validate")
+"""Kinds a host skips on the evidence that its running daemon already passed validation."""
+
+Decided = list[tuple[Decision, bool]]
+
+
+def _changes_nothing(facts: HostFacts, target: Target, specs: list[Any], decided: Decided
+                     ) -> Skip | None:
+    """Why preflight has nothing to guard: the host already serves the release and no step of
+    the plan that changes a host acts (or fails). None when it has something to guard."""
+    rid = target.release_id
+    if rid is None or target.pending or not facts.serves(rid, target.layout.release_dir(rid)):
+        return None
+    pairs = zip(specs, decided, strict=True)
+    if any(str(s.kind) in CHANGING and isinstance(d, Action) for s, (d, _) in pairs):
+        return None
+    return Skip(f"daemon {facts.daemon.pid} already serves release {rid} and this plan "
+                "changes nothing on the host: nothing to check before a change")
+
+
+def _settle(facts: HostFacts, target: Target, specs: list[Any], decided: Decided,
+            where: Where | None) -> Decided:
+    """The rules across steps. Preflight is skipped where the plan changes nothing. A skip on
+    the evidence of validation holds only where no step before it acts: otherwise the
+    daemon may not be the one that passed, and the step is decided without the evidence."""
+    quiet = _changes_nothing(facts, target, specs, decided)
+    out: Decided = []
+    for spec, (decision, by_when) in zip(specs, decided, strict=True):
+        kind = str(spec.kind)
+        if quiet and kind == "preflight" and isinstance(decision, Action) and not decision.fails:
+            decision = quiet
+        elif (kind in BY_EVIDENCE and isinstance(decision, Skip) and "evidence" in decision.data
+              and any(isinstance(d, Action) for d, _ in out)):
+            decision, by_when = decide_step(spec, replace(facts, validated=None), target, where)
+        out.append((decision, by_when))
+    return out
+
+
 def plan_host(
     facts: HostFacts, target: Target, specs: list[Any], where: Where | None = None
 ) -> HostPlan:
     previous = previous_release(facts, target)
     phase = Phase.UNTOUCHED
     steps = []
-    for spec in specs:
-        decision, by_when = decide_step(spec, facts, target, where)
+    decided = _settle(facts, target, specs, [decide_step(s, facts, target, where) for s in specs],
+                      where)
+    for spec, (decision, by_when) in zip(specs, decided, strict=True):
         rollback = None
         if isinstance(decision, Action):
             phase = phase_at_start(phase, str(spec.kind), decision)

@@ -322,6 +322,9 @@ class Engine:
                 return self._after_failure(ctx, step.kind, result, rollback, steps)
             warnings.append(self._warn(ctx, step.kind, result))
         reason = f"running release {ctx.release.id}, validation passed"
+        if any(isinstance(s.decision, Skip) and "evidence" in s.decision.data
+               for s in plan.steps if s.kind == "validate"):
+            reason += " (earlier, by this same daemon: it was not restarted)"
         return self._end(
             HostOutcome(ctx.name, "validated", "; ".join([reason, *warnings]), ctx.release.id,
                         steps)

@@ -138,6 +138,26 @@ class ReleaseDir:
                    _bool(d.get("has_bench")))
 
 
+@dataclass(frozen=True)
+class ValidatedFacts:
+    """The evidence a validate step left on the host (<state>/validated.json): daemon `pid`,
+    started at `starttime` (clock ticks since boot), passed the validation of `release`."""
+
+    release: str
+    pid: int
+    starttime: int
+    time: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> ValidatedFacts | None:
+        d = _dict(raw)
+        release, pid, starttime = _release_id(d.get("release")), _int(d.get("pid")), _int(
+            d.get("starttime"))
+        if release is None or pid is None or starttime is None:
+            return None
+        return cls(release, pid, starttime, _float(d.get("time")))
+
+
 def tcp_port(listen: str) -> int | None:
     """The TCP port of a listen address ("0.0.0.0:9821", "[::]:9820"); None for a unix
     socket, an empty (off) address or one without a port."""
@@ -212,6 +232,7 @@ class HostFacts:
     exits_last_hour: int | None = None
     exit_counts_complete: bool | None = None
     digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
+    validated: ValidatedFacts | None = None  # which daemon passed which release's validation
     registered: str | None = None  # how a restart brings the supervisor back (none: nothing)
     cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
     port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
@@ -243,6 +264,7 @@ class HostFacts:
             exits_last_hour=_int(d.get("exits_last_hour")),
             exit_counts_complete=complete if isinstance(complete, bool) else None,
             digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
+            validated=ValidatedFacts.parse(d.get("validated")),
             registered=_str(d.get("registered")),
             cuzk=_processes(d.get("cuzk_processes")),
             port_owners=_port_owners(d.get("port_owners")),
@@ -263,6 +285,14 @@ class HostFacts:
         """(port, holder) for each of the daemon's ports held by a process not ours."""
         return [(port, o) for port, owners in sorted(self.port_owners.items())
                 for o in owners if not o.supervised and not self.ours(o.pid)]
+
+    def validated_daemon(self, release_id: str | None, release_dir: str) -> ValidatedFacts | None:
+        """The evidence that the daemon running now (the same pid AND start time) passed the
+        validation of `release_id`, which it serves; None when there is none."""
+        v, d = self.validated, self.daemon
+        if v is None or not self.serves(release_id, release_dir) or v.release != release_id:
+            return None
+        return v if (d.pid, d.starttime) == (v.pid, v.starttime) else None
 
     def digest(self, path: str) -> str | None:
         return self.digests.get(path)

@@ -58,6 +58,11 @@ class Layout:
         return f"{self.state_dir}/previous_release"
 
     @property
+    def validated(self) -> str:
+        """Which daemon (pid, start time) passed the validation of which release."""
+        return f"{self.state_dir}/validated.json"
+
+    @property
     def lock(self) -> str:
         return f"{self.state_dir}/lock"
 

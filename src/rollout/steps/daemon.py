@@ -270,6 +270,7 @@ def start(ctx: HostContext, action: Action) -> StepResult:
         start_supervisor(ctx)
     pidline = _wait_daemon_of(ctx, target, params.wait)
     ctx.state.daemon_pid = pidline.split()[0]
+    ctx.state.daemon_line = pidline
     return changed(
         f"hold released; supervisor started daemon {pidline.split()[0]}", pidfile=pidline
     )
@@ -282,7 +283,27 @@ def status_url(status_listen: str) -> str:
     return f"http://{host}:{port}/status"
 
 
+def already_validated(facts: HostFacts, target: Target) -> Skip | None:
+    """A skip when the daemon running now is the very process (pid and start time) that
+    passed the validation of the release being rolled out: the evidence only that daemon
+    could have produced. The plan keeps this skip only where nothing before it acts
+    (engine.hostplan)."""
+    rid = target.release_id
+    if rid is None or target.pending:
+        return None
+    v = facts.validated_daemon(rid, target.layout.release_dir(rid))
+    if v is None:
+        return None
+    return Skip(f"daemon {v.pid} (start time {v.starttime}) already passed the validation of "
+                f"release {rid} ({target.layout.validated})",
+                {"evidence": {"release": v.release, "pid": v.pid, "starttime": v.starttime,
+                              "time": v.time}})
+
+
 def decide_ready(facts: HostFacts, target: Target, params: ReadyParams) -> Decision:
+    skip = already_validated(facts, target)
+    if skip is not None:
+        return skip
     daemon = target.settings.daemon
     seconds = daemon.ready_timeout if params.timeout is None else params.timeout
     return Action(f"wait for {status_url(daemon.status_listen)} (up to {seconds:g}s)", params)

@@ -122,3 +122,4 @@ class HostState:
     phase: Phase = Phase.UNTOUCHED
     stopped: dict[str, Any] | None = None  # the stop script's report (pid, starttime, ...)
     daemon_pid: str | None = None  # the daemon the start step saw the supervisor start
+    daemon_line: str | None = None  # its daemon.pid line: "PID STARTTIME EXE"

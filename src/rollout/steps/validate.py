@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,11 @@ from typing import Any
 from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
-from rollout.host.layout import q
+from rollout.host.layout import is_release_id, q
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
-from rollout.steps.daemon import status_url
+from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.identity import check_ports
 from rollout.transport.base import RunResult
@@ -91,10 +92,12 @@ def status_counters(ctx: HostContext) -> dict[str, Any] | None:
 
 def run_bounded(ctx: HostContext, command: str, seconds: float) -> tuple[RunResult, bool]:
     """Run the validation on the host under `timeout`: a proof that never answers (cuzk-bench
-    has no timeout of its own) is stopped there, its whole process group with it.
+    has no timeout of its own) is stopped there, its whole process group with it. The
+    evidence of an earlier validation goes first: only a passing proof writes it again.
     Returns the result and whether it was stopped (hung)."""
     marker = "__rollout_validate_elapsed="
     wrapped = (
+        f"rm -f -- {q(ctx.layout.validated)}; "
         f"start=$(date +%s); timeout -k {KILL_AFTER} {seconds:g} sh -c {q(command)}; rc=$?; "
         f'echo "{marker}$(( $(date +%s) - start ))"; exit $rc'
     )
@@ -106,7 +109,39 @@ def run_bounded(ctx: HostContext, command: str, seconds: float) -> tuple[RunResu
     return replace(r, stdout=stdout), hung
 
 
+def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
+    """(pid, start time, release id) of the daemon the validation ran against: the one the
+    start step saw, else the one daemon.pid names now; None when that is not known."""
+    line = ctx.state.daemon_line
+    if line is None:
+        d = ctx.facts().daemon
+        line = f"{d.pid} {d.starttime} {d.exe}" if d.running else ""
+    parts = line.split(maxsplit=2)
+    if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    prefix = ctx.layout.releases + "/"
+    rid = parts[2].removeprefix(prefix).split("/")[0] if parts[2].startswith(prefix) else ""
+    return (int(parts[0]), int(parts[1]), rid) if is_release_id(rid) else None
+
+
+def record_evidence(ctx: HostContext) -> str:
+    """Leave on the host which daemon passed the validation of which release: a rerun skips
+    ready and validate only for that same process (pid and start time)."""
+    proved = proved_daemon(ctx)
+    if proved is None:
+        return "no evidence recorded (the daemon validated is not known)"
+    pid, starttime, rid = proved
+    doc = json.dumps({"release": rid, "pid": pid, "starttime": starttime, "time": time.time()})
+    path = ctx.layout.validated
+    ctx.sh(f"umask 077 && cat > {q(path)}.new && mv -T -- {q(path)}.new {q(path)}",
+           stdin=doc + "\n").check()
+    return f"daemon {pid} recorded as validated on {rid}"
+
+
 def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:
+    skip = already_validated(facts, target)
+    if skip is not None:
+        return skip
     pattern = params.success_pattern or target.settings.validation.success_pattern
     return Action(f"run the validation proof; success is a line matching {pattern!r}", params)
 
@@ -136,8 +171,9 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
         )
     if pattern.search(r.stdout):
         job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
+        evidence = record_evidence(ctx)
         return ok(
-            f"validation proof COMPLETED ({staged})",
+            f"validation proof COMPLETED ({staged}; {evidence})",
             job_id=job.group(1) if job else None,
             output_tail=tail(output, 1000),
         )

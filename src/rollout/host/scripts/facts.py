@@ -167,6 +167,19 @@ class Facts(Collector):
         return {path: self.safe(f"digest {path}", partial(sha256_of, path))
                 for path in self.digest_paths}
 
+    def validated(self) -> Any:
+        """The evidence the controller's validate step left: which daemon (pid, starttime)
+        passed the validation of which release. Bounded; the controller parses it."""
+        try:
+            with open(os.path.join(self.dir, "validated.json"), "rb") as f:
+                raw = f.read(4096)
+        except OSError:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
     def releases(self) -> list[dict[str, Any]]:
         base = os.path.join(self.root, "releases")
         if not os.path.isdir(base):
@@ -236,6 +249,7 @@ class Facts(Collector):
         out["current_release"] = self.safe("current_release", self.current)
         out["previous_release"] = self.safe("previous_release", self.previous)
         out["digests"] = self.digests()
+        out["validated"] = self.safe("validated", self.validated)
         out["releases"] = self.safe("releases", self.releases)
         out["disk"] = self.safe("disk", self.disk)
         out["root_writable"] = self.safe("root_writable", self.writable)
