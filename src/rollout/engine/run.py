@@ -256,8 +256,9 @@ class Engine:
         unlocked = self._not_locked(name)
         if unlocked is not None:
             return self._end(unlocked)
-        try:
-            transport = self.connect(self.plan.host(name))
+        held = self._locks.held.get(name) if self._locks else None
+        try:  # the lock's connection when there is one: no second handshake per host
+            transport = held.transport if held else self.connect(self.plan.host(name))
         except RolloutError as e:
             return self._end(HostOutcome(name, "unreachable", str(e)))
         ctx = self._context(name, transport, release)
@@ -279,7 +280,8 @@ class Engine:
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
         finally:
-            transport.close()
+            if held is None:  # the lock's connection closes when the lock is given back
+                transport.close()
 
     def _not_locked(self, name: str) -> HostOutcome | None:
         """A host this run does not hold the lock of is never touched."""
