@@ -168,10 +168,15 @@ class FakeHost(Transport):
         if command.startswith("rm -f -- ") and command.endswith("/hold"):
             self.held = False
             return 0, ""
-        if "--daemonize" in command:
+        if "--daemonize" in command and "grep -qF --" not in command:
             self.supervisor = True
             return 0, ""
         if "grep -qF --" in command and "daemon.pid" in command:  # start: wait for the daemon
+            if command.startswith("target=$(readlink -f -- "):  # it releases the hold first
+                if self.current is None:
+                    return 3, ""
+                self.held = "rm -f -- /data/rollout/hold " not in command and self.held
+                self.supervisor = self.supervisor or "--daemonize" in command
             if self._bad("start") or self.held:
                 return 1, ""
             self.daemon = self.current

@@ -236,18 +236,21 @@ def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
     return changed(f"hold set; adopted and stopped daemon(s) {names}", adopted=done)
 
 
-def _wait_daemon_of(ctx: HostContext, release_dir: str, seconds: float) -> str:
-    pidfile = q(ctx.layout.daemon_pid)
-    loop = (
-        f"for i in $(seq {int(seconds * 10)}); do "
-        f"grep -qF -- {q(release_dir)} {pidfile} 2>/dev/null && cat {pidfile} && exit 0; "
-        f"sleep 0.1; done; exit 1"
+def start_command(ctx: HostContext, seconds: float) -> str:
+    """One round trip: find the release current points at (exit 3: none), release the hold,
+    make sure the supervisor runs (a running one holds its flock and answers
+    already-running; exit 5: it could not start), then wait up to `seconds` for it to run a
+    daemon of that release and print its daemon.pid line (exit 1: it did not)."""
+    lay = ctx.layout
+    pidfile = q(lay.daemon_pid)
+    return (
+        f"target=$(readlink -f -- {q(lay.current)}); [ -n \"$target\" ] || exit 3; "
+        f"rm -f -- {q(lay.hold)} || exit 4; "
+        f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize >/dev/null || exit 5; "
+        f"for i in $(seq {int(seconds * 20)}); do "
+        f'grep -qF -- "$target" {pidfile} 2>/dev/null && cat {pidfile} && exit 0; '
+        f"sleep 0.05; done; exit 1"
     )
-    r = ctx.sh(loop, timeout=seconds + 10)
-    if not r.ok:
-        tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
-        raise StepFailed(f"supervisor did not start the daemon within {seconds:.0f}s", output=tail)
-    return r.stdout.strip()
 
 
 def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decision:
@@ -262,13 +265,20 @@ def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decis
 def start(ctx: HostContext, action: Action) -> StepResult:
     params: StartParams = action.params
     lay = ctx.layout
-    target = ctx.sh(f"readlink -f -- {q(lay.current)}").stdout.strip()
-    if not target:
+    r = ctx.sh(start_command(ctx, params.wait), timeout=params.wait + 15)
+    if r.exit_code == 3:
         raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
-    release_hold(ctx)
-    if not ctx.facts().supervisor.alive:
-        start_supervisor(ctx)
-    pidline = _wait_daemon_of(ctx, target, params.wait)
+    if r.exit_code in (4, 5):
+        what = "release the hold" if r.exit_code == 4 else "start the supervisor"
+        raise StepFailed(f"could not {what}: {head(r.stderr.strip(), 300)}", output=r.stderr)
+    if not r.ok:
+        tail = ctx.sh(f"tail -n 20 -- {q(lay.daemon_log)} 2>/dev/null").stdout
+        raise StepFailed(f"supervisor did not start the daemon within {params.wait:.0f}s",
+                         output=tail)
+    lines = r.stdout.strip().splitlines()
+    if not lines:
+        raise StepFailed("the supervisor's daemon.pid named the release but came back empty")
+    pidline = lines[-1]
     ctx.state.daemon_pid = pidline.split()[0]
     ctx.state.daemon_line = pidline
     return changed(
@@ -326,13 +336,13 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
     loop = (
         f"pid={first}; "
-        f"for i in $(seq {int(seconds * 5)}); do "
+        f"for i in $(seq {int(seconds * 20)}); do "
         # the gRPC port bound (curl 7: refused, 28: timed out), then the status port answers
         f"curl -s --max-time 1 -o /dev/null {q(_grpc_url(daemon.listen))}; rc=$?; "
         f"if [ $rc -ne 7 ] && [ $rc -ne 28 ]; then curl -fsS --max-time 1 {q(url)} && exit 0; fi; "
         f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
         f'then echo "daemon $pid died during start-up"; exit 3; fi; '
-        f"sleep 0.2; done; exit 1"
+        f"sleep 0.05; done; exit 1"
     )
     r = ctx.sh(loop, timeout=seconds + 10)
     if r.exit_code == 3:

@@ -1,6 +1,6 @@
 """Drain: wait until the stopped daemon is gone and the memory that matters is back.
 
-The host-side script (rollout.host.scripts.drain) polls every 100 ms; this step gives it the
+The host-side script (rollout.host.scripts.drain) polls every 50 ms; this step gives it the
 new daemon's budget, the same one the config step writes, and turns its answer into the
 step's result: what drained it, or what still holds the memory."""
 

@@ -326,7 +326,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="fail when the working set has not fallen for this many seconds")
     p.add_argument("--zombie-grace", type=float, default=30.0)
     p.add_argument("--deadline", type=float, default=600.0)
-    p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("--interval", type=float, default=0.05)
     p.add_argument("--no-record", action="store_true", help="do not append to drains.jsonl")
     return p.parse_args(argv)
 

@@ -51,7 +51,7 @@ def wait_dead(args: argparse.Namespace, pid: int, starttime: int, exe: str,
     end = time.monotonic() + seconds
     state = state_now()
     while state == "running" and time.monotonic() < end:
-        time.sleep(0.1)
+        time.sleep(0.05)
         state = state_now()
     return state
 
@@ -67,7 +67,7 @@ def respawned(args: argparse.Namespace, parent: int | None, old: int) -> list[di
                  if p["ppid"] == parent and p["pid"] != old and p["state"] == "running"]
         if found or time.monotonic() >= end:
             return found
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def adopt(args: argparse.Namespace) -> dict[str, Any]:
