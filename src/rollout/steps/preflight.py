@@ -144,19 +144,38 @@ def missing_libraries(ldd_output: str) -> list[str]:
     return [line.strip() for line in ldd_output.splitlines() if "not found" in line]
 
 
+LDD_MARK = "=== rollout ldd: "
+
+
+def ldd_sections(output: str) -> dict[str, str]:
+    """{executable: its ldd output} from the output of the merged ldd command."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        if line.startswith(LDD_MARK):
+            current = out.setdefault(line[len(LDD_MARK):], [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in out.items()}
+
+
 def check_executables(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     """The uploaded executables load here: ldd finds every library they need."""
     if ctx.release is None or not _release_on_host(ctx, facts):
         notes.append("executables not on the host yet: checked after the upload")
         return []
-    if not ctx.sh("command -v ldd").ok:
+    where = ctx.layout.release_dir(ctx.release.id)
+    names = [a.name for a in ctx.release.artifacts]
+    # one round trip: each executable's ldd output after a line of its own naming it
+    each = "".join(f"echo {q(LDD_MARK + n)}; LC_ALL=C ldd -- {q(f'{where}/{n}')} 2>&1; "
+                   for n in names)
+    r = ctx.sh(f"command -v ldd >/dev/null || exit 3; {each}")
+    if r.exit_code == 3:
         notes.append("no ldd on the host: libraries not checked")
         return []
     problems = []
-    for artifact in ctx.release.artifacts:
-        path = f"{ctx.layout.release_dir(ctx.release.id)}/{artifact.name}"
-        out = ctx.sh(f"LC_ALL=C ldd -- {q(path)} 2>&1").stdout
-        problems += [f"{artifact.name} needs {m}" for m in missing_libraries(out)]
+    for name, out in ldd_sections(r.stdout).items():
+        problems += [f"{name} needs {m}" for m in missing_libraries(out)]
     if not problems:
         notes.append("executables load (ldd)")
     return problems
