@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +23,7 @@ from rollout.steps.decision import Action
 from rollout.steps.release import upload
 from rollout.transport.channel import _stream
 from rollout.transport.local import LocalTransport
-from rollout.transport.ssh import UPLOAD_CHUNK, SshTransport
+from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport
 
 
 class Channel:
@@ -136,3 +137,14 @@ def test_a_corrupted_upload_fails_and_leaves_no_release(tmp_path: Path) -> None:
     with pytest.raises(StepFailed, match="sha256 mismatch on host after upload: cuzk-daemon"):
         upload(context(tmp_path, CorruptingTransport("h1"), release), Action("upload"))
     assert list((tmp_path / "data" / "releases").iterdir()) == []
+
+
+def test_host_side_write_and_hash_stores_the_bytes_and_prints_their_digest(
+    tmp_path: Path,
+) -> None:
+    data = os.urandom(5 * UPLOAD_CHUNK // 2)
+    target = tmp_path / "cuzk-daemon"
+    done = subprocess.run(["python3", "-c", _WRITE_AND_HASH, str(target), "755"], input=data,
+                          capture_output=True, check=True)  # fmt: skip
+    assert done.stdout.decode().split() == [hashlib.sha256(data).hexdigest()]
+    assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o755
