@@ -43,8 +43,8 @@ class Transport(ABC):
 
     def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
         """Copy a local file to the host, creating its folder and setting its mode, and return
-        the sha256 of what landed there, read back on the host. Raises CommandFailed when the
-        host could not write it. Transports that can do it all in one round trip do."""
+        the sha256 the host computed of the bytes it wrote there. Raises CommandFailed when the
+        host could not write them. Transports that can do it all in one round trip do."""
         path = shlex.quote(remote_path)
         folder = shlex.quote(remote_path.rsplit("/", 1)[0] or "/")
         self.run(f"mkdir -p -- {folder}").check()
