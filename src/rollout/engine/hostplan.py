@@ -209,7 +209,10 @@ def apply(ctx: HostContext, kind: str, decision: Decision) -> StepResult:
     if decision.fails:
         raise StepFailed(decision.fails, retryable=False)
     _, act = HOST_STEPS[kind]
-    return act(ctx, decision)
+    try:
+        return act(ctx, decision)
+    finally:
+        ctx.state.facts = None  # an action may change the host: later ones read it afresh
 
 
 def decide_and_apply(ctx: HostContext, spec: Any) -> StepResult:

@@ -266,6 +266,7 @@ class Engine:
             if self.options.target is not None:
                 ctx.release = self.options.target(ctx)
             facts = ctx.facts(*digest_paths(ctx.target))  # one read; every decision uses it
+            ctx.state.facts = facts  # and the first action, if nothing acted before it
             if name in self.options.done_hosts and _still_validated(facts, ctx.release):
                 return self._end(
                     HostOutcome(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.config.render import render_runtime
+from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 
 
@@ -123,3 +124,4 @@ class HostState:
     stopped: dict[str, Any] | None = None  # the stop script's report (pid, starttime, ...)
     daemon_pid: str | None = None  # the daemon the start step saw the supervisor start
     daemon_line: str | None = None  # its daemon.pid line: "PID STARTTIME EXE"
+    facts: HostFacts | None = None  # the facts the plan was decided from, until an action runs

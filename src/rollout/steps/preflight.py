@@ -251,8 +251,8 @@ def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decisio
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     """The checks look at the host as it is now: fresh facts (after an upload, the release
-    is there for the executables check)."""
-    facts = ctx.facts()
+    is there for the executables check); the plan's own facts when no action ran since."""
+    facts = ctx.state.facts or ctx.facts()
     notes: list[str] = []
     problems: list[str] = []
     for name in action.detail:
