@@ -133,6 +133,11 @@ class FakeHost(Transport):
         words = command.split()
         if command.startswith("python3 - "):
             return self._script(command, stdin)
+        if " && python3 - " in command:  # a script after a command of its own (the hold)
+            before, _, script = command.partition(" && python3 - ")
+            if before.endswith("/hold") and "touch -- " in before:
+                self.held = True
+            return self._script(f"python3 - {script}", stdin)
         if command.startswith("readlink -f -- "):
             return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
         if command.startswith("readlink -- "):

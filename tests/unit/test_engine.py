@@ -7,6 +7,7 @@ dry run prints exactly what the engine then does.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -342,3 +343,19 @@ def test_a_failed_validation_leaves_no_evidence(tmp_path: Path) -> None:
     assert fleet.roll(NEW).exit_code == 1
     assert host.validated is not None and host.validated["release"] == OLD  # the rollback's
     assert host.validated["pid"] == host.pid
+
+
+FACTS_READ = r"^python3 - --root /data( --digest .*| --port .*)?$"
+
+
+def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: Fleet) -> None:
+    host = fleet.hosts["h2"]
+    host.sent.clear()
+    assert fleet.roll(NEW).exit_code == 0
+    first_put = next(i for i, c in enumerate(host.sent) if c.startswith("put "))
+    reads = [c for c in host.sent[:first_put] if re.match(FACTS_READ, c)]
+    assert len(reads) == 1, host.sent[:first_put]  # the plan's read, nothing since acted
+    after = [c for c in host.sent[first_put:] if re.match(FACTS_READ, c)]
+    assert after, "after the upload, preflight-executables reads the host afresh"
+    assert "touch -- /data/rollout/hold && python3 - --root /data --signal" in " ".join(
+        host.sent)  # the hold and the stop in one round trip

@@ -78,10 +78,14 @@ class HostContext:
             raise StepTimeout(f"timed out: {head(command, 80)}", retryable=True)
         return result
 
-    def script(self, name: str, *args: object, timeout: float | None = None) -> tuple[int, Any]:
-        """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON)."""
+    def script(self, name: str, *args: object, timeout: float | None = None,
+               before: str = "") -> tuple[int, Any]:
+        """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON).
+        `before`: a shell command run first in the same round trip (the script runs only if
+        it succeeds)."""
         argv = " ".join(shlex.quote(str(a)) for a in args)
-        result = self.sh(f"python3 - {argv}", timeout=timeout, stdin=script_text(name))
+        first = f"{before} && " if before else ""
+        result = self.sh(f"{first}python3 - {argv}", timeout=timeout, stdin=script_text(name))
         try:
             return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as e:

@@ -129,8 +129,12 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
 
 
+def hold_command(ctx: HostContext) -> str:
+    return f"mkdir -p -- {q(ctx.layout.state_dir)} && touch -- {q(ctx.layout.hold)}"
+
+
 def set_hold(ctx: HostContext) -> None:
-    ctx.sh(f"mkdir -p -- {q(ctx.layout.state_dir)} && touch -- {q(ctx.layout.hold)}").check()
+    ctx.sh(hold_command(ctx)).check()
 
 
 def release_hold(ctx: HostContext) -> None:
@@ -178,10 +182,10 @@ def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decisio
 
 def stop(ctx: HostContext, action: Action) -> StepResult:
     how: StopHow = action.detail
-    set_hold(ctx)
     if how.adopt:
+        set_hold(ctx)
         return _adopt(ctx, how)
-    code, out = ctx.script(
+    code, out = ctx.script(  # the hold first, in the same round trip
         "stop",
         "--root",
         ctx.layout.root,
@@ -190,6 +194,7 @@ def stop(ctx: HostContext, action: Action) -> StepResult:
         "--grace",
         how.grace,
         timeout=float(how.grace) + 30,
+        before=hold_command(ctx),
     )
     ctx.state.stopped = out
     if out.get("outcome") == "none":
