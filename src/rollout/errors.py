@@ -90,6 +90,11 @@ class StepFailed(RolloutError):
         super().__init__(message)
 
 
+class HandedOver(StepFailed):
+    """The host's guard took the host over (the controller lost its tether): no command
+    may follow."""
+
+
 class LockHeld(RolloutError):
     """Another rollout holds a lock."""
 

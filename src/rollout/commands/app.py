@@ -191,6 +191,7 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         LockPolicy(req.lock_wait, req.break_lock, plan.playbook.rolling.lock_stale_after),
         done,
         release=release,
+        resumed=bool(req.resume),
     )
     with (
         json_stream(req.json_path) as stream,

@@ -14,6 +14,7 @@ from typing import Any
 
 from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
+from rollout.engine.guard import HostGuard, report_guard
 from rollout.engine.hostplan import (
     PHASE_AFTER,
     HostPlan,
@@ -90,6 +91,7 @@ class EngineOptions:
     host_steps: list[Any] | None = None
     # A release bundle built elsewhere (rollout.bundle): no build, no extract, no Docker.
     release: Release | None = None
+    resumed: bool = False  # a resumed run reports what the hosts' guards did
 
 
 DEFAULT_STEP_TIMEOUT = 900.0  # seconds; a step with no timeout of its own never hangs a run
@@ -262,7 +264,11 @@ class Engine:
         except RolloutError as e:
             return self._end(HostOutcome(name, "unreachable", str(e)))
         ctx = self._context(name, transport, release)
+        guard = HostGuard(self.plan.run_id)
+        ctx.tether = guard.check
         try:
+            if self.options.resumed and name not in self.options.done_hosts:
+                report_guard(ctx, self.bus, self.plan.run_id)
             if self.options.target is not None:
                 ctx.release = self.options.target(ctx)
             facts = ctx.facts(*digest_paths(ctx.target))  # one read; every decision uses it
@@ -277,10 +283,15 @@ class Engine:
                     )
                 )
             specs = self.options.host_steps or self.plan.host_steps
-            return self._host_steps(ctx, plan_host(facts, ctx.target, specs, self._where))
+            plan = plan_host(facts, ctx.target, specs, self._where)
+            outcome = self._host_steps(ctx, plan, guard)
+            guard.settle()
+            return outcome
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
-            return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"))
+            given = "; the host's guard takes over" if guard.stream and not guard.settled else ""
+            return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}{given}"))
         finally:
+            guard.drop()  # unless settled: the host's guard takes over
             if held is None:  # the lock's connection closes when the lock is given back
                 transport.close()
 
@@ -303,7 +314,7 @@ class Engine:
             data={"holder": as_dict(found.holder), "age": found.age},
         )
 
-    def _host_steps(self, ctx: HostContext, plan: HostPlan) -> HostOutcome:
+    def _host_steps(self, ctx: HostContext, plan: HostPlan, guard: HostGuard) -> HostOutcome:
         steps: dict[str, str] = {}
         warnings: list[str] = []
         assert ctx.release is not None
@@ -314,11 +325,15 @@ class Engine:
                 continue
             state = ctx.state
             state.phase = phase_at_start(state.phase, step.kind, step.decision)
+            guard.follow(ctx, plan, state.phase)  # armed before the host leaves untouched
             result = self._run_step(ctx, spec, partial(apply, ctx, step.kind, step.decision))
             steps[spec.name] = result.status.value
+            if guard.lost:
+                return self._end(HostOutcome(ctx.name, "failed", guard.handed_over(), None, steps))
             failpoints.park(f"park-after-{step.kind}", self._parked)
             if not result.failed:
                 state.phase = PHASE_AFTER.get(step.kind, state.phase)
+                guard.follow(ctx, plan, state.phase)
                 continue
             rollback = plan.rollback_at(state.phase, step.kind)
             if not rollback.warning:

@@ -39,6 +39,7 @@ class HostContext:
     state: HostState = field(default_factory=HostState)
     deadline: float | None = None
     log: Callable[[str], None] = lambda _msg: None
+    tether: Callable[[], None] = lambda: None  # raises once the host's guard has the host
 
     @property
     def target(self) -> Target:
@@ -70,6 +71,7 @@ class HostContext:
         return left
 
     def sh(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+        self.tether()
         left = self.remaining()
         if left is not None:
             timeout = min(timeout, left) if timeout else left

@@ -26,6 +26,27 @@ class RunResult:
         return self
 
 
+class Stream(ABC):
+    """A long-lived command on a host whose stdin stays open (the guard's tether)."""
+
+    @abstractmethod
+    def readline(self, timeout: float) -> str:
+        """The next line it printed; "" when it ended or `timeout` passed first."""
+
+    @abstractmethod
+    def write(self, text: str) -> bool:
+        """Send `text` to its stdin; False when it is gone."""
+
+    @property
+    @abstractmethod
+    def ended(self) -> bool:
+        """True once the command, or the connection it runs on, is gone."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close its stdin and the channel; the command sees EOF."""
+
+
 class Transport(ABC):
     """A connection to one host. Opened once, reused by every step of that host."""
 
@@ -55,6 +76,11 @@ class Transport(ABC):
     @abstractmethod
     def get(self, remote_path: str, local_path: str) -> None:
         """Copy a file from the host."""
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream | None:
+        """Start `command` on a channel of its own, send `stdin` and keep its stdin open.
+        None: this transport keeps no such channel (a host without a guard)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""

@@ -9,12 +9,15 @@ answers each one).
 
 from __future__ import annotations
 
+import contextlib
 import select
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import paramiko
+
+from rollout.transport.base import Stream
 
 _CHUNK = 1 << 16
 
@@ -117,3 +120,55 @@ def stream_to_channel(
         return out
     finally:
         channel.close()
+
+
+class ChannelStream(Stream):
+    """A command on a session channel of its own whose stdin stays open."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self.channel = channel
+        self._buf = bytearray()
+        self.stderr = bytearray()
+
+    @classmethod
+    def open(cls, transport: paramiko.Transport, command: str, stdin: bytes) -> ChannelStream:
+        channel = transport.open_session()
+        channel.exec_command(command)
+        channel.sendall(stdin)
+        return cls(channel)
+
+    def readline(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if self.channel.recv_stderr_ready():
+                self.stderr += self.channel.recv_stderr(_CHUNK)
+            if self.channel.recv_ready():
+                self._buf += self.channel.recv(_CHUNK)
+                continue
+            left = deadline - time.monotonic()
+            if self.channel.eof_received or self.channel.closed or left <= 0:
+                break
+            select.select([self.channel], [], [], min(left, 1.0))
+        line, newline, rest = bytes(self._buf).partition(b"\n")
+        if not newline:
+            return ""
+        self._buf = bytearray(rest)
+        return line.decode("utf-8", errors="replace")
+
+    def write(self, text: str) -> bool:
+        try:
+            self.channel.sendall(text.encode())
+            return True
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+
+    @property
+    def ended(self) -> bool:
+        transport = self.channel.get_transport()
+        alive = transport is not None and transport.is_active()
+        return not alive or self.channel.closed or self.channel.exit_status_ready()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self.channel.shutdown_write()
+        self.channel.close()

@@ -7,7 +7,7 @@ import os
 import threading
 from collections import Counter
 
-from rollout.transport.base import RunResult, Transport
+from rollout.transport.base import RunResult, Stream, Transport
 
 
 class SentBytes:
@@ -45,6 +45,10 @@ class CountingTransport(Transport):
     def get(self, remote_path: str, local_path: str) -> None:
         self.sent.add(self.name, len(remote_path.encode()))
         self.inner.get(remote_path, local_path)
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream | None:
+        self.sent.add(self.name, len(command.encode()) + len(stdin))
+        return self.inner.open_stream(command, stdin)
 
     def close(self) -> None:
         self.inner.close()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
+import time
 
-from rollout.transport.base import RunResult, Transport
+from rollout.transport.base import RunResult, Stream, Transport
 
 
 def resume_offset(local_path: str, remote_path: str, resume: bool) -> int:
@@ -14,6 +16,51 @@ def resume_offset(local_path: str, remote_path: str, resume: bool) -> int:
         return 0
     have = os.path.getsize(remote_path)
     return have if have <= os.path.getsize(local_path) else 0
+
+
+class ProcessStream(Stream):
+    """A local command whose stdin stays open."""
+
+    def __init__(self, command: str, stdin: bytes) -> None:
+        self.process = subprocess.Popen(
+            ["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self._buf = b""
+        self.write(stdin.decode())
+
+    def readline(self, timeout: float) -> str:
+        out = self.process.stdout
+        assert out is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                return ""
+            chunk = os.read(out.fileno(), 1 << 16)
+            if not chunk:
+                return ""
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", errors="replace")
+
+    def write(self, text: str) -> bool:
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(text.encode())
+            self.process.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    @property
+    def ended(self) -> bool:
+        return self.process.poll() is not None
+
+    def close(self) -> None:
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+        self.process.wait()
 
 
 class LocalTransport(Transport):
@@ -44,3 +91,6 @@ class LocalTransport(Transport):
 
     def get(self, remote_path: str, local_path: str) -> None:
         shutil.copyfile(remote_path, local_path)
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream:
+        return ProcessStream(command, stdin)

@@ -19,8 +19,8 @@ from fabric import Connection
 
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
-from rollout.transport.base import RunResult, Transport
-from rollout.transport.channel import run_on_channel, stream_to_channel
+from rollout.transport.base import RunResult, Stream, Transport
+from rollout.transport.channel import ChannelStream, run_on_channel, stream_to_channel
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
 UPLOAD_STALL = 300.0  # seconds an upload may make no progress before it is a lost connection
@@ -163,6 +163,16 @@ class SshTransport(Transport):
         if out.timed_out:
             return RunResult(command, 124, stdout, stderr + "\n(timed out)")
         return RunResult(command, out.exit_code, stdout, stderr)
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream:
+        transport = self._connection().client.get_transport()
+        try:
+            if transport is None:
+                raise paramiko.SSHException("no SSH transport")
+            return ChannelStream.open(transport, command, stdin)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._drop()
+            raise TransportError(f"{self.name}: connection lost: {e}") from e
 
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         start = self._remote_size(remote_path) if resume else 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports")
+SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard")
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"
 FUTURE = "from __future__ import annotations"

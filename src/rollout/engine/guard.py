@@ -1,0 +1,192 @@
+"""The host's guard, seen from the controller (the host side: rollout/host/scripts/guard.py).
+
+Right before the first action that moves a host past untouched, the controller starts the
+guard on a channel of its own and gives it a recipe (plain data): how to go back to the
+previous release and validate it there. The channel is the tether. The controller tells
+the guard each phase the host reaches and, when it is done with the host (validated, or its
+own rollback done), that the host is settled. A tether that drops before that is a
+hand-over: the guard takes the host back to a validated release by itself, and the
+controller sends that host no further command. `--resume` reads what the guard did.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.config.steps import StartParams, ValidateParams
+from rollout.errors import HandedOver, RolloutError, StepFailed
+from rollout.host.facts import tcp_port
+from rollout.host.scripts import script_text
+from rollout.output.events import EventBus
+from rollout.steps.base import HostContext
+from rollout.steps.config import config_of
+from rollout.steps.daemon import status_url
+from rollout.steps.decision import Action, Phase
+from rollout.transport.base import Stream
+
+BOOTSTRAP = (
+    "import sys; n = int(sys.stdin.buffer.readline()); "
+    'exec(compile(sys.stdin.buffer.read(n), "guard.py", "exec"), {"__name__": "__main__"})'
+)
+ARM_WAIT = 600.0  # seconds an earlier guard's takeover may take before arming gives up
+REPORT_WAIT = 900.0  # seconds --resume waits for a guard still taking over
+
+
+def validate_params(plan: Any) -> ValidateParams:
+    """The params of the host plan's validate step (its own command, pattern, timeout)."""
+    for step in plan.steps:
+        if step.kind == "validate" and isinstance(step.decision, Action):
+            params = step.decision.params
+            if isinstance(params, ValidateParams):
+                return params
+    return ValidateParams()
+
+
+def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
+    """What the guard needs to take the host back by itself: data only, never code."""
+    daemon = ctx.settings.daemon
+    spec = ctx.settings.validation
+    params = validate_params(plan)
+    previous = plan.previous if plan.previous != ctx.target.release_id else None
+    try:
+        command: str | None = ctx.render_command(params.command or spec.command)
+    except RolloutError:
+        command = None  # the validate step fails the same way; so does the guard's
+    return {
+        "run_id": run_id,
+        "host": ctx.name,
+        "root": ctx.layout.root,
+        "release": ctx.target.release_id,
+        "previous": previous,
+        "config_path": daemon.config_path,
+        "kept_config": config_of(daemon.config_path, previous) if previous else None,
+        "status_url": status_url(daemon.status_listen) if daemon.status_listen else None,
+        "grpc_port": tcp_port(daemon.listen),
+        "status_port": tcp_port(daemon.status_listen),
+        "stop_signal": daemon.stop_signal,
+        "stop_grace": float(daemon.stop_grace),
+        "start_wait": float(StartParams().wait),
+        "ready_timeout": float(daemon.ready_timeout),
+        "validate_command": command,
+        "success_pattern": params.success_pattern or spec.success_pattern,
+        "validate_timeout": float(spec.timeout if params.timeout is None else params.timeout),
+    }
+
+
+def arm_input(data: dict[str, Any]) -> bytes:
+    script = script_text("guard").encode()
+    return f"{len(script)}\n".encode() + script + json.dumps(data).encode() + b"\n"
+
+
+@dataclass
+class HostGuard:
+    """One host's tether, from arming to settled (or lost)."""
+
+    run_id: str
+    stream: Stream | None = None
+    settled: bool = False
+    phase: Phase = Phase.UNTOUCHED
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lost(self) -> bool:
+        """The tether dropped before the controller settled the host: the guard has it."""
+        return self.stream is not None and not self.settled and self.stream.ended
+
+    def follow(self, ctx: HostContext, plan: Any, phase: Phase) -> None:
+        """Arm right before the host leaves untouched; then tell the guard each phase."""
+        if phase is self.phase:
+            return
+        if self.stream is None and self.phase is Phase.UNTOUCHED:
+            self._arm(ctx, plan)
+        self.phase = phase
+        if self.stream is not None:
+            self.stream.write(f"phase {phase.label}\n")
+
+    def _arm(self, ctx: HostContext, plan: Any) -> None:
+        command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm --wait {ARM_WAIT:g}"
+        stream = ctx.transport.open_stream(command, arm_input(recipe(ctx, plan, self.run_id)))
+        if stream is None:
+            return  # a transport without long-lived channels: no guard
+        line = stream.readline(ARM_WAIT + 60)
+        try:
+            answer = json.loads(line) if line else {}
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict) or answer.get("armed") is not True:
+            stream.close()
+            why = answer.get("reason") if isinstance(answer, dict) else None
+            raise StepFailed(
+                f"the host's guard did not start ({why or line or 'no answer'}): "
+                "nothing was stopped", retryable=False,
+            )
+        self.stream, self.info = stream, answer
+
+    def handed_over(self) -> str:
+        return (
+            f"controller lost its tether to the host's guard in phase {self.phase.label}: "
+            f"the guard takes the host back to a validated release by itself, and this run "
+            f"sends it no further command; `rollout rollout --resume {self.run_id}` reports "
+            "what it did"
+        )
+
+    def check(self) -> None:
+        """Raise HandedOver once the guard has the host: no command may follow."""
+        if self.lost:
+            raise HandedOver(self.handed_over(), retryable=False)
+
+    def settle(self) -> None:
+        """The controller is done with the host: the guard exits without acting."""
+        if self.stream is not None and not self.lost:
+            self.settled = self.stream.write("settled\n")
+            self.stream.close()
+
+    def drop(self) -> None:
+        """Close the tether; unless settled, the guard takes over."""
+        if self.stream is not None and not self.settled:
+            self.stream.close()
+
+
+def report_guard(ctx: HostContext, bus: EventBus, run_id: str) -> None:
+    """A resumed run: what the host's guards of this run did (waits for one still at it)."""
+    _, out = ctx.script("guard", "--report", "--root", ctx.layout.root, "--run", run_id,
+                        "--wait", REPORT_WAIT, timeout=REPORT_WAIT + 60)
+    for summary in summarize(out if isinstance(out, dict) else {}):
+        bus.emit("guard_report", host=ctx.name, status=summary["status"],
+                 reason=summary["reason"], data=summary)
+
+
+def summarize(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One summary per guard that took over (settled guards did nothing, and say nothing)."""
+    events = [e for e in report.get("events") or [] if isinstance(e, dict)]
+    found = []
+    for state in report.get("guards") or []:
+        if not isinstance(state, dict) or state.get("settled"):
+            continue
+        mine = [e for e in events if (e.get("data") or {}).get("guard") == state.get("guard")]
+        found.append(_summary(state, mine))
+    return found
+
+
+def _summary(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+    phase = state.get("phase") or "untouched"
+    end = next((e for e in events if e.get("kind") == "guard_end"), None)
+    data = (end or {}).get("data") or {}
+    base = {"phase": phase, "guard": state.get("guard"), "events": events}
+    if end is None:
+        return {**base, "status": "pending",
+                "reason": f"controller lost in phase {phase}; the host's guard has not ended"}
+    release = data.get("release")
+    if end.get("status") != "validated":
+        what = f"FAILED: {end.get('reason')}; current -> {release}"
+    elif data.get("rolled_back"):
+        what = f"rolled back to {release}, validated"
+    elif data.get("acted"):
+        what = f"kept {release}, validated"
+    else:
+        what = f"did nothing: {end.get('reason')}"
+    return {**base, "status": end.get("status"), "release": release,
+            "reason": f"controller lost in phase {phase}; the host's guard {what}"}

@@ -1,0 +1,514 @@
+"""rollout guard: a controller's death never leaves this host stopped.
+
+The controller starts it over a channel of its own, right before the host's first stop:
+
+    python3 -c BOOTSTRAP --arm   (stdin: the script's length, this script, a recipe line)
+
+The recipe is JSON data, never code: the release being rolled out and the previous one, the
+layout's paths, the daemon's ports, the validation command (already rendered and quoted by
+the controller; run with sh -c as the validate step runs it) and timeouts.
+
+The foreground part holds an flock on a tether file while its stdin stays open; it records
+each "phase NAME" line the controller sends, and a "settled" line when the controller is done
+with the host. A detached part (setsid, double fork, stdio to a log) blocks on that flock.
+When the tether drops without "settled" (the controller was killed, or its connection is
+gone), it takes over: stop the new daemon, point current back at the previous release with
+its config, release the hold, wait until that daemon is ready and validate it; or, with no
+previous release, start and validate the new one. Each step checks before it acts and is one
+JSON event line in <root>/rollout/runs/<run_id>/guard.jsonl, with the controller's fields.
+
+    python3 - --report --root /data --run RUN_ID --wait 600 < guard.py
+
+waits until every guard of that run is settled or has ended, then prints what they did.
+Standard library only; python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+# ruff: noqa: E501
+# isort: off
+from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, port_owners, proc_ancestors, proc_state, read_pidfile, read_text  # inlined on hosts
+# isort: on
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+PHASES = ("untouched", "stopped", "switched", "started", "validated")
+POLL = 0.1  # seconds between looks at local state (never at the controller)
+
+
+# ---------------------------------------------------------------- paths and records
+
+
+def run_dir(root: str, run_id: str) -> str:
+    if not RUN_ID.match(run_id) or ".." in run_id:
+        raise ValueError(f"not a run id: {run_id!r}")
+    return os.path.join(root, "rollout", "runs", run_id)
+
+
+def write_json(path: str, obj: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(obj, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(read_text(path) or "{}")
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+class Events:
+    """guard.jsonl: one JSON line per event, the controller's event fields."""
+
+    def __init__(self, path: str, recipe: dict[str, Any], guard: str) -> None:
+        self.path = path
+        self.run_id = str(recipe.get("run_id"))
+        self.host = recipe.get("host")
+        self.guard = guard
+
+    def emit(self, event_kind: str, step: str | None = None, status: str | None = None,
+             reason: str | None = None, **data: Any) -> None:
+        event = {"kind": event_kind, "run_id": self.run_id, "host": self.host, "step": step,
+                 "status": status, "reason": reason, "data": {**data, "guard": self.guard},
+                 "time": time.time()}
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(json.dumps(event, sort_keys=True, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class Failed(Exception):
+    """A takeover step failed; its reason is the message."""
+
+
+# ---------------------------------------------------------------- the decision (pure)
+
+
+def decide(recipe: dict[str, Any], state: dict[str, Any]) -> tuple[str, list[str]]:
+    """(what the guard does, its steps) once the tether dropped, from the recipe and the
+    phase the controller last reported. Pure: the steps themselves check before acting."""
+    if state.get("settled"):
+        return "the controller settled the host: nothing to do", []
+    phase = str(state.get("phase") or "untouched")
+    release = recipe.get("release")
+    if phase == "validated":
+        return f"the host had validated release {release}: nothing to do", []
+    previous = recipe.get("previous")
+    if previous and previous != release:
+        return f"roll back to {previous}", ["stop", "switch", "start", "ready", "validate"]
+    return f"no previous release: keep {release}", ["start", "ready", "validate"]
+
+
+# ---------------------------------------------------------------- host facts
+
+
+class Host:
+    def __init__(self, recipe: dict[str, Any], proc: str = "/proc") -> None:
+        self.r = recipe
+        self.root = str(recipe["root"])
+        self.proc = proc
+        self.state_dir = os.path.join(self.root, "rollout")
+        self.hold = os.path.join(self.state_dir, "hold")
+        self.current = os.path.join(self.root, "current")
+
+    def release_dir(self, release_id: str) -> str:
+        return os.path.join(self.root, "releases", release_id)
+
+    def current_release(self) -> str | None:
+        try:
+            return os.path.basename(os.readlink(self.current).rstrip("/")) or None
+        except OSError:
+            return None
+
+    def daemon(self) -> tuple[int, int, str] | None:
+        """(pid, start time, exe) of our daemon while it runs, else None."""
+        found = read_pidfile(os.path.join(self.state_dir, "daemon.pid"))
+        if found is None or found[1] is None or found[0] <= 1:
+            return None
+        pid, starttime, exe = found[0], int(found[1]), found[2]
+        if proc_state(self.proc, pid, starttime)[0] != "running":
+            return None
+        if distrust_daemon(self.proc, self.root, pid, starttime, exe):
+            return None
+        return pid, starttime, exe
+
+    def runs(self, release_id: str) -> tuple[int, int, str] | None:
+        d = self.daemon()
+        return d if d and d[2].startswith(self.release_dir(release_id) + "/") else None
+
+    def supervisor_alive(self) -> bool:
+        found = read_pidfile(os.path.join(self.state_dir, "supervisor.pid"))
+        if found is None or found[0] <= 1:
+            return False
+        pid, starttime = found[0], found[1]
+        alive = proc_state(self.proc, pid, starttime)[0] == "running"
+        return alive and not distrust_supervisor(self.proc, self.root, pid, starttime)
+
+
+# ---------------------------------------------------------------- takeover steps
+
+
+def step_stop(h: Host) -> tuple[str, str]:
+    keep = str(h.r["previous"])
+    kept = h.runs(keep)
+    if kept:
+        return "skipped", f"daemon {kept[0]} runs the previous release {keep}: kept"
+    open(h.hold, "a").close()  # the supervisor restarts nothing from now on
+    d = h.daemon()
+    if d is None:
+        return "skipped", "hold set; no daemon of ours running"
+    pid, starttime, _ = d
+    sig = signal.Signals[str(h.r.get("stop_signal") or "SIGTERM")]
+    os.kill(pid, sig)
+    if wait_gone(h, pid, starttime, float(h.r.get("stop_grace") or 10)):
+        return "changed", f"hold set; daemon {pid} stopped ({sig.name})"
+    os.kill(pid, signal.SIGKILL)
+    if wait_gone(h, pid, starttime, 10):
+        return "changed", f"hold set; daemon {pid} stopped ({sig.name}, escalated to SIGKILL)"
+    raise Failed(f"daemon {pid} survived {sig.name} and SIGKILL")
+
+
+def wait_gone(h: Host, pid: int, starttime: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while proc_state(h.proc, pid, starttime)[0] == "running":
+        if time.monotonic() >= end:
+            return False
+        time.sleep(POLL)
+    return True
+
+
+def step_switch(h: Host) -> tuple[str, str]:
+    keep = str(h.r["previous"])
+    did = []
+    if h.current_release() != keep:
+        if not os.path.isdir(h.release_dir(keep)):
+            raise Failed(f"previous release {keep} is not on the host")
+        tmp = h.current + ".new"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(f"releases/{keep}", tmp)
+        os.replace(tmp, h.current)
+        did.append(f"current -> {keep}")
+    if restore_config(h):
+        did.append(f"restored the config {keep} ran with")
+    if not did:
+        return "skipped", f"current already points at {keep}, its config in place"
+    return "changed", "; ".join(did)
+
+
+def restore_config(h: Host) -> bool:
+    path, kept = h.r.get("config_path"), h.r.get("kept_config")
+    if not path or not kept or not os.path.isfile(kept):
+        return False
+    with open(kept, "rb") as f:
+        want = f.read()
+    try:
+        with open(path, "rb") as f:
+            if f.read() == want:
+                return False
+    except OSError:
+        pass
+    tmp = f"{path}.new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(want)
+    os.replace(tmp, path)
+    return True
+
+
+def serving_release(h: Host) -> str:
+    release = h.current_release()
+    if not release or not os.path.isdir(h.release_dir(release)):
+        raise Failed(f"{h.current} does not point at a release on the host")
+    return release
+
+
+def step_start(h: Host) -> tuple[str, str]:
+    release = serving_release(h)
+    held = os.path.exists(h.hold)
+    if held:
+        os.unlink(h.hold)
+    running = h.runs(release)
+    if running:
+        return "skipped", f"{'hold released; ' if held else ''}daemon {running[0]} already runs {release}"
+    if not h.supervisor_alive():
+        supervisor = os.path.join(h.state_dir, "supervisor.py")
+        subprocess.run([sys.executable or "python3", supervisor, "--root", h.root, "--daemonize"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60, check=False)
+    end = time.monotonic() + float(h.r.get("start_wait") or 60)
+    while time.monotonic() < end:
+        running = h.runs(release)
+        if running:
+            return "changed", f"hold released; supervisor started daemon {running[0]} ({release})"
+        time.sleep(POLL)
+    raise Failed(f"supervisor did not start the daemon of {release} within {h.r.get('start_wait')}s")
+
+
+def port_bound(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def status_doc(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            doc = json.loads(r.read(1 << 20).decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def owned_by(h: Host, port: int, pid: int) -> bool:
+    owners = port_owners(h.proc, port)
+    return bool(owners) and all(o["pid"] == pid or pid in proc_ancestors(h.proc, o["pid"])
+                                for o in owners)
+
+
+def step_ready(h: Host) -> tuple[str, str]:
+    """The daemon's own evidence, as the ready step takes it: the gRPC port bound, then the
+    status port answers JSON, both held by the daemon the supervisor started."""
+    release = serving_release(h)
+    grpc, status = h.r.get("grpc_port"), h.r.get("status_port")
+    url = h.r.get("status_url")
+    end = time.monotonic() + float(h.r.get("ready_timeout") or 60)
+    while time.monotonic() < end:
+        d = h.runs(release)
+        if d is None:
+            raise Failed(f"the daemon of {release} is not running")
+        bound = not grpc or port_bound(int(grpc))
+        doc = status_doc(str(url)) if bound and url else ({} if bound else None)
+        if doc is not None:
+            ports = [int(p) for p in (grpc, status) if p]
+            strangers = [p for p in ports if not owned_by(h, p, d[0])]
+            if strangers:
+                raise Failed(f"port(s) {strangers} not held by daemon {d[0]}")
+            return "ok", f"daemon {d[0]} ready ({release}): ports {ports} are its own"
+        time.sleep(POLL)
+    raise Failed(f"the daemon of {release} was not ready within {h.r.get('ready_timeout')}s")
+
+
+def step_validate(h: Host) -> tuple[str, str]:
+    command = h.r.get("validate_command")
+    if not command:
+        raise Failed("no validation command in the recipe")
+    seconds = float(h.r.get("validate_timeout") or 600)
+    p = subprocess.Popen(["sh", "-c", str(command)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise Failed(f"validation hung (no result in {seconds:g} s): killed") from None
+    text = out.decode("utf-8", "replace")
+    if re.search(str(h.r.get("success_pattern")), text, re.MULTILINE):
+        return "ok", f"validation proof COMPLETED on {serving_release(h)}"
+    error = re.search(r"^error:\s*(.+)$", text, re.MULTILINE)
+    raise Failed(f"validation failed: {error.group(1) if error else 'no success line'}: {text[-500:]}")
+
+
+STEPS: dict[str, Callable[[Host], tuple[str, str]]] = {
+    "stop": step_stop, "switch": step_switch, "start": step_start, "ready": step_ready,
+    "validate": step_validate,
+}
+
+
+def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
+    """Run the takeover; returns the guard's final status (validated or failed)."""
+    summary, steps = decide(h.r, state)
+    phase = state.get("phase") or "untouched"
+    events.emit("guard_takeover", status="takeover",
+                reason=f"controller lost in phase {phase}: {summary}", phase=phase, steps=steps)
+    for kind in steps:
+        name = f"guard-{kind}"
+        events.emit("step_start", step=name, kind=kind)
+        started = time.monotonic()
+        try:
+            status, reason = STEPS[kind](h)
+        except Exception as e:  # noqa: BLE001 - whatever fails is this step's failure
+            reason = str(e) if isinstance(e, Failed) else f"{type(e).__name__}: {e}"
+            events.emit("step_end", step=name, status="failed", reason=reason, attempts=1,
+                        duration=round(time.monotonic() - started, 3), output="")
+            events.emit("guard_end", status="failed", reason=f"{kind} failed: {reason}",
+                        phase=phase, release=h.current_release(), failed=kind)
+            return "failed"
+        events.emit("step_end", step=name, status=status, reason=reason, attempts=1,
+                    duration=round(time.monotonic() - started, 3), output="")
+    release = h.current_release() if steps else h.r.get("release")
+    events.emit("guard_end", status="validated", reason=summary, phase=phase, release=release,
+                rolled_back=bool(steps) and "stop" in steps, acted=bool(steps))
+    return "validated"
+
+
+# ---------------------------------------------------------------- arm: tether and detach
+
+
+def lock_wait(path: str, seconds: float) -> int | None:
+    """An fd holding LOCK_EX on `path`, waiting up to `seconds` (None: not got)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            if time.monotonic() >= end:
+                os.close(fd)
+                return None
+            time.sleep(POLL)
+
+
+def detach(body: Callable[[], None], log: str) -> None:
+    """Run body() in a process of its own session (double fork), stdio to `log`."""
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, 65536)  # the tether's fd too: the lock stays the foreground's alone
+        body()
+    except BaseException as e:  # noqa: BLE001 - the log says why, the process ends
+        sys.stderr.write(f"guard: {type(e).__name__}: {e}\n")
+    finally:
+        os._exit(0)
+
+
+def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events) -> Callable[[], None]:
+    def body() -> None:
+        fd = os.open(tether, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the foreground ends: no polling
+        state = read_json(state_path)
+        if state.get("settled"):
+            return
+        guard_lock = os.path.join(str(recipe["root"]), "rollout", "guard.lock")
+        lock = os.open(guard_lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        write_json(state_path + ".takeover", {"phase": state.get("phase"), "time": time.time(),
+                                              "pid": os.getpid()})
+        ended = take_over(Host(recipe), events, state)
+        write_json(state_path, {**state, "ended": ended})
+    return body
+
+
+def arm(stdin: Any, stdout: Any, wait: float) -> int:
+    recipe = json.loads(stdin.readline().decode("utf-8"))
+    root = str(recipe["root"])
+    where = run_dir(root, str(recipe["run_id"]))
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    earlier = lock_wait(os.path.join(root, "rollout", "guard.lock"), wait)
+    if earlier is None:  # an earlier guard is still taking over: the controller must not act
+        stdout.write(json.dumps({"armed": False, "reason": "an earlier guard is still taking over"}) + "\n")
+        stdout.flush()
+        return 1
+    os.close(earlier)
+    me = str(os.getpid())
+    tether = os.path.join(where, f"tether.{me}")
+    state_path = os.path.join(where, f"state.{me}.json")
+    fd = os.open(tether, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    state: dict[str, Any] = {"phase": "untouched", "guard": me}
+    write_json(state_path, state)
+    events = Events(os.path.join(where, "guard.jsonl"), recipe, me)
+    detach(watcher(recipe, tether, state_path, events), os.path.join(where, "guard.log"))
+    stdout.write(json.dumps({"armed": True, "guard": me, "events": events.path}) + "\n")
+    stdout.flush()
+    for raw in iter(stdin.readline, b""):
+        word, _, arg = raw.decode("utf-8", "replace").strip().partition(" ")
+        if word == "phase" and arg in PHASES:
+            state["phase"] = arg
+        elif word == "settled":
+            state["settled"] = True
+        else:
+            continue
+        write_json(state_path, state)
+    return 0  # EOF: the tether drops as this process ends
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(root: str, run_id: str, wait: float) -> dict[str, Any]:
+    """Every guard of the run once each is settled or has ended (or `wait` has passed)."""
+    where = run_dir(root, run_id)
+    end = time.monotonic() + wait
+    while True:
+        names = sorted(n for n in os.listdir(where) if re.match(r"^state\.\d+\.json$", n)) \
+            if os.path.isdir(where) else []
+        states = [read_json(os.path.join(where, n)) for n in names]
+        pending = [s for s in states if not s.get("settled") and not s.get("ended")
+                   and tethered(where, str(s.get("guard")))]
+        if not pending or time.monotonic() >= end:
+            break
+        time.sleep(POLL)
+    text = read_text(os.path.join(where, "guard.jsonl")) or ""
+    events = []
+    for line in text.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return {"guards": states, "events": events, "pending": len(pending)}
+
+
+def tethered(where: str, guard: str) -> bool:
+    """True while a guard's tether is held: by its foreground (a controller attached), or by
+    its detached part taking over. A guard whose processes are all gone holds nothing."""
+    tether = os.path.join(where, f"tether.{guard}")
+    try:
+        fd = os.open(tether, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--arm", action="store_true", help="read a recipe line from stdin and stand guard")
+    p.add_argument("--report", action="store_true")
+    p.add_argument("--root", default="/data")
+    p.add_argument("--run", default="")
+    p.add_argument("--wait", type=float, default=600.0)
+    args = p.parse_args(argv)
+    if args.arm:
+        return arm(sys.stdin.buffer, sys.stdout, args.wait)
+    print(json.dumps(report(args.root, args.run, args.wait), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
