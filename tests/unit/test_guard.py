@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wait_for
 
 from rollout.engine.guard import BOOTSTRAP, arm_input, summarize
-from rollout.host.scripts import guard
-from rollout.host.scripts import script_text
+from rollout.host.scripts import guard, script_text
 from rollout.transport.local import LocalTransport
-
-from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wait_for
 
 OLD, NEW = "old0000release", "new1111release"
 
