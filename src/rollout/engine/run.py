@@ -330,10 +330,11 @@ class Engine:
             steps[spec.name] = result.status.value
             if guard.lost:
                 return self._end(HostOutcome(ctx.name, "failed", guard.handed_over(), None, steps))
-            failpoints.park(f"park-after-{step.kind}", self._parked)
             if not result.failed:
                 state.phase = PHASE_AFTER.get(step.kind, state.phase)
                 guard.follow(ctx, plan, state.phase)
+            failpoints.park(f"park-after-{step.kind}", self._parked)
+            if not result.failed:
                 continue
             rollback = plan.rollback_at(state.phase, step.kind)
             if not rollback.warning:
