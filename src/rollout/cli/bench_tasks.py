@@ -8,18 +8,19 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke.context import Context
 
-from rollout import lab
 from rollout.bench.figures import summary_json, summary_table
-from rollout.bench.side_by_side import Plan, measure
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.commands import app
 from rollout.commands.diagnose import bench_diagnose
 from rollout.errors import UserError
+
+if TYPE_CHECKING:
+    from rollout.bench.side_by_side import Plan
 
 FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
 
@@ -35,6 +36,8 @@ def _timed_rollout(fleet: Path, version: str) -> float:
 
 def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
     """diagnose of a host whose daemon log is 1 GiB: seconds and bytes brought back."""
+    from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
+
     log = "/data/rollout/daemon.log"
     lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")
     return bench_diagnose(app.load_fleet(str(fleet), None, host), host)
@@ -57,6 +60,8 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
           sizes: str = "8,16,32", pairs: int = 3, release_mib: int = 100) -> None:
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
     a 100 MiB release to N hosts pushed and pulled, and rollout against the floor."""
+    from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
+    from rollout.bench.side_by_side import Plan
     from rollout.bundle.bench import bench_bundles
 
     figures: dict[str, Any] = {}
@@ -95,6 +100,8 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _side_by_side(plan: Plan) -> dict[str, Any]:
+    from rollout.bench.side_by_side import measure
+
     """Rollout against the floor; prints the table, returns the figures."""
     work = Path(tempfile.mkdtemp(prefix="rollout-bench-floor-"))
     try:

@@ -6,11 +6,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from docker.errors import DockerException
 from invoke.collection import Collection
 from invoke.context import Context
 
-from rollout import lab
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.errors import EnvironmentProblem
@@ -24,6 +22,8 @@ def docker_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from docker.errors import DockerException  # Docker only where a lab task runs
+
         try:
             return fn(*args, **kwargs)
         except DockerException as e:
@@ -43,6 +43,7 @@ def docker_errors(fn: F) -> F:
 @docker_errors
 def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
     """Start a fresh lab fleet on the local Docker engine and write lab/fleet.yaml."""
+    from rollout import lab
     fleet = lab.up(hosts=hosts, memory=memory)
     print(f"lab fleet of {hosts} host(s) is up; inventory: {fleet}")
 
@@ -52,6 +53,7 @@ def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
 @docker_errors
 def down(c: Context) -> None:
     """Remove every lab container, volume, network and host image tag."""
+    from rollout import lab
     lab.down()
     print("lab fleet removed")
 
@@ -61,6 +63,7 @@ def down(c: Context) -> None:
 @docker_errors
 def status(c: Context) -> None:
     """List the lab hosts and their state."""
+    from rollout import lab
     hosts = lab.status()
     if not hosts:
         print("no lab hosts")

@@ -8,16 +8,19 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import docker
-from docker.errors import BuildError, DockerException, ImageNotFound
+from typing import TYPE_CHECKING, Any
 
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
 from rollout.steps.decision import Artifact, Release
 from rollout.steps.manifest import release_id_of
+
+if TYPE_CHECKING:
+    import docker
+
+# Docker is imported where a build or an extract runs: a rollout of a bundle built elsewhere
+# (and every other command) starts without it.
 
 
 @dataclass
@@ -32,6 +35,9 @@ class ControllerContext:
     _client: docker.DockerClient | None = None
 
     def docker(self) -> docker.DockerClient:
+        import docker
+        from docker.errors import DockerException
+
         if self._client is None:
             try:
                 self._client = docker.from_env(version="auto")
@@ -77,6 +83,8 @@ def content_tag(spec: Any) -> str:
 
 def existing_image(ctx: ControllerContext) -> str | None:
     """The content tag when the image for these inputs is already built (reads only)."""
+    from docker.errors import ImageNotFound
+
     tag = content_tag(ctx.build)
     try:
         ctx.docker().images.get(tag)
@@ -86,6 +94,8 @@ def existing_image(ctx: ControllerContext) -> str | None:
 
 
 def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
+    from docker.errors import BuildError, ImageNotFound
+
     spec = ctx.build
     context, dockerfile = Path(spec.context), Path(spec.dockerfile)
     args = {k: str(v) for k, v in (spec.args or {}).items()}
