@@ -26,7 +26,9 @@ def _sha256s(ctx: HostContext, directory: str, names: list[str]) -> dict[str, st
     if not names:
         return {}
     files = " ".join(q(n) for n in names)
-    r = ctx.sh(f"cd {q(directory)} 2>/dev/null && sha256sum -- {files} 2>/dev/null")
+    # evicted after: read again, the pages would be active cache the drain counts
+    r = ctx.sh(f"cd {q(directory)} 2>/dev/null && sha256sum -- {files} 2>/dev/null; "
+               f"{evict_command(directory, names)} >/dev/null 2>&1")
     sums: dict[str, str] = {}
     for line in r.stdout.splitlines():
         digest, _, name = line.partition("  ")
