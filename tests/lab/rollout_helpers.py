@@ -7,11 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout import lab
+
+if TYPE_CHECKING:
+    from .conftest import LabFleet
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_KNOBS = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
@@ -101,6 +105,19 @@ def reset_host(host: str) -> None:
     # Wait until they are gone (a killed supervisor could still write under /data).
     ours = "pgrep -f '[s]upervisor.py|[l]ab-late-reaper'; pgrep -x 'cuzk-daemon|lab-pool-keeper'"
     sh(host, f"{kill_and_wait(ours)} && rm -rf /data/* /dev/shm/lab-*")
+
+
+def fresh_fleet(
+    fleet: LabFleet, hosts: Iterable[str] | None = None, base: Callable[[], CliRun] | None = None
+) -> LabFleet:
+    """A module's fleet: these hosts (all by default) back to empty rented hosts, then, with
+    `base`, a first rollout that must pass."""
+    for host in hosts if hosts is not None else [h.name for h in fleet.hosts]:
+        reset_host(host)
+    if base is not None:
+        first = base()
+        assert first.code == 0, first.stderr[-3000:]
+    return fleet
 
 
 def kill_and_wait(list_pids: str, tries: int = 600) -> str:

@@ -22,8 +22,8 @@ from .rollout_helpers import (
     REPO,
     CliRun,
     assert_serving,
+    fresh_fleet,
     host_snapshot,
-    reset_host,
     run_cli,
     sh,
     start_cli,
@@ -36,9 +36,7 @@ FAST = ("--set", f"lab_knobs={FAST_KNOBS}")
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet) -> LabFleet:
-    for host in lab_fleet.hosts:
-        reset_host(host.name)
-    return lab_fleet
+    return fresh_fleet(lab_fleet)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from .conftest import LabFleet
 from .rollout_helpers import (
     CliRun,
     assert_serving,
+    fresh_fleet,
     jsonl,
-    reset_host,
     rollout_args,
     run_cli,
     sh,
@@ -41,11 +41,8 @@ MMAP_READ = (
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
-    for host in HOSTS:
-        reset_host(host)
-    first = deploy(tmp_path_factory.mktemp("base"), lab_fleet, "drain-base")
-    assert first.code == 0, first.stderr[-3000:]
-    return lab_fleet
+    base = tmp_path_factory.mktemp("base")
+    return fresh_fleet(lab_fleet, HOSTS, lambda: deploy(base, lab_fleet, "drain-base"))
 
 
 def deploy(work: Path, fleet: LabFleet, version: str, *extra: str) -> CliRun:

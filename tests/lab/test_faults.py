@@ -22,8 +22,8 @@ from .rollout_helpers import (
     CliRun,
     assert_serving,
     daemon_pid,
+    fresh_fleet,
     inventory_with,
-    reset_host,
     rollout_args,
     run_cli,
     sh,
@@ -51,11 +51,8 @@ POOL_HOLD = "/dev/shm/lab-pool-hold"  # while it exists, a dead daemon's pool st
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
-    for host in HOSTS:
-        reset_host(host)
-    first = deploy(tmp_path_factory.mktemp("base"), lab_fleet, "base")
-    assert first.code == 0, first.stderr[-3000:]
-    return lab_fleet
+    base = tmp_path_factory.mktemp("base")
+    return fresh_fleet(lab_fleet, HOSTS, lambda: deploy(base, lab_fleet, "base"))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from rollout.commands.app import load_fleet
 from rollout.commands.diagnose import bench_diagnose
 
 from .conftest import LabFleet
-from .rollout_helpers import FAST_KNOBS, reset_host, run_cli, sh
+from .rollout_helpers import FAST_KNOBS, fresh_fleet, run_cli, sh
 
 pytestmark = pytest.mark.lab
 CONFIG = "/data/zk/cuzk.toml"
@@ -26,13 +26,10 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
-    for host in lab_fleet.hosts:
-        reset_host(host.name)
-    run = run_cli(tmp_path_factory.mktemp("health"), "rollout", "--hosts",
-                  str(lab_fleet.fleet_path), "--set", "version=health-1",
-                  "--set", f"lab_knobs={FAST_KNOBS}")
-    assert run.code == 0, run.stderr[-3000:]
-    return lab_fleet
+    work = tmp_path_factory.mktemp("health")
+    return fresh_fleet(lab_fleet, base=lambda: run_cli(
+        work, "rollout", "--hosts", str(lab_fleet.fleet_path), "--set", "version=health-1",
+        "--set", f"lab_knobs={FAST_KNOBS}"))
 
 
 def cli(fleet: LabFleet, tmp: Path, *args: str) -> tuple[int, Any, str]:

@@ -14,7 +14,7 @@ from .rollout_helpers import (
     CliRun,
     assert_serving,
     daemon_pid,
-    reset_host,
+    fresh_fleet,
     rollout_args,
     run_cli,
 )
@@ -25,10 +25,8 @@ HOST = "lab-2"
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabFleet:
-    reset_host(HOST)
-    first = deploy(tmp_path_factory.mktemp("base"), lab_fleet, "pre-base")
-    assert first.code == 0, first.stderr[-3000:]
-    return lab_fleet
+    base = tmp_path_factory.mktemp("base")
+    return fresh_fleet(lab_fleet, [HOST], lambda: deploy(base, lab_fleet, "pre-base"))
 
 
 def deploy(work: Path, fleet: LabFleet, version: str, *extra: str) -> CliRun:

@@ -19,6 +19,7 @@ from .rollout_helpers import (
     CliRun,
     assert_serving,
     daemon_pid,
+    fresh_fleet,
     inventory_with,
     reset_host,
     rollout_args,
@@ -37,9 +38,7 @@ VK = POREP_PARAMS.removesuffix(".params") + ".vk"
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet) -> LabFleet:
-    for host in ("lab-1", "lab-2", "lab-3"):
-        reset_host(host)
-    return lab_fleet
+    return fresh_fleet(lab_fleet, ("lab-1", "lab-2", "lab-3"))
 
 
 def deploy(

@@ -10,10 +10,10 @@ from .conftest import LabFleet
 from .rollout_helpers import (
     FAST_KNOBS,
     assert_serving,
+    fresh_fleet,
     host_snapshot,
     inventory_with,
     jsonl,
-    reset_host,
     rollout_args,
     run_cli,
     serving_version,
@@ -38,9 +38,7 @@ STEPS = [
 
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: LabFleet) -> LabFleet:
-    for host in lab_fleet.hosts:
-        reset_host(host.name)
-    return lab_fleet
+    return fresh_fleet(lab_fleet)
 
 
 @pytest.fixture(scope="module")
