@@ -3,10 +3,13 @@ script run for real against a temp root with the real supervisor and a stand-in 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +22,16 @@ from rollout.host.scripts import guard, script_text
 from rollout.transport.local import LocalTransport
 
 OLD, NEW = "old0000release", "new1111release"
+BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
 
 
 @pytest.mark.parametrize(
     ("phase", "previous", "steps"),
     [
-        ("untouched", OLD, ["stop", "switch", "start", "ready", "validate"]),
-        ("stopped", OLD, ["stop", "switch", "start", "ready", "validate"]),
-        ("switched", OLD, ["stop", "switch", "start", "ready", "validate"]),
-        ("started", OLD, ["stop", "switch", "start", "ready", "validate"]),
+        ("untouched", OLD, BACK),
+        ("stopped", OLD, BACK),
+        ("switched", OLD, BACK),
+        ("started", OLD, BACK),
         ("validated", OLD, []),
         ("stopped", None, ["start", "ready", "validate"]),
         ("started", NEW, ["start", "ready", "validate"]),  # the previous is the new one
@@ -98,7 +102,8 @@ class TwoReleases(Host):
                 "stop_signal": "SIGTERM", "stop_grace": 5.0, "start_wait": 60.0,
                 "ready_timeout": 60.0, "validate_timeout": 60.0,
                 "validate_command": "echo 'status:    COMPLETED' $(readlink current)",
-                "success_pattern": r"^status:\s+COMPLETED"}
+                "success_pattern": r"^status:\s+COMPLETED",
+                "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0}}
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         path = self.root / "rollout" / "runs" / run_id / "guard.jsonl"
@@ -115,11 +120,12 @@ def host(tmp_path: Path) -> Iterator[TwoReleases]:
         h.cleanup()
 
 
-def arm(host: TwoReleases, recipe: dict[str, Any]) -> Any:
+def arm(host: TwoReleases, recipe: dict[str, Any], answer_key: str = "guard") -> Any:
     command = f"cd {shlex.quote(str(host.root))} && python3 -c {shlex.quote(BOOTSTRAP)} --arm"
     stream = LocalTransport().open_stream(command, arm_input(recipe))
     answer = json.loads(stream.readline(60))
-    assert answer["armed"] is True, answer
+    assert answer["armed"] is True and answer_key in answer, answer
+    stream.answer = answer
     return stream
 
 
@@ -143,6 +149,15 @@ def test_lost_tether_in_phase_started_rolls_back_and_validates(host: TwoReleases
     assert [steps[f"guard-{k}"]["status"] for k in ("stop", "switch", "start", "ready",
                                                        "validate")] == [
         "changed", "changed", "changed", "ok", "ok"]
+    order = [e["step"] for e in host.events("run-a") if e["kind"] == "step_end"]
+    assert order == [f"guard-{k}" for k in BACK], order
+    stop, drain = steps["guard-stop"], steps["guard-drain"]
+    assert stop["data"]["pid"] == new[0] and stop["data"]["starttime"] == new[1], stop
+    # drain.py ran with the recipe's settings, for the daemon the guard stopped: gone
+    assert drain["status"] in ("changed", "skipped"), drain
+    assert drain["data"]["outcome"] == "drained" and drain["data"]["state"] == "gone", drain
+    assert (drain["data"]["pid"], drain["data"]["starttime"]) == (new[0], new[1]), drain
+    assert drain["data"]["budget"] == 0 and drain["data"]["plateau"] == 30.0, drain
     assert all(e["run_id"] == "run-a" and e["host"] == "tmp" for e in host.events("run-a"))
     report = guard.report(str(host.root), "run-a", 5)
     assert summarize(report)[0]["reason"].endswith(f"rolled back to {OLD}, validated")
@@ -179,3 +194,116 @@ def test_the_script_sent_is_the_inlined_one() -> None:
     text = script_text("guard")
     assert "inlined from rollout/host/scripts/common.py" in text
     assert arm_input({"a": 1}).startswith(f"{len(text.encode())}\n".encode())
+    drain = script_text("drain").encode()
+    assert arm_input({"a": 1}).endswith(b'{"a": 1}\n' + f"{len(drain)}\n".encode() + drain)
+
+
+def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
+    evidence = {"pid": 42, "starttime": 7, "release": NEW, "path": "/data/rollout/validated.json"}
+    summary, steps = guard.decide({"release": NEW, "previous": OLD}, {"phase": "started"},
+                                  evidence)
+    assert steps == [] and "daemon 42 (start time 7) already passed the validation" in summary
+    assert "validated.json" in summary and "nothing to do" in summary
+    assert guard.decide({"release": NEW, "previous": OLD}, {"phase": "started"}, None)[1] == BACK
+
+
+def test_validated_json_is_hostile_data(host: TwoReleases) -> None:
+    host.start()
+    pid, starttime, _ = host.daemon()
+    h = guard.Host(host.recipe("run-v", OLD))
+    path = host.path("validated.json")
+    good = {"release": NEW, "pid": pid, "starttime": starttime, "time": 1.0}
+    bad: list[Any] = [
+        "{not json", "[1, 2]", "null", json.dumps({**good, "pid": str(pid)}),
+        json.dumps({**good, "pid": True}), json.dumps({**good, "starttime": None}),
+        json.dumps({**good, "release": OLD}), json.dumps({**good, "starttime": starttime + 1}),
+        json.dumps({**good, "release": ["x"]}), "\xff\xfe",
+    ]
+    for text in bad:
+        path.write_text(text)
+        assert h.validated_daemon() is None, text
+    path.write_text(json.dumps(good))
+    assert h.validated_daemon() == {"pid": pid, "starttime": starttime, "release": NEW,
+                                    "path": str(path)}
+    host.path("hold").write_text("")  # held: not serving, whatever the evidence says
+    assert h.validated_daemon() is None
+    host.path("hold").unlink()
+    (host.root / "current").unlink()
+    (host.root / "current").symlink_to(f"releases/{OLD}")
+    assert h.validated_daemon() is None  # current no longer points at the release validated
+
+
+def test_lost_tether_after_a_validation_the_guard_was_not_told_of_keeps_the_daemon(
+    host: TwoReleases,
+) -> None:
+    host.start()
+    pid, starttime, _ = host.daemon()
+    host.path("validated.json").write_text(
+        json.dumps({"release": NEW, "pid": pid, "starttime": starttime, "time": 1.0}))
+    stream = arm(host, host.recipe("run-e", OLD))
+    stream.write("phase stopped\nphase switched\nphase started\n")  # never "validated"
+    stream.close()
+    end = wait_for(lambda: next((e for e in host.events("run-e") if e["kind"] == "guard_end"),
+                                None))
+    assert end["status"] == "validated" and end["data"]["acted"] is False, end
+    assert f"daemon {pid} (start time {starttime}) already passed" in end["reason"], end
+    assert end["data"]["evidence"]["pid"] == pid
+    assert [e for e in host.events("run-e") if e["kind"] == "step_end"] == []
+    assert host.daemon() [0] == pid and alive(pid)
+    assert (host.root / "current").readlink() == Path(f"releases/{NEW}")
+    [summary] = summarize(guard.report(str(host.root), "run-e", 5))
+    assert "the host's guard did nothing" in summary["reason"], summary
+
+
+def make_run(runs: Path, name: str, age_days: float, now: float, **state: Any) -> Path:
+    where = runs / name
+    where.mkdir(parents=True)
+    (where / "state.1.json").write_text(json.dumps({"guard": "1", **state}))
+    (where / "tether.1").write_text("")
+    (where / "guard.jsonl").write_text("")
+    when = now - age_days * 86400
+    for f in [*where.iterdir(), where]:
+        os.utime(f, (when, when))
+    return where
+
+
+def test_prune_keeps_the_newest_and_whatever_is_not_done(tmp_path: Path) -> None:
+    runs, now = tmp_path / "runs", 1_000_000_000.0
+    done = [make_run(runs, f"run-{i:02d}", 8 + i, now, settled=True) for i in range(25)]
+    young = make_run(runs, "young", 1, now, ended="validated")
+    pending = make_run(runs, "pending", 30, now, phase="started")  # neither settled nor ended
+    held = make_run(runs, "held", 31, now, ended="validated")
+    mine = make_run(runs, "mine", 40, now, settled=True)
+    (runs / "link").symlink_to(done[-1])
+    fd = os.open(held / "tether.1", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a guard still holds its tether
+    try:
+        removed = guard.prune_runs(str(runs), keep="mine", now=now)
+    finally:
+        os.close(fd)
+    # newest 20 kept whatever their age: young and run-00..run-18; then the old done ones go
+    assert sorted(removed) == [f"run-{i:02d}" for i in range(19, 25)], removed
+    assert all(d.exists() for d in (young, pending, held, mine, *done[:19]))
+    assert not any(d.exists() for d in done[19:]) and (runs / "link").is_symlink()
+    # its tether free again, the held run is done like the others: past the newest 20, it goes
+    assert guard.prune_runs(str(runs), keep="mine", now=now) == ["held"]
+    assert guard.prune_runs(str(tmp_path / "nothing"), keep="x", now=now) == []
+
+
+def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoReleases) -> None:
+    runs = host.root / "rollout" / "runs"
+    old = [make_run(runs, f"old-{i:02d}", 10 + i, time.time(), ended="validated")
+           for i in range(21)]
+    stream = arm(host, host.recipe("run-p", OLD), answer_key="pruned")
+    # this run's folder is the newest of 22: the two oldest go
+    assert sorted(stream.answer["pruned"]) == ["old-19", "old-20"], stream.answer
+    assert not old[19].exists() and not old[20].exists() and old[18].exists()
+    assert (runs / "run-p" / "drain.py").read_text() == script_text("drain")
+    stream.write("settled\n")
+    stream.close()
+    command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm"
+    bare = script_text("guard").encode()
+    no_drain = f"{len(bare)}\n".encode() + bare + json.dumps(host.recipe("run-q", OLD)).encode()
+    refused = LocalTransport().open_stream(command, no_drain + b"\n0\n")
+    answer = json.loads(refused.readline(60))
+    assert answer == {"armed": False, "reason": "no drain script after the recipe"}, answer

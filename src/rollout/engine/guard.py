@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config.steps import StartParams, ValidateParams
+from rollout.config.steps import DrainParams, StartParams, ValidateParams
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
 from rollout.host.scripts import script_text
@@ -25,6 +25,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Phase
+from rollout.steps.drain import DrainHow, budget_args, drain_action
 from rollout.transport.base import Stream
 
 BOOTSTRAP = (
@@ -43,6 +44,18 @@ def validate_params(plan: Any) -> ValidateParams:
             if isinstance(params, ValidateParams):
                 return params
     return ValidateParams()
+
+
+def drain_recipe(ctx: HostContext, plan: Any) -> dict[str, Any]:
+    """The drain settings the host plan's drain step decided (its params over the playbook's
+    drain settings, as drain.decide computes them; the playbook's alone where the plan has
+    no drain action) and the new daemon's budget or margin, as the drain step passes them."""
+    how = next((s.decision.detail for s in plan.steps if s.kind == "drain"
+                and isinstance(s.decision, Action) and isinstance(s.decision.detail, DrainHow)),
+               None) or drain_action(ctx.target, DrainParams()).detail
+    flag, amount = budget_args(ctx.settings.daemon)
+    return {"deadline": float(how.deadline), "plateau": float(how.plateau),
+            "zombie_grace": float(how.zombie_grace), str(flag).lstrip("-"): int(str(amount))}
 
 
 def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
@@ -73,12 +86,16 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
         "validate_command": command,
         "success_pattern": params.success_pattern or spec.success_pattern,
         "validate_timeout": float(spec.timeout if params.timeout is None else params.timeout),
+        "drain": drain_recipe(ctx, plan),
     }
 
 
 def arm_input(data: dict[str, Any]) -> bytes:
-    script = script_text("guard").encode()
-    return f"{len(script)}\n".encode() + script + json.dumps(data).encode() + b"\n"
+    """The guard's script and its recipe line, then drain.py's text (the guard runs it, as
+    the drain step does, before it starts a daemon again), each script after its length."""
+    script, drain = script_text("guard").encode(), script_text("drain").encode()
+    return (f"{len(script)}\n".encode() + script + json.dumps(data).encode() + b"\n"
+            + f"{len(drain)}\n".encode() + drain)
 
 
 @dataclass
@@ -188,5 +205,8 @@ def _summary(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, A
         what = f"kept {release}, validated"
     else:
         what = f"did nothing: {end.get('reason')}"
+    failed = data.get("failed_steps")
+    if isinstance(failed, dict) and failed:
+        what += "; " + "; ".join(f"{k} failed: {v}" for k, v in failed.items())
     return {**base, "status": end.get("status"), "release": release,
             "reason": f"controller lost in phase {phase}; the host's guard {what}"}

@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,9 @@ from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, po
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PHASES = ("untouched", "stopped", "switched", "started", "validated")
 POLL = 0.1  # seconds between looks at local state (never at the controller)
+KEEP_RUNS = 20  # run folders always kept, newest first
+PRUNE_AGE = 7 * 86400  # seconds: older run folders whose guards are all done are removed
+MAX_SCRIPT = 1 << 20  # bytes: the drain script the arm input carries
 
 
 # ---------------------------------------------------------------- paths and records
@@ -101,18 +105,25 @@ class Failed(Exception):
 # ---------------------------------------------------------------- the decision (pure)
 
 
-def decide(recipe: dict[str, Any], state: dict[str, Any]) -> tuple[str, list[str]]:
-    """(what the guard does, its steps) once the tether dropped, from the recipe and the
-    phase the controller last reported. Pure: the steps themselves check before acting."""
+def decide(recipe: dict[str, Any], state: dict[str, Any],
+           validated: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """(what the guard does, its steps) once the tether dropped, from the recipe, the phase
+    the controller last reported and the validation evidence of the daemon running now
+    (Host.validated_daemon). Pure: the steps themselves check before acting."""
     if state.get("settled"):
         return "the controller settled the host: nothing to do", []
     phase = str(state.get("phase") or "untouched")
     release = recipe.get("release")
     if phase == "validated":
         return f"the host had validated release {release}: nothing to do", []
+    if validated:
+        return (f"daemon {validated.get('pid')} (start time {validated.get('starttime')}) "
+                f"already passed the validation of release {release} "
+                f"({validated.get('path')}): kept, nothing to do"), []
     previous = recipe.get("previous")
     if previous and previous != release:
-        return f"roll back to {previous}", ["stop", "switch", "start", "ready", "validate"]
+        return f"roll back to {previous}", ["stop", "drain", "switch", "start", "ready",
+                                            "validate"]
     return f"no previous release: keep {release}", ["start", "ready", "validate"]
 
 
@@ -127,6 +138,9 @@ class Host:
         self.state_dir = os.path.join(self.root, "rollout")
         self.hold = os.path.join(self.state_dir, "hold")
         self.current = os.path.join(self.root, "current")
+        self.run_dir = run_dir(self.root, str(recipe["run_id"]))
+        self.stopped: tuple[int, int] | None = None  # (pid, start time) the stop step stopped
+        self.drained: dict[str, Any] | None = None  # drain.py's answer
 
     def release_dir(self, release_id: str) -> str:
         return os.path.join(self.root, "releases", release_id)
@@ -153,6 +167,38 @@ class Host:
         d = self.daemon()
         return d if d and d[2].startswith(self.release_dir(release_id) + "/") else None
 
+    def dead_daemon(self) -> tuple[int, int] | None:
+        """(pid, start time) of the daemon the pidfile names while it is a zombie: stopped
+        (by the controller, before it died) but not yet reaped."""
+        found = read_pidfile(os.path.join(self.state_dir, "daemon.pid"))
+        if found is None or found[1] is None or found[0] <= 1:
+            return None
+        pid, starttime = found[0], int(found[1])
+        return (pid, starttime) if proc_state(self.proc, pid, starttime)[0] == "zombie" else None
+
+    def validated_daemon(self) -> dict[str, Any] | None:
+        """The evidence (validated.json, read as hostile data) that the daemon running now,
+        the same pid AND start time, passed the validation of the release being rolled out,
+        which current points at with no hold set; None when there is none."""
+        release = self.r.get("release")
+        path = os.path.join(self.state_dir, "validated.json")
+        try:
+            with open(path, "rb") as f:
+                doc = json.loads(f.read(4096))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict) or not isinstance(release, str) or doc.get("release") != release:
+            return None
+        pid, starttime = doc.get("pid"), doc.get("starttime")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pid, starttime)):
+            return None
+        d = self.runs(release)
+        if d is None or (d[0], d[1]) != (pid, starttime) or self.current_release() != release:
+            return None
+        if os.path.exists(self.hold):
+            return None
+        return {"pid": pid, "starttime": starttime, "release": release, "path": path}
+
     def supervisor_alive(self) -> bool:
         found = read_pidfile(os.path.join(self.state_dir, "supervisor.pid"))
         if found is None or found[0] <= 1:
@@ -175,6 +221,7 @@ def step_stop(h: Host) -> tuple[str, str]:
     if d is None:
         return "skipped", "hold set; no daemon of ours running"
     pid, starttime, _ = d
+    h.stopped = (pid, starttime)
     sig = signal.Signals[str(h.r.get("stop_signal") or "SIGTERM")]
     os.kill(pid, sig)
     if wait_gone(h, pid, starttime, float(h.r.get("stop_grace") or 10)):
@@ -192,6 +239,91 @@ def wait_gone(h: Host, pid: int, starttime: int, seconds: float) -> bool:
             return False
         time.sleep(POLL)
     return True
+
+
+def drain_settings(h: Host) -> dict[str, Any]:
+    d = h.r.get("drain")
+    return d if isinstance(d, dict) else {}
+
+
+def drain_args(h: Host, pid: int, starttime: int | None) -> list[str]:
+    """drain.py's arguments: the recipe's drain settings, computed by the controller as its
+    drain step computes them (deadline, plateau, zombie grace, budget or margin)."""
+    d = drain_settings(h)
+    args = ["--root", h.root, "--pid", str(pid)]
+    if starttime is not None:
+        args += ["--starttime", str(starttime)]
+    for key in ("deadline", "plateau", "zombie_grace"):
+        if isinstance(d.get(key), (int, float)) and not isinstance(d.get(key), bool):
+            args += [f"--{key.replace('_', '-')}", repr(float(d[key]))]
+    for key in ("budget", "margin"):
+        if isinstance(d.get(key), int) and not isinstance(d.get(key), bool):
+            args += [f"--{key}", str(d[key])]
+            break
+    return args
+
+
+def mib(n: Any) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if isinstance(n, (int, float)) else "?"
+
+
+def drain_failure(out: dict[str, Any]) -> str:
+    """Why drain.py did not drain, naming what still holds the memory."""
+    if out.get("outcome") == "plateau":
+        why = f"memory stopped falling for {out.get('plateau')}s"
+    elif out.get("state") == "running":
+        why = f"daemon {out.get('pid')} still running at the drain deadline"
+    else:
+        why = "drain deadline passed"
+    holders = out.get("holders")
+    held: dict[str, Any] = holders if isinstance(holders, dict) else {}
+    names = [f"{f.get('path')} ({mib(f.get('bytes'))})" for f in (held.get("shm") or [])[:3]
+             if isinstance(f, dict) and f.get("bytes")]
+    names += [f"pid {p.get('pid')} `{p.get('cmdline') or '?'}` (RSS {mib(p.get('rss'))})"
+              for p in (held.get("processes") or [])[:3] if isinstance(p, dict)]
+    return (f"{why}: working set {mib(out.get('working_set'))}, budget {mib(out.get('budget'))}"
+            f"; held by: {'; '.join(names) or 'nothing named'}")
+
+
+def step_drain(h: Host) -> tuple[str, str]:
+    """The drain step's rule, by drain.py itself: the daemon stopped is gone (its zombie
+    reaped) and its memory is back before the next daemon starts. A failed drain is
+    reported and the previous release restarted all the same, as the controller's rollback
+    after a failed drain does: a guard never leaves the host stopped."""
+    keep = str(h.r["previous"])
+    kept = h.runs(keep)
+    if kept:
+        return "skipped", f"daemon {kept[0]} runs the previous release {keep}: nothing was stopped"
+    pid, starttime = h.stopped or h.dead_daemon() or (0, None)
+    script = os.path.join(h.run_dir, "drain.py")
+    if not os.path.isfile(script):
+        raise Failed(f"no drain script at {script}")
+    deadline = float(drain_settings(h).get("deadline") or 600)
+    p = subprocess.run([sys.executable or "python3", script, *drain_args(h, pid, starttime)],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline + 60,
+                       check=False)
+    lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        out = {}
+    if not isinstance(out, dict) or not out.get("outcome"):
+        raise Failed(f"drain.py said nothing (exit {p.returncode}): "
+                     f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
+    h.drained = out
+    who = f"daemon {pid}" if pid else "no daemon stopped here"
+    if out["outcome"] != "drained":
+        return "failed", (f"{drain_failure(out)}; restarting {keep} without waiting again "
+                          "(its memory is still charged)")
+    by = {"budget": f"headroom fits the budget {mib(out.get('budget'))}",
+          "baseline": "working set back to its level before the old daemon started"}.get(
+        str(out.get("drained_by")), "memory not measurable here")
+    figures = f"working set {mib(out.get('working_set'))}"
+    if out.get("state_at_start") == "gone" and len(out.get("samples") or []) <= 1:
+        return "skipped", f"nothing to drain: {who} gone and {by} ({figures})"
+    waited = float(out.get("ended") or 0) - float(out.get("started") or 0)
+    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
+    return "changed", f"{who} gone and {by} after {waited:.1f}s ({figures}){note}"
 
 
 def step_switch(h: Host) -> tuple[str, str]:
@@ -329,17 +461,20 @@ def step_validate(h: Host) -> tuple[str, str]:
 
 
 STEPS: dict[str, Callable[[Host], tuple[str, str]]] = {
-    "stop": step_stop, "switch": step_switch, "start": step_start, "ready": step_ready,
+    "stop": step_stop, "drain": step_drain, "switch": step_switch, "start": step_start, "ready": step_ready,
     "validate": step_validate,
 }
 
 
 def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
     """Run the takeover; returns the guard's final status (validated or failed)."""
-    summary, steps = decide(h.r, state)
+    validated = None if state.get("settled") else h.validated_daemon()
+    summary, steps = decide(h.r, state, validated)
     phase = state.get("phase") or "untouched"
     events.emit("guard_takeover", status="takeover",
-                reason=f"controller lost in phase {phase}: {summary}", phase=phase, steps=steps)
+                reason=f"controller lost in phase {phase}: {summary}", phase=phase, steps=steps,
+                evidence=validated)
+    tolerated: dict[str, str] = {}
     for kind in steps:
         name = f"guard-{kind}"
         events.emit("step_start", step=name, kind=kind)
@@ -353,12 +488,26 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
             events.emit("guard_end", status="failed", reason=f"{kind} failed: {reason}",
                         phase=phase, release=h.current_release(), failed=kind)
             return "failed"
+        extra = step_data(h, kind)
         events.emit("step_end", step=name, status=status, reason=reason, attempts=1,
-                    duration=round(time.monotonic() - started, 3), output="")
+                    duration=round(time.monotonic() - started, 3), output="", **extra)
+        if status == "failed":  # a failed drain: reported, and the takeover goes on
+            tolerated[kind] = reason
     release = h.current_release() if steps else h.r.get("release")
     events.emit("guard_end", status="validated", reason=summary, phase=phase, release=release,
-                rolled_back=bool(steps) and "stop" in steps, acted=bool(steps))
+                rolled_back=bool(steps) and "stop" in steps, acted=bool(steps),
+                failed_steps=tolerated, evidence=validated)
     return "validated"
+
+
+def step_data(h: Host, kind: str) -> dict[str, Any]:
+    """What a step_end event carries besides its reason: the daemon stopped, the drain's
+    answer (its samples as the drain step's events carry them)."""
+    if kind == "stop" and h.stopped:
+        return {"pid": h.stopped[0], "starttime": h.stopped[1]}
+    if kind == "drain" and h.drained:
+        return dict(h.drained)
+    return {}
 
 
 # ---------------------------------------------------------------- arm: tether and detach
@@ -419,11 +568,85 @@ def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events
     return body
 
 
+def read_sized(stdin: Any) -> bytes | None:
+    """A "LENGTH\n" line, then that many bytes; None when either is missing or too big."""
+    head = stdin.readline(32).strip()
+    if not head.isdigit() or not 0 < int(head) <= MAX_SCRIPT:
+        return None
+    data = stdin.read(int(head))
+    return data if len(data) == int(head) else None
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def run_done(where: str) -> bool:
+    """Every guard of a run folder is settled or has ended, and none holds its tether."""
+    for name in os.listdir(where):
+        m = re.match(r"^state\.(\d+)\.json$", name)
+        if m:
+            state = read_json(os.path.join(where, name))
+            if not (state.get("settled") or state.get("ended")) or tethered(where, m.group(1)):
+                return False
+        elif name.startswith("tether.") and tethered(where, name[len("tether."):]):
+            return False
+    return True
+
+
+def last_change(where: str) -> float:
+    """The newest mtime of a run folder and what is in it."""
+    times = [os.lstat(where).st_mtime]
+    for name in os.listdir(where):
+        try:
+            times.append(os.lstat(os.path.join(where, name)).st_mtime)
+        except OSError:
+            continue
+    return max(times)
+
+
+def prune_runs(runs: str, keep: str, now: float | None = None) -> list[str]:
+    """Remove run folders older than PRUNE_AGE whose guards are all done, past the newest
+    KEEP_RUNS; never `keep` (this run's), a symlink, or one whose tether is held."""
+    now = time.time() if now is None else now
+    found: list[tuple[float, str]] = []
+    try:
+        for entry in os.scandir(runs):
+            if entry.is_dir(follow_symlinks=False) and RUN_ID.match(entry.name) \
+                    and ".." not in entry.name:
+                found.append((last_change(entry.path), entry.name))
+    except OSError:
+        return []
+    found.sort(reverse=True)
+    removed = []
+    for changed, name in found[KEEP_RUNS:]:
+        where = os.path.join(runs, name)
+        try:
+            if name == keep or now - changed < PRUNE_AGE or not run_done(where):
+                continue
+            shutil.rmtree(where)
+        except OSError:
+            continue
+        removed.append(name)
+    return removed
+
+
 def arm(stdin: Any, stdout: Any, wait: float) -> int:
     recipe = json.loads(stdin.readline().decode("utf-8"))
+    drain_script = read_sized(stdin)
     root = str(recipe["root"])
     where = run_dir(root, str(recipe["run_id"]))
     os.makedirs(where, mode=0o700, exist_ok=True)
+    if drain_script is None:
+        stdout.write(json.dumps({"armed": False, "reason": "no drain script after the recipe"}) + "\n")
+        stdout.flush()
+        return 2
+    write_bytes(os.path.join(where, "drain.py"), drain_script)
+    pruned = prune_runs(os.path.join(root, "rollout", "runs"), keep=os.path.basename(where))
     earlier = lock_wait(os.path.join(root, "rollout", "guard.lock"), wait)
     if earlier is None:  # an earlier guard is still taking over: the controller must not act
         stdout.write(json.dumps({"armed": False, "reason": "an earlier guard is still taking over"}) + "\n")
@@ -439,7 +662,8 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     write_json(state_path, state)
     events = Events(os.path.join(where, "guard.jsonl"), recipe, me)
     detach(watcher(recipe, tether, state_path, events), os.path.join(where, "guard.log"))
-    stdout.write(json.dumps({"armed": True, "guard": me, "events": events.path}) + "\n")
+    stdout.write(json.dumps({"armed": True, "guard": me, "events": events.path,
+                             "pruned": pruned}) + "\n")
     stdout.flush()
     for raw in iter(stdin.readline, b""):
         word, _, arg = raw.decode("utf-8", "replace").strip().partition(" ")
