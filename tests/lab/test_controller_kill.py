@@ -33,6 +33,11 @@ HOST = "lab-1"
 FAST = ("--limit", HOST, "--set", f"lab_knobs={FAST_KNOBS}", "--set", "ready_timeout=15",
         "--set", "stop_grace=3", "--set", "drain_deadline=30")
 BACK = ("stop", "drain", "switch", "start", "ready")  # killed here: back to the old release
+# A pool that cannot fit beside the budget (limit 512 MiB - margin 64 MiB) while it is held.
+BIG_POOL = ("--set", "lab_knobs={pool_mib: 128, load_secs: 0.3, drain_mib_per_sec: 256, "
+            "prove_secs: 0.1}")
+POOL_HOLD = "/dev/shm/lab-pool-hold"  # while it exists, a dead daemon's pool stays charged
+MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +73,43 @@ def serving_unlocked_run(version: str) -> None:
     assert serving_version(HOST) == version
 
 
+def guard_events(run_id: str, step: str, bound: float = 300) -> list[dict[str, Any]]:
+    """The guard's events once one of them starts `step` (read by docker exec). The bound
+    only ends a wait that would never end."""
+    path = f"/data/rollout/runs/{run_id}/guard.jsonl"
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        found = jsonl(HOST, path)
+        if any(e["kind"] == "step_start" and e["step"] == step for e in found):
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no {step} in {path}: {sh(HOST, f'cat {path} 2>&1; true')}")
+
+
+def assert_guard_drained(phase: str, guard: list[dict[str, Any]]) -> None:
+    """The guard's drain ran drain.py between its stop and its start, with the playbook's
+    budget (limit minus its 64 MiB margin). Killed after stop, the old daemon's pool was
+    held: the guard waited until it was back. Killed after start or ready, the guard stopped
+    the new daemon itself and drained that very process (pid and start time): gone."""
+    ends = {e["step"]: e for e in guard if e["kind"] == "step_end"}
+    stop, drain = ends["guard-stop"], ends["guard-drain"]
+    data = drain["data"]
+    assert data["outcome"] == "drained" and data["state"] == "gone", drain
+    assert data["budget"] == data["memory"]["limit"] - 64 * MIB, drain
+    assert data["working_set"] + data["budget"] <= data["memory"]["limit"], drain
+    if phase == "stop":  # the pool was seen, held, and waited for
+        seen = [ws for _, ws in data["samples"] if ws is not None]
+        assert drain["status"] == "changed" and max(seen) - min(seen) >= 100 * MIB, drain
+        assert data["pid"] == 0 and drain["reason"].startswith("no daemon stopped here"), drain
+    if phase in ("start", "ready"):  # the guard stopped the new release's daemon itself
+        assert stop["status"] == "changed", stop
+        assert (data["pid"], data["starttime"]) == (stop["data"]["pid"],
+                                                    stop["data"]["starttime"]), (stop, drain)
+        assert drain["reason"].startswith(("nothing to drain: daemon", "daemon")), drain
+    else:  # the controller had stopped the old daemon: the guard waits for the memory alone
+        assert stop["status"] == "skipped" and data["pid"] == 0, (stop, drain)
+
+
 @pytest.mark.parametrize("phase", [*BACK, "validate"])
 def test_controller_killed_after_each_step_leaves_the_host_validated(
     fleet: LabFleet, tmp_path: Path, phase: str
@@ -75,6 +117,10 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
     park = tmp_path / "park"
     park.mkdir()
     version = f"kill-{phase}"
+    if phase == "stop":  # the daemon the controller stops has a big pool, held after it dies
+        pool = run_cli(tmp_path, *rollout_args(fleet.fleet_path, "big-pool"), *FAST, *BIG_POOL)
+        assert pool.code == 0, pool.stderr[-3000:]
+        sh(HOST, f"touch {POOL_HOLD}")
     old_version = serving_version(HOST)
     old_release = sh(HOST, "readlink /data/current").strip().rsplit("/", 1)[-1]
     env = {"ROLLOUT_FAILPOINTS": f"park-after-{phase}@controller", "ROLLOUT_PARK_DIR": str(park)}
@@ -89,8 +135,12 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
         assert not [e for e in events if e["kind"] == "host_end"]
         done = {e["step"]: e["status"] for e in events if e["kind"] == "step_end"}
         assert done.get(phase) in ("ok", "changed"), done
+        if phase == "stop":  # the guard drains while the pool is held; then it comes back
+            guard_events(run_id, "guard-drain")
+            sh(HOST, f"rm -f {POOL_HOLD}")
         end = guard_end(run_id)
     finally:
+        sh(HOST, f"rm -f {POOL_HOLD}")
         (park / f"park-after-{phase}.go").touch()
         lab.start_sshd(HOST)
     guard = jsonl(HOST, f"/data/rollout/runs/{run_id}/guard.jsonl")
@@ -98,9 +148,10 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
     assert end["status"] == "validated", guard
     if phase in BACK:
         assert end["data"]["rolled_back"] is True, end
-        assert steps == ["guard-stop", "guard-switch", "guard-start", "guard-ready",
-                         "guard-validate"], guard
+        assert steps == ["guard-stop", "guard-drain", "guard-switch", "guard-start",
+                         "guard-ready", "guard-validate"], guard
         assert all(e["status"] != "failed" for e in guard if e["kind"] == "step_end")
+        assert_guard_drained(phase, guard)
         serving_unlocked_run(old_version)
     else:
         assert steps == [] and "nothing to do" in end["reason"], guard

@@ -307,3 +307,29 @@ def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoRelea
     refused = LocalTransport().open_stream(command, no_drain + b"\n0\n")
     answer = json.loads(refused.readline(60))
     assert answer == {"armed": False, "reason": "no drain script after the recipe"}, answer
+
+
+def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
+    host: TwoReleases,
+) -> None:
+    host.start()
+    new = host.daemon()
+    recipe = host.recipe("run-f", OLD)
+    recipe["drain"] = {"deadline": 60.0, "plateau": 0.5, "zombie_grace": 5.0, "budget": 1 << 60}
+    host.path("starts.jsonl").unlink()  # no baseline recorded: only the budget can drain it
+    stream = arm(host, recipe)  # a budget no limit fits: the memory never counts as back
+    stream.write("phase stopped\nphase switched\nphase started\n")
+    stream.close()
+    end = wait_for(lambda: next((e for e in host.events("run-f") if e["kind"] == "guard_end"),
+                                None))
+    steps = {e["step"]: e for e in host.events("run-f") if e["kind"] == "step_end"}
+    drain = steps["guard-drain"]
+    assert drain["status"] == "failed" and drain["data"]["outcome"] == "plateau", drain
+    assert drain["reason"].startswith("memory stopped falling for 0.5s"), drain
+    assert "restarting old0000release without waiting again" in drain["reason"], drain
+    assert end["status"] == "validated" and end["data"]["failed_steps"] == {
+        "drain": drain["reason"]}, end
+    pid, _, exe = read_pidfile(host.root) or (0, 0, "")
+    assert f"/releases/{OLD}/" in exe and alive(pid) and not alive(new[0])
+    [summary] = summarize(guard.report(str(host.root), "run-f", 5))
+    assert f"rolled back to {OLD}, validated; drain failed: memory stopped" in summary["reason"]

@@ -311,7 +311,7 @@ def step_drain(h: Host) -> tuple[str, str]:
         raise Failed(f"drain.py said nothing (exit {p.returncode}): "
                      f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
     h.drained = out
-    who = f"daemon {pid}" if pid else "no daemon stopped here"
+    who = f"daemon {pid} gone and " if pid else "no daemon stopped here; "
     if out["outcome"] != "drained":
         return "failed", (f"{drain_failure(out)}; restarting {keep} without waiting again "
                           "(its memory is still charged)")
@@ -320,10 +320,10 @@ def step_drain(h: Host) -> tuple[str, str]:
         str(out.get("drained_by")), "memory not measurable here")
     figures = f"working set {mib(out.get('working_set'))}"
     if out.get("state_at_start") == "gone" and len(out.get("samples") or []) <= 1:
-        return "skipped", f"nothing to drain: {who} gone and {by} ({figures})"
+        return "skipped", f"nothing to drain: {who}{by} ({figures})"
     waited = float(out.get("ended") or 0) - float(out.get("started") or 0)
     note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
-    return "changed", f"{who} gone and {by} after {waited:.1f}s ({figures}){note}"
+    return "changed", f"{who}{by} after {waited:.1f}s ({figures}){note}"
 
 
 def step_switch(h: Host) -> tuple[str, str]:
