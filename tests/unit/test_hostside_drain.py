@@ -143,19 +143,20 @@ def test_back_to_the_baseline_recorded_before_the_daemon_started(tmp_path: Path)
     cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30))
     (tmp_path / "rollout").mkdir()
     starts = [
-        {"pid": 4241, "baseline": {"source": "cgroup-v2", "working_set": 690 * MIB}},
-        {"pid": 4243, "baseline": {"source": "cgroup-v2", "working_set": 900 * MIB}},
-        {"pid": 4245, "baseline": {"source": "cgroup-v1", "working_set": 1}},
-    ]  # 4243 restarted after a crash, while its predecessor's memory was still charged
+        {"pid": 4194401, "baseline": {"source": "cgroup-v2", "working_set": 690 * MIB}},
+        {"pid": 4194403, "baseline": {"source": "cgroup-v2", "working_set": 900 * MIB}},
+        {"pid": 4194405, "baseline": {"source": "cgroup-v1", "working_set": 1}},
+    ]  # 4194403 restarted after a crash, while its predecessor's memory was still charged;
+    # pids above the kernel's largest pid_max (4194304): never a live process here
     lines = [json.dumps(r) for r in starts] + ["{cut"]
     (tmp_path / "rollout" / "starts.jsonl").write_text("\n".join(lines) + "\n")
     budget = ("--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
-    rc, out = run_drain(tmp_path, "--pid", "4243", "--cgroup-root", str(cg), *budget)
+    rc, out = run_drain(tmp_path, "--pid", "4194403", "--cgroup-root", str(cg), *budget)
     assert rc == 0 and out["drained_by"] == "baseline" and out["baseline"] == 690 * MIB, out
-    (cg / "memory.current").write_text(f"{800 * MIB}\n")  # under 4243's own, over the least
-    rc, out = run_drain(tmp_path, "--pid", "4243", "--cgroup-root", str(cg), *budget)
+    (cg / "memory.current").write_text(f"{800 * MIB}\n")  # under 4194403's own, over the least
+    rc, out = run_drain(tmp_path, "--pid", "4194403", "--cgroup-root", str(cg), *budget)
     assert rc == 3 and out["outcome"] == "plateau", out
-    rc, out = run_drain(tmp_path, "--pid", "4244", "--cgroup-root", str(cg), *budget)
+    rc, out = run_drain(tmp_path, "--pid", "4194404", "--cgroup-root", str(cg), *budget)
     assert rc == 3 and out["baseline"] is None  # no start record of its own: budget only
 
 
