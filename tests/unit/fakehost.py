@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.steps.identity import PORTS_MARK
+from rollout.steps.validate import STATUS_MARK
 from rollout.transport.base import RunResult, Transport
 
 ROOT = "/data"
@@ -99,6 +101,8 @@ class FakeHost(Transport):
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
         if stdin.startswith('"""Print who holds the daemon'):
             return 0, json.dumps(self._ports(command))
+        if stdin.startswith('"""Run the validation proof'):
+            return self._prove(shlex.split(command))
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")
 
     def _ports(self, command: str) -> dict[str, Any]:
@@ -109,6 +113,28 @@ class FakeHost(Transport):
                  if a == "--port"}
         me = {"pid": self.pid, "ancestors": [9], "age_secs": 1.0} if self.daemon else None
         return {"ports": ports, "pid": me}
+
+    def _prove(self, argv: list[str]) -> tuple[int, str]:
+        self.validated = None  # the evidence of an earlier validation goes first
+        if self._bad("validate"):
+            out = "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
+            return 0, json.dumps({"exit": 0, "elapsed": 0.1, "stdout": out, "stderr": "",
+                                  "status_after": None, "recorded": False})
+        record = argv[argv.index("--record") + 1]
+        if record:
+            path = argv[argv.index("--evidence") + 1]
+            self.files[path] = sha(record + "\n")
+            self.validated = json.loads(record)
+        out = "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
+        return 0, json.dumps({"exit": 0, "elapsed": 0.1, "stdout": out, "stderr": "",
+                              "status_after": None, "recorded": bool(record)})
+
+    def _probe(self, command: str) -> tuple[int, str]:
+        """validate's checks before the proof: the input's size and digest, /status."""
+        m = re.search(r"sha256sum -- (\S+) 2>/dev/null", command)
+        digest = self.files.get(shlex.split(m.group(1))[0], "") if m else ""
+        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1}) if self.daemon else ""
+        return 0, f"\n{digest}\n{STATUS_MARK}\n{status}"
 
     def _stop(self) -> tuple[int, str]:
         if self.daemon is None:
@@ -131,6 +157,13 @@ class FakeHost(Transport):
 
     def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
         words = command.split()
+        if PORTS_MARK in command:  # a command, then the ports' owners in the same round trip
+            code, out = self._answer(command[2 : command.rindex(" ); rc=$?;")], stdin)
+            if code:
+                return code, out
+            return 0, f"{out}\n{PORTS_MARK}\n{json.dumps(self._ports(command))}\n"
+        if STATUS_MARK in command:
+            return self._probe(command)
         if command.startswith("python3 - "):
             return self._script(command, stdin)
         if " && python3 - " in command:  # a script after a command of its own (the hold)

@@ -19,14 +19,15 @@ def local_ctx() -> HostContext:
 
 
 def test_a_command_that_answers_is_not_hung_and_its_output_is_kept() -> None:
-    r, hung = run_bounded(local_ctx(), "echo 'status:    COMPLETED'; exit 0", 30)
-    assert not hung and r.exit_code == 0
-    assert r.stdout == "status:    COMPLETED\n"
+    proof = run_bounded(local_ctx(), "echo 'status:    COMPLETED'; exit 0", 30)
+    assert not proof.hung and proof.result.exit_code == 0
+    assert proof.result.stdout == "status:    COMPLETED\n"
 
 
 def test_a_command_that_fails_fast_is_not_hung() -> None:
-    r, hung = run_bounded(local_ctx(), "echo 'Error: failed to connect' >&2; exit 1", 30)
-    assert not hung and r.exit_code == 1 and "failed to connect" in r.stderr
+    proof = run_bounded(local_ctx(), "echo 'Error: failed to connect' >&2; exit 1", 30)
+    assert not proof.hung and proof.result.exit_code == 1
+    assert "failed to connect" in proof.result.stderr
 
 
 def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
@@ -35,14 +36,28 @@ def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
     pids = tmp_path / "pids"
     # a shell that does not exec its last command, and a grandchild: the whole group goes
     command = f"sleep 300 & echo $! > {pids}; sleep 300; wait"
-    r, hung = run_bounded(local_ctx(), command, 1)
-    assert hung and r.exit_code in (124, 137)
+    proof = run_bounded(local_ctx(), command, 1)
+    assert proof.hung and proof.result.exit_code in (124, 137)
     child = int(pids.read_text())
     assert child != os.getpid()
     end = time.monotonic() + 10  # the signal is sent; wait for the kernel to finish it
     while alive(child):
         assert time.monotonic() < end, f"pid {child} survived the validation's timeout"
         time.sleep(0.05)
+
+
+def test_only_an_output_matching_the_pattern_leaves_the_evidence(tmp_path: Path) -> None:
+    ctx = HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout(str(tmp_path)),
+                      None)
+    evidence = Path(ctx.layout.validated)
+    evidence.parent.mkdir(parents=True, exist_ok=True)
+    evidence.write_text("an earlier validation's\n")
+    failed = run_bounded(ctx, "echo 'status:    FAILED'", 30, r"^status:\s+COMPLETED", '{"pid": 7}')
+    assert not failed.recorded and not evidence.exists()  # the earlier evidence went first
+    passed = run_bounded(ctx, "echo 'status:    COMPLETED'", 30, r"^status:\s+COMPLETED",
+                         '{"pid": 7}')
+    assert passed.recorded and evidence.read_text() == '{"pid": 7}\n'
+    assert evidence.stat().st_mode & 0o077 == 0
 
 
 def alive(pid: int) -> bool:

@@ -17,7 +17,7 @@ from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
-from rollout.steps.identity import check_ports
+from rollout.steps.identity import check_ports, then_ports
 from rollout.units import format_size
 
 
@@ -349,7 +349,7 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
         f'then echo "daemon $pid died during start-up"; exit 3; fi; '
         f"sleep 0.05; done; exit 1"
     )
-    r = ctx.sh(loop, timeout=seconds + 10)
+    r, answer, owners = then_ports(ctx, loop, seconds + 10)  # the ports' owners in the same trip
     if r.exit_code == 3:
         tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
         raise StepFailed(
@@ -358,13 +358,13 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     if not r.ok:
         raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
     try:
-        status = json.loads(r.stdout)
+        status = json.loads(answer)
     except ValueError as e:
-        got = head(r.stdout, 200)
+        got = head(answer, 200)
         raise StepFailed(f"{url} answered with something that is not JSON: {got}") from e
     if not isinstance(status, dict):
-        raise StepFailed(f"{url} answered with JSON that is not an object: {head(r.stdout, 200)}")
-    proved = check_ports(ctx, status)
+        raise StepFailed(f"{url} answered with JSON that is not an object: {head(answer, 200)}")
+    proved = check_ports(ctx, status, owners)
     return ok(f"status port answers ({_status_summary(status)}); {proved}", status=status)
 
 

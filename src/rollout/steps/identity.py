@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.host.facts import tcp_port
+from rollout.host.layout import q
+from rollout.host.scripts import script_text
+from rollout.secrets import tail
 from rollout.steps.base import HostContext
+from rollout.transport.base import RunResult
 
 UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
 
@@ -53,16 +59,23 @@ def identity_problem(
     return None
 
 
-def check_ports(ctx: HostContext, status: dict[str, Any] | None) -> str:
-    """Raise unless the daemon's TCP ports are held by the started daemon (or its child) and
-    /status's uptime fits its life; returns what was proved."""
+def ports_query(ctx: HostContext) -> tuple[list[int], int | None, str]:
+    """(the daemon's TCP ports, the started daemon's pid, the ports script's arguments,
+    shell-quoted: empty when there is no TCP port to check)."""
     daemon = ctx.settings.daemon
     ports = [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
     pid = expected_pid(ctx)
+    args: list[object] = [a for p in ports for a in ("--port", p)]
+    args += ["--pid", pid] if pid else []
+    return ports, pid, " ".join(shlex.quote(str(a)) for a in args) if ports else ""
+
+
+def judge_ports(ports: list[int], pid: int | None, found: Any,
+                status: dict[str, Any] | None) -> str:
+    """Raise unless the ports script's answer `found` shows the TCP ports held by the started
+    daemon (or its child) and /status's uptime fits its life; returns what was proved."""
     if not ports:
         return "no TCP port to check"
-    args: list[object] = [a for p in ports for a in ("--port", p)]
-    _, found = ctx.script("ports", *args, *(("--pid", pid) if pid else ()), timeout=30)
     found = found if isinstance(found, dict) else {}
     me = found.get("pid") or {}
     for i, port in enumerate(ports):
@@ -73,3 +86,32 @@ def check_ports(ctx: HostContext, status: dict[str, Any] | None) -> str:
             raise StepFailed(problem, retryable=False,
                              data={"port": port, "owners": owners, "started_pid": pid})
     return f"ports {', '.join(map(str, ports))} held by daemon {pid}"
+
+
+PORTS_MARK = "@@rollout: owners of the ports follow@@"
+
+
+def then_ports(ctx: HostContext, first: str, timeout: float) -> tuple[RunResult, str, Any]:
+    """Run the shell command `first` and, where it succeeds, the ports script in the same
+    round trip. Returns the result, what `first` printed, and the ports script's answer (None
+    where it did not run: `first` failed, or there is no TCP port to check)."""
+    _, _, args = ports_query(ctx)
+    if not args:
+        r = ctx.sh(first, timeout=timeout)
+        return r, r.stdout, None
+    command = (f"( {first} ); rc=$?; if [ $rc -eq 0 ]; then printf '\\n%s\\n' {q(PORTS_MARK)}; "
+               f"python3 - {args}; fi; exit $rc")
+    r = ctx.sh(command, timeout=timeout, stdin=script_text("ports"))
+    before, mark, after = r.stdout.rpartition(f"\n{PORTS_MARK}\n")
+    if not mark:
+        return r, r.stdout, None
+    try:
+        return r, before, json.loads(after.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise StepFailed(f"ports on host gave no JSON (exit {r.exit_code}): "
+                         f"{tail((r.stderr or after).strip(), 400)}") from e
+
+
+def check_ports(ctx: HostContext, status: dict[str, Any] | None, found: Any) -> str:
+    ports, pid, _ = ports_query(ctx)
+    return judge_ports(ports, pid, found, status)

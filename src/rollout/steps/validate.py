@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Target
-from rollout.steps.identity import check_ports
+from rollout.steps.identity import check_ports, then_ports
 from rollout.transport.base import RunResult
 
 
@@ -28,14 +28,26 @@ def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
     return r.stdout.split()[0] if r.ok and r.stdout else None
 
 
-def _size_on_host(ctx: HostContext, path: str) -> int | None:
-    r = ctx.sh(f"stat -c %s -- {q(path)} 2>/dev/null")
-    return int(r.stdout) if r.ok and r.stdout.strip().isdigit() else None
+def _input_check(path: str, size: int | None) -> str:
+    """A shell command printing the input's size and, where that is right (or no size is
+    set), its sha256, one per line."""
+    hash_it = f"sha256sum -- {q(path)} 2>/dev/null | cut -d' ' -f1"
+    if size is None:
+        return f"echo; {hash_it}"
+    return (f"s=$(stat -c %s -- {q(path)} 2>/dev/null); echo \"$s\"; "
+            f"if [ \"$s\" = {size} ]; then {hash_it}; else echo; fi")
 
 
-def ensure_input(ctx: HostContext) -> str:
+def _read_input_check(text: str) -> tuple[int | None, str | None]:
+    lines = (text.splitlines() + ["", ""])[:2]
+    size = int(lines[0]) if lines[0].strip().isdigit() else None
+    return size, (lines[1].strip() or None)
+
+
+def ensure_input(ctx: HostContext, seen: str | None = None) -> str:
     """The validation input is on the host with the expected size and sha256 (a real C1,
-    not a stand-in); stage it if not."""
+    not a stand-in); stage it if not. `seen`: what _input_check printed, where it ran in an
+    earlier round trip."""
     spec = ctx.settings.validation.input
     source = Path(spec.source) if spec.source else None
     if source is not None and spec.size is not None and source.stat().st_size != spec.size:
@@ -45,8 +57,9 @@ def ensure_input(ctx: HostContext) -> str:
             retryable=False,
         )
     want = spec.sha256 or (hashlib.sha256(source.read_bytes()).hexdigest() if source else None)
-    size = _size_on_host(ctx, spec.path) if spec.size is not None else None
-    have = None if size != spec.size else _sha256_on_host(ctx, spec.path)
+    if seen is None:
+        seen = ctx.sh(_input_check(spec.path, spec.size)).stdout
+    size, have = _read_input_check(seen)
     if have and (want is None or have == want):
         return f"input {spec.path} present"
     if source is None:
@@ -71,42 +84,69 @@ KILL_AFTER = 5  # seconds between timeout's SIGTERM and its SIGKILL
 TIMED_OUT, KILLED = 124, 137  # timeout's status when it stopped the command (TERM, KILL)
 
 
-def status_doc(ctx: HostContext) -> dict[str, Any] | None:
-    """The daemon's /status (None when the status port is off or does not answer)."""
+STATUS_MARK = "@@rollout: /status follows@@"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What validate reads ahead of the proof, in one round trip: the input check's output,
+    /status (None when the status port is off or does not answer) and the ports' owners."""
+
+    input_seen: str
+    status: dict[str, Any] | None
+    owners: Any
+
+
+def probe(ctx: HostContext) -> Probe:
+    spec = ctx.settings.validation.input
     listen = ctx.settings.daemon.status_listen
-    if not listen:
-        return None
-    r = ctx.sh(f"curl -fsS --max-time 5 {q(status_url(listen))}", timeout=15)
+    status = f"curl -fsS --max-time 5 {q(status_url(listen))} 2>/dev/null; " if listen else ""
+    first = (f"{_input_check(spec.path, spec.size)}; printf '%s\\n' {q(STATUS_MARK)}; "
+             f"{status}true")
+    r, text, owners = then_ports(ctx, first, timeout=45)
+    seen, mark, answer = text.partition(f"{STATUS_MARK}\n")
+    if not mark:
+        raise StepFailed(f"the checks before the proof gave no answer (exit {r.exit_code}): "
+                         f"{tail((r.stderr or r.stdout).strip(), 400)}")
     try:
-        doc = json.loads(r.stdout) if r.ok else None
+        doc = json.loads(answer) if listen and answer.strip() else None
     except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+        doc = None
+    return Probe(seen, doc if isinstance(doc, dict) else None, owners)
 
 
-def status_counters(ctx: HostContext) -> dict[str, Any] | None:
-    """The daemon's /status counters (None when the status port is off or does not answer)."""
-    counters = (status_doc(ctx) or {}).get("counters")
-    return counters if isinstance(counters, dict) else None
+@dataclass(frozen=True)
+class Proof:
+    result: RunResult  # the proof's exit code and output
+    hung: bool  # stopped by its timeout
+    status_after: dict[str, Any] | None  # /status after a proof that was stopped
+    recorded: bool  # the host wrote the evidence (a line matched the pattern there)
 
 
-def run_bounded(ctx: HostContext, command: str, seconds: float) -> tuple[RunResult, bool]:
-    """Run the validation on the host under `timeout`: a proof that never answers (cuzk-bench
-    has no timeout of its own) is stopped there, its whole process group with it. The
-    evidence of an earlier validation goes first: only a passing proof writes it again.
-    Returns the result and whether it was stopped (hung)."""
-    marker = "__rollout_validate_elapsed="
-    wrapped = (
-        f"rm -f -- {q(ctx.layout.validated)}; "
-        f"start=$(date +%s); timeout -k {KILL_AFTER} {seconds:g} sh -c {q(command)}; rc=$?; "
-        f'echo "{marker}$(( $(date +%s) - start ))"; exit $rc'
+def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "",
+                record: str = "") -> Proof:
+    """Run the validation on the host under `timeout`, in one round trip (host script
+    prove.py): a proof that never answers (cuzk-bench has no timeout of its own) is stopped
+    there, its whole process group with it. The evidence of an earlier validation goes
+    first: only a proof whose output matches `pattern` writes `record` again."""
+    listen = ctx.settings.daemon.status_listen if ctx.settings is not None else ""
+    _, doc = ctx.script(
+        "prove", "--timeout", f"{seconds:g}", "--kill-after", KILL_AFTER,
+        "--evidence", ctx.layout.validated, "--record", record, "--pattern", pattern,
+        "--status-url", status_url(listen) if listen else "", "--", command,
+        timeout=seconds + KILL_AFTER + 30,
     )
-    r = ctx.sh(wrapped, timeout=seconds + KILL_AFTER + 30)
-    elapsed = re.search(rf"^{marker}(\d+)$", r.stdout, re.MULTILINE)
-    ran = int(elapsed.group(1)) if elapsed else 0
-    hung = r.exit_code == TIMED_OUT or (r.exit_code == KILLED and ran >= int(seconds))
-    stdout = re.sub(rf"^{marker}\d+\n?", "", r.stdout, flags=re.MULTILINE)
-    return replace(r, stdout=stdout), hung
+    doc = doc if isinstance(doc, dict) else {}
+    code = doc.get("exit")
+    code = code if isinstance(code, int) else 1
+    ran = doc.get("elapsed")
+    ran = float(ran) if isinstance(ran, (int, float)) else 0.0
+    hung = code == TIMED_OUT or (code == KILLED and ran >= seconds)
+    after = doc.get("status_after")
+    out, err = str(doc.get("stdout") or ""), str(doc.get("stderr") or "")
+    result = RunResult("validation", code, out, err)
+    return Proof(result, hung, after if isinstance(after, dict) else None,
+                 doc.get("recorded") is True)
 
 
 def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
@@ -124,18 +164,22 @@ def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
     return (int(parts[0]), int(parts[1]), rid) if is_release_id(rid) else None
 
 
-def record_evidence(ctx: HostContext) -> str:
-    """Leave on the host which daemon passed the validation of which release: a rerun skips
-    ready and validate only for that same process (pid and start time)."""
+def evidence_doc(ctx: HostContext) -> tuple[str, str]:
+    """(the evidence to leave on the host: which daemon passed the validation of which
+    release, so a rerun skips ready and validate only for that same process (pid and start
+    time); what that says). The evidence is empty where the daemon is not known."""
     proved = proved_daemon(ctx)
     if proved is None:
-        return "no evidence recorded (the daemon validated is not known)"
+        return "", "no evidence recorded (the daemon validated is not known)"
     pid, starttime, rid = proved
     doc = json.dumps({"release": rid, "pid": pid, "starttime": starttime, "time": time.time()})
+    return doc, f"daemon {pid} recorded as validated on {rid}"
+
+
+def record_evidence(ctx: HostContext, doc: str) -> None:
     path = ctx.layout.validated
     ctx.sh(f"umask 077 && cat > {q(path)}.new && mv -T -- {q(path)}.new {q(path)}",
            stdin=doc + "\n").check()
-    return f"daemon {pid} recorded as validated on {rid}"
 
 
 def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:
@@ -147,20 +191,26 @@ def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision
 
 
 def validate(ctx: HostContext, action: Action) -> StepResult:
+    """Two round trips: the input check, /status and the ports' owners; then the proof,
+    bounded, with the evidence written where it passed (and /status again if it hung). The
+    controller decides from what they return."""
     params: ValidateParams = action.params
     spec = ctx.settings.validation
-    staged = ensure_input(ctx)
+    seen = probe(ctx)
+    staged = ensure_input(ctx, seen.input_seen)
     command = ctx.render_command(params.command or spec.command)
     pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
     seconds = float(spec.timeout if params.timeout is None else params.timeout)
-    status = status_doc(ctx)
-    check_ports(ctx, status)  # the proof must reach the daemon that was started, no other
-    counters = (status or {}).get("counters")
+    check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
+    counters = (seen.status or {}).get("counters")
     before = counters if isinstance(counters, dict) else None
-    r, hung = run_bounded(ctx, command, seconds)
+    record, evidence = evidence_doc(ctx)
+    proof = run_bounded(ctx, command, seconds, pattern.pattern, record)
+    r = proof.result
     output = tail(r.stdout + r.stderr, 4000)
-    if hung:
-        after = status_counters(ctx)
+    if proof.hung:
+        counters = (proof.status_after or {}).get("counters")
+        after = counters if isinstance(counters, dict) else None
         raise StepFailed(
             f"validation hung (no result in {seconds:g} s): killed; daemon counters "
             f"before {before}, after {after}",
@@ -171,12 +221,15 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
         )
     if pattern.search(r.stdout):
         job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
-        evidence = record_evidence(ctx)
+        if record and not proof.recorded:  # the host's python read the pattern otherwise
+            record_evidence(ctx, record)
         return ok(
             f"validation proof COMPLETED ({staged}; {evidence})",
             job_id=job.group(1) if job else None,
             output_tail=tail(output, 1000),
         )
+    if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
+        ctx.sh(f"rm -f -- {q(ctx.layout.validated)}").check()
     error = re.search(r"^error:\s*(.+)$", r.stdout, re.MULTILINE)
     why = error.group(1) if error else f"no line matching {pattern.pattern!r} (exit {r.exit_code})"
     raise StepFailed(f"validation failed: {why}", output=output)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from importlib import resources
 
-SCRIPTS = ("supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard")
+SCRIPTS = (
+    "supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard", "prove",
+)
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"
 FUTURE = "from __future__ import annotations"
