@@ -359,3 +359,18 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
     assert after, "after the upload, preflight-executables reads the host afresh"
     assert "touch -- /data/rollout/hold && python3 - --root /data --signal" in " ".join(
         host.sent)  # the hold and the stop in one round trip
+
+
+def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:
+    host = fleet.hosts["h1"]
+    host.sent.clear()
+    assert fleet.roll(NEW).exit_code == 0
+    started = max(i for i, c in enumerate(host.sent) if "supervisor.py" in c)
+    after = host.sent[started + 1:]
+    assert len(after) == 3, after  # nothing else between the start and the end of validate
+    ready, checks, proof = after
+    assert "curl -s --max-time 1 -o /dev/null" in ready and "python3 - --port " in ready
+    assert "sha256sum -- /data/32gbench/c1.json" in checks and "/status" in checks
+    assert "python3 - --port " in checks  # the ports' owners before the proof, same trip
+    assert proof.startswith("python3 - --timeout ") and "cuzk-bench" in proof
+    assert host.validated["release"] == NEW  # the proof's own trip wrote the evidence
