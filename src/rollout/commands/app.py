@@ -45,7 +45,7 @@ def cache_dir() -> Path:
 
 def connect(host: Host) -> SshTransport:
     transport = SshTransport(host)
-    transport.run("true", timeout=host.connect_timeout + 5).check()
+    transport.open()  # a host that cannot be reached fails here, before any step
     return transport
 
 

@@ -103,6 +103,11 @@ class SshTransport(Transport):
         self.target = target
         self._conn: Connection | None = None
 
+    def open(self) -> None:
+        """Connect and log in now (TransportError, HostKeyError), with no command: the
+        first command then costs one round trip, not a handshake."""
+        self._connection()
+
     def _connection(self) -> Connection:
         if self._conn is None or not self._conn.is_connected:
             self._conn = self._open()
