@@ -46,6 +46,11 @@ def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
         time.sleep(0.05)
 
 
+def test_a_command_that_ignores_sigterm_is_killed_and_reported_hung() -> None:
+    proof = run_bounded(local_ctx(), "trap '' TERM; sleep 300", 1)
+    assert proof.hung and proof.result.exit_code == 137  # timeout's SIGKILL, as sh reports it
+
+
 def test_only_an_output_matching_the_pattern_leaves_the_evidence(tmp_path: Path) -> None:
     ctx = HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout(str(tmp_path)),
                       None)

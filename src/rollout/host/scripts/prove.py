@@ -63,11 +63,13 @@ def prove(args: argparse.Namespace) -> dict[str, Any]:
     )
     elapsed = time.monotonic() - start
     stdout = r.stdout.decode("utf-8", "replace")
+    # timeout SIGKILLs itself with the command's group after --kill-after: say 137, as sh does
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode
     out: dict[str, Any] = {
-        "exit": r.returncode, "elapsed": round(elapsed, 3), "stdout": stdout,
+        "exit": code, "elapsed": round(elapsed, 3), "stdout": stdout,
         "stderr": r.stderr.decode("utf-8", "replace"), "status_after": None, "recorded": False,
     }
-    if r.returncode in STOPPED and args.status_url:
+    if code in STOPPED and args.status_url:
         out["status_after"] = status_doc(args.status_url)
     if args.record and args.pattern and re.search(args.pattern, stdout, re.MULTILINE):
         record(args.evidence, args.record)
