@@ -181,7 +181,7 @@ class FakeHost(Transport):
             path = shlex.split(command)[2]
             digest = self.files.get(path)
             return (0, f"{digest}  {path}\n") if digest else (1, "")
-        if m := re.search(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)$", command):
+        if m := re.search(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)($| && cd )", command):
             partial, dest = shlex.split(m.group(2))[0], shlex.split(m.group(3))[0]
             self.releases[dest.rsplit("/", 1)[-1]] = dict(
                 line.split("  ")[::-1] for line in self._sums(partial).splitlines())

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from rollout import failpoints
+from rollout.config.steps import SwitchParams
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
-from rollout.steps.release import upload
+from rollout.steps.release import parse_identities, switch, upload
 from rollout.transport.channel import _stream
 from rollout.transport.local import LocalTransport
 from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport
@@ -148,3 +149,77 @@ def test_host_side_write_and_hash_stores_the_bytes_and_prints_their_digest(
                           capture_output=True, check=True)  # fmt: skip
     assert done.stdout.decode().split() == [hashlib.sha256(data).hexdigest()]
     assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+class RecordingTransport(LocalTransport):
+    """A local 'host' that keeps the commands it was asked to run."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.commands: list[str] = []
+
+    def run(self, command: str, timeout: float | None = None,
+            stdin: str | None = None) -> Any:  # fmt: skip
+        self.commands.append(command)
+        return super().run(command, timeout=timeout, stdin=stdin)
+
+    def hashed(self) -> bool:
+        return any("sha256sum" in c for c in self.commands)
+
+
+def switch_to(ctx: HostContext) -> Any:
+    return switch(ctx, Action("switch", SwitchParams(), None))
+
+
+def test_switch_after_this_runs_upload_checks_identity_without_reading_the_bytes(
+    tmp_path: Path,
+) -> None:
+    release = release_of(tmp_path)
+    transport = RecordingTransport("h1")
+    ctx = context(tmp_path, transport, release)
+    upload(ctx, Action("upload"))
+    transport.commands.clear()
+    result = switch_to(ctx)
+    assert result.status == "changed" and result.data["checked"] == "identity"
+    assert not transport.hashed()
+    assert os.readlink(tmp_path / "data" / "current") == f"releases/{release.id}"
+
+
+@pytest.mark.parametrize("change", ["truncate", "replace", "rewrite"])
+def test_switch_refuses_a_file_changed_after_this_runs_upload(
+    tmp_path: Path, change: str
+) -> None:
+    release = release_of(tmp_path)
+    ctx = context(tmp_path, RecordingTransport("h1"), release)
+    upload(ctx, Action("upload"))
+    exe = tmp_path / "data" / "releases" / release.id / "cuzk-daemon"
+    data = exe.read_bytes()
+    if change == "truncate":
+        os.truncate(exe, len(data) // 2)
+    elif change == "replace":
+        (exe.parent / "other").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        os.replace(exe.parent / "other", exe)
+    else:  # same size, same mtime put back: the change time still moves
+        before = exe.stat()
+        exe.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+        os.utime(exe, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(StepFailed, match="is not complete on host"):
+        switch_to(ctx)
+    assert not (tmp_path / "data" / "current").exists()
+
+
+def test_switch_to_a_release_this_run_did_not_verify_hashes_it(tmp_path: Path) -> None:
+    release = release_of(tmp_path)
+    upload(context(tmp_path, LocalTransport("h1"), release), Action("upload"))
+    transport = RecordingTransport("h1")
+    result = switch_to(context(tmp_path, transport, release))  # another run: no record
+    assert result.data["checked"] == "sha256" and transport.hashed()
+
+
+def test_identities_read_back_are_data_and_a_short_or_odd_answer_matches_nothing() -> None:
+    names = ["cuzk-daemon", "cuzk-bench"]
+    assert parse_identities("1 2 3 a b\n4 5 6 c d\n", names) == {
+        "cuzk-daemon": "1 2 3 a b", "cuzk-bench": "4 5 6 c d"}
+    assert parse_identities("1 2 3 a b\n", names) == {}
+    assert parse_identities("1 2 3 a b\nmissing\n", names) == {}
+    assert parse_identities("1 2 3 a b\n" + "x" * 500 + "\n", names) == {}

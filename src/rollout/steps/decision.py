@@ -125,3 +125,6 @@ class HostState:
     daemon_pid: str | None = None  # the daemon the start step saw the supervisor start
     daemon_line: str | None = None  # its daemon.pid line: "PID STARTTIME EXE"
     facts: HostFacts | None = None  # the facts the plan was decided from, until an action runs
+    # Per release this run verified on the host as it wrote it: each executable's identity
+    # (size, inode, device, mtime, ctime) read right after, so the switch need not re-hash.
+    verified: dict[str, dict[str, str]] = field(default_factory=dict)
