@@ -21,6 +21,7 @@ from rollout.transport.base import RunResult, Transport
 ROOT = "/data"
 CURRENT = f"{ROOT}/current"
 RELEASES = f"{ROOT}/releases"
+STAGING = f"{ROOT}/rollout/staging"
 
 
 def sha(data: bytes | str) -> str:
@@ -155,8 +156,46 @@ class FakeHost(Transport):
                      if p.startswith(directory + "/")}
         return "".join(f"{s}  {n}\n" for n, s in files.items())
 
+    def staged(self) -> dict[str, str]:
+        """The files under the staging folder: path: sha256."""
+        return {p: d for p, d in self.files.items() if p.startswith(STAGING)}
+
+    def _staging(self, command: str) -> tuple[int, str] | None:
+        """Staging ahead: the survey, the identities (a file's sha256 stands for its stat),
+        the install by a rename, and the clearing."""
+        if command.startswith(f"if [ -d {STAGING} ]; then find "):
+            rid = re.search(rf"if \[ -f {RELEASES}/([^/ ]+)/RELEASE.json", command)
+            present = "present\n" if rid and rid.group(1) in self.releases else ""
+            return 0, present + "dev 1\ndev 1\n"
+        m = re.search(r"cd (\S+) && for f in (.*?); do stat -c", command)
+        if m and "mv -T" not in command:
+            folder = shlex.split(m.group(1))[0]
+            ids = [self._identity(f"{folder}/{n}") for n in shlex.split(m.group(2))]
+            return 0, "".join(f"{i or 'missing'}\n" for i in ids)
+        if m := re.match(rf"cd ({STAGING}/\S+) 2>/dev/null && (.*) \|\| exit 3; ", command):
+            folder = m.group(1)
+            wanted = re.findall(r'stat -c .*? -- (\S+) 2>/dev/null\)" = (\S+) \]', m.group(2))
+            if any(self._identity(f"{folder}/{n}") != shlex.split(i)[0] for n, i in wanted):
+                return 3, ""
+            rid = folder.rsplit("/", 1)[-1]
+            self.releases[rid] = {n: self.files.pop(f"{folder}/{n}") for n, _ in wanted}
+            return 0, "".join(f"id-{d}\n" for d in self.releases[rid].values())
+        if command.startswith(f"rm -rf -- {STAGING}/"):
+            folder = shlex.split(command)[3].rstrip(";")
+            for path in [p for p in self.files if p.startswith(folder + "/")]:
+                del self.files[path]
+            return 0, ""
+        return None
+
+    def _identity(self, path: str) -> str | None:
+        digest = self._digest(path)
+        return f"id-{digest}" if digest else None
+
     def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
         words = command.split()
+        staging = self._staging(command)
+        if staging is not None:
+            return staging
         if PORTS_MARK in command:  # a command, then the ports' owners in the same round trip
             code, out = self._answer(command[2 : command.rindex(" ); rc=$?;")], stdin)
             if code:

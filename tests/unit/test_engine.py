@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakehost import FakeHost, sha
+from fakehost import STAGING, FakeHost, sha
 
 from rollout.commands.dryrun import print_host_plans
 from rollout.config.inventory import Host, Inventory
@@ -90,7 +90,16 @@ def test_onto_empty_hosts_then_a_new_release(fleet: Fleet) -> None:
     for host in fleet.hosts.values():
         assert (host.current, host.daemon, host.held, host.previous) == (NEW, NEW, False, OLD)
         assert set(host.releases) == {OLD, NEW}
-        assert host.commands(r"^put /data/releases/\.partial-")
+        assert not host.staged()  # nothing left in the staging folder
+    # the canary uploads in its batch; the later batch's hosts were staged during it
+    assert fleet.hosts["h1"].commands(r"^put /data/releases/\.partial-")
+    for name in ("h2", "h3"):
+        assert fleet.hosts[name].commands(rf"^put {STAGING}/{NEW}/")
+        assert not fleet.hosts[name].commands(r"^put /data/releases/")
+        assert "staged during the canary" in (fleet.steps(name)["upload"].reason or "")
+        assert fleet.steps(name)["switch"].data["checked"] == "identity"
+    staged = [e for e in fleet.events if e.kind == "staged"]
+    assert sorted((e.host, e.status) for e in staged) == [("h2", "ok"), ("h3", "ok")]
     steps = fleet.steps("h2")
     assert list(steps) == [s.name for s in fleet.plan().host_steps]
     assert {"preflight", "upload", "stop", "drain", "switch", "start", "validate"} <= set(steps)
@@ -163,7 +172,12 @@ def test_canary_failure_stops_the_rollout_before_other_hosts(fleet: Fleet) -> No
     assert fleet.ends() == [("h1", "rolled_back")]
     assert {n: o.status for n, o in summary.outcomes.items()} == {
         "h1": "rolled_back", "h2": "not_started", "h3": "not_started"}
-    assert fleet.hosts["h2"].sent == [] and fleet.hosts["h3"].sent == []
+    for name in ("h2", "h3"):  # staged during the canary, then cleared: left as found
+        host = fleet.hosts[name]
+        assert not host.staged()
+        assert all(STAGING in c for c in host.sent), host.sent  # nothing but staging
+        assert host.commands(rf"^rm -rf -- {STAGING}/{NEW}; ")
+    assert not any(e.kind == "step_start" and e.host in ("h2", "h3") for e in fleet.events)
 
 
 @pytest.mark.parametrize(("bad", "aborted"), [(["h2"], False), (["h2", "h3"], True)])
@@ -273,8 +287,10 @@ def test_rerun_rests_on_the_evidence_of_the_same_daemon(fleet: Fleet) -> None:
     for host in fleet.hosts.values():
         host.sent.clear()
     assert fleet.roll(OLD).exit_code == 0
-    for host in fleet.hosts.values():
-        assert all(c.startswith("python3 - --root /data ") for c in host.sent)  # the facts
+    for host in fleet.hosts.values():  # the facts; the later hosts' staging found it there
+        assert all(c.startswith("python3 - --root /data ") or c.startswith(f"if [ -d {STAGING} ]")
+                   for c in host.sent), host.sent
+    assert {e.status for e in fleet.events if e.kind == "staged"} == {"skipped"}
     statuses = _kinds(fleet, "h1")
     assert all(s == "skipped" for s in statuses.values()), statuses
     validate = fleet.steps("h1")["validate"]
@@ -352,7 +368,8 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
     host = fleet.hosts["h2"]
     host.sent.clear()
     assert fleet.roll(NEW).exit_code == 0
-    first_put = next(i for i, c in enumerate(host.sent) if c.startswith("put "))
+    first_put = next(i for i, c in enumerate(host.sent)  # the upload installs the staged files
+                     if c.startswith(f"cd {STAGING}/{NEW} 2>/dev/null && "))
     reads = [c for c in host.sent[:first_put] if re.match(FACTS_READ, c)]
     assert len(reads) == 1, host.sent[:first_put]  # the plan's read, nothing since acted
     after = [c for c in host.sent[first_put:] if re.match(FACTS_READ, c)]

@@ -17,6 +17,7 @@ import pytest
 
 from rollout import failpoints
 from rollout.config.steps import SwitchParams
+from rollout.engine.staging import stage, survey
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.steps.base import Artifact, HostContext, Release
@@ -223,3 +224,54 @@ def test_identities_read_back_are_data_and_a_short_or_odd_answer_matches_nothing
     assert parse_identities("1 2 3 a b\n", names) == {}
     assert parse_identities("1 2 3 a b\nmissing\n", names) == {}
     assert parse_identities("1 2 3 a b\n" + "x" * 500 + "\n", names) == {}
+
+
+def test_staged_files_are_installed_by_a_rename_and_switch_needs_no_hash(tmp_path: Path) -> None:
+    release = release_of(tmp_path)
+    transport = RecordingTransport("h1")
+    ctx = context(tmp_path, transport, release)
+    for folder in ("releases", "rollout"):
+        (tmp_path / "data" / folder).mkdir(parents=True)
+    assert not survey(ctx, release).present and survey(ctx, release).same_device
+    ctx.state.staged = stage(ctx, release)
+    staging = tmp_path / "data" / "rollout" / "staging"
+    assert sorted(p.name for p in (staging / release.id).iterdir()) == sorted(
+        a.name for a in release.artifacts)
+    transport.commands.clear()
+    result = upload(ctx, Action("upload"))
+    assert "staged during the canary" in result.reason and len(transport.commands) == 1
+    assert not staging.exists()  # the staging folder moved, the empty root went with it
+    dest = tmp_path / "data" / "releases" / release.id
+    assert json.loads((dest / "RELEASE.json").read_text()) == release.to_dict()
+    assert switch_to(ctx).data["checked"] == "identity" and not transport.hashed()
+
+
+def test_a_staged_file_changed_since_is_not_installed_the_release_is_uploaded(
+    tmp_path: Path,
+) -> None:
+    release = release_of(tmp_path)
+    transport = RecordingTransport("h1")
+    ctx = context(tmp_path, transport, release)
+    ctx.state.staged = stage(ctx, release)
+    staged = tmp_path / "data" / "rollout" / "staging" / release.id / "cuzk-daemon"
+    data = staged.read_bytes()
+    staged.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # same size, another byte
+    transport.commands.clear()
+    result = upload(ctx, Action("upload"))
+    assert "staged" not in result.reason and "sha256 verified on host" in result.reason
+    assert not (tmp_path / "data" / "rollout" / "staging").exists()
+    on_host = tmp_path / "data" / "releases" / release.id / "cuzk-daemon"
+    assert on_host.read_bytes() == (Path(release.artifacts[0].local_path)).read_bytes()
+
+
+def test_stale_staging_of_other_releases_is_cleared_and_a_present_release_not_staged(
+    tmp_path: Path,
+) -> None:
+    release = release_of(tmp_path)
+    ctx = context(tmp_path, LocalTransport("h1"), release)
+    stale = tmp_path / "data" / "rollout" / "staging" / "fedcba987654"
+    stale.mkdir(parents=True)
+    (stale / "cuzk-daemon").write_bytes(b"old")
+    assert survey(ctx, release).stale == ["fedcba987654"] and not stale.exists()
+    upload(ctx, Action("upload"))
+    assert survey(ctx, release).present

@@ -38,6 +38,7 @@ from rollout.engine.locks import (
 from rollout.engine.plan import Plan
 from rollout.engine.recovery import roll_back_host
 from rollout.engine.retry import failure_class, run_with_retry
+from rollout.engine.staging import Stager, staging
 from rollout.errors import Location, LockHeld, RolloutError
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
@@ -113,6 +114,7 @@ class Engine:
         self.cache_dir = cache_dir
         self.options = options or EngineOptions()
         self._locks: FleetLocks | None = None
+        self._stager: Stager | None = None
 
     def run(self, request: dict[str, Any] | None = None) -> RunSummary:
         """Run the plan; a run_end event closes every run, even one cut short by a bug."""
@@ -218,6 +220,28 @@ class Engine:
         return ctx
 
     def _batches(self, release: Release, summary: RunSummary) -> None:
+        """The batches in order; meanwhile the later batches' hosts are staged ahead."""
+        later = [h for batch in self.plan.batches[1:] for h in batch
+                 if h not in self.options.done_hosts and self._not_locked(h) is None]  # fmt: skip
+        with staging(release, self.bus, self._staging_host, later) as stager:
+            self._stager = stager
+            try:
+                self._each_batch(release, summary)
+            finally:
+                self._stager = None
+
+    @contextlib.contextmanager
+    def _staging_host(self, name: str) -> Iterator[HostContext]:
+        """A context for staging on a host: on its lock's connection when there is one."""
+        held = self._locks.held.get(name) if self._locks else None
+        transport = held.transport if held else self.connect(self.plan.host(name))
+        try:
+            yield self._context(name, transport, None)
+        finally:
+            if held is None:
+                transport.close()
+
+    def _each_batch(self, release: Release, summary: RunSummary) -> None:
         rolling = self.plan.playbook.rolling
         for index, batch in enumerate(self.plan.batches):
             if self.options.interrupted.is_set():
@@ -264,6 +288,7 @@ class Engine:
         except RolloutError as e:
             return self._end(HostOutcome(name, "unreachable", str(e)))
         ctx = self._context(name, transport, release)
+        ctx.state.staged = self._stager.take(name) if self._stager else None
         guard = HostGuard(self.plan.run_id)
         ctx.tether = guard.check
         try:

@@ -117,6 +117,17 @@ class Phase(IntEnum):
 
 
 @dataclass
+class Staged:
+    """A release's executables staged on a host ahead of its batch, each verified as written
+    (rollout.engine.staging), with their identities read right after."""
+
+    release_id: str
+    directory: str
+    identities: dict[str, str]
+    installed: bool = False  # the upload step renamed them into place
+
+
+@dataclass
 class HostState:
     """What a host's steps learn as they run, for the steps after them (typed, per host)."""
 
@@ -128,3 +139,4 @@ class HostState:
     # Per release this run verified on the host as it wrote it: each executable's identity
     # (size, inode, device, mtime, ctime) read right after, so the switch need not re-hash.
     verified: dict[str, dict[str, str]] = field(default_factory=dict)
+    staged: Staged | None = None  # what staging ahead left for the upload step
