@@ -191,8 +191,10 @@ class Standin:
     def exit_rc(self, timeout: float = 10.0) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            code, out = self.sh(f"cat {ZK}/exit.rc")
-            if code == 0 and out.strip():
+            # read without an exec: one into a host at its memory limit makes the OOM
+            # killer strike, sometimes twice (the daemon, then sshd)
+            out = lab.read_on(self.host, f"{ZK}/exit.rc")
+            if out.strip():
                 return int(out)
             time.sleep(0.1)
         raise AssertionError(f"daemon on {self.host} did not exit; log:\n{self.log()}")
