@@ -10,6 +10,7 @@ import contextlib
 import os
 import posixpath
 import shlex
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -89,7 +90,13 @@ print(digest.hexdigest())
 def _aead_first(sock: Any, disabled_algorithms: dict[str, Any] | None = None) -> paramiko.Transport:
     """A paramiko transport that offers AES-GCM first: one pass of C per packet, where
     paramiko's first choice, aes128-ctr with an HMAC, spends about a third more controller
-    CPU per byte uploaded. Every other cipher stays on offer, in paramiko's order."""
+    CPU per byte uploaded. Every other cipher stays on offer, in paramiko's order.
+
+    The socket sends each packet at once (TCP_NODELAY), as OpenSSH's client does: with
+    Nagle's algorithm on, a command's small packets waited for the far end's delayed ACK,
+    about 40 ms per round trip, 45 ms for `true` against 2.5 ms without."""
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
     options = transport.get_security_options()
     aead = tuple(c for c in options.ciphers if c.endswith("-gcm@openssh.com"))
