@@ -18,12 +18,13 @@ becomes one quoted word whatever quotes surround it; `{{ value | raw }}` opts ou
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, Undefined, UndefinedError, nodes
+from jinja2 import StrictUndefined, Template, TemplateError, Undefined, UndefinedError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rollout.errors import ConfigError, Location
@@ -58,8 +59,21 @@ def template_error(exc: Exception, where: Location | None, prefix: str = "") -> 
     return err
 
 
+@functools.lru_cache(maxsize=1024)
+def _template(source: str) -> Template:
+    """A compiled template: the same text compiles once per process, not once per host
+    (compiling is most of what rendering costs). Rendering a compiled template is
+    thread-safe; the sandbox's rules hold at render time as they do at compile time."""
+    return ENV.from_string(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _expression(expression: str) -> Any:
+    return ENV.compile_expression(expression, undefined_to_none=False)
+
+
 def _expression_value(expression: str, context: Mapping[str, Any]) -> Any:
-    value = ENV.compile_expression(expression, undefined_to_none=False)(**context)
+    value = _expression(expression)(**context)
     if isinstance(value, Undefined):
         str(value)  # StrictUndefined raises here, naming the missing variable
     return value
@@ -72,7 +86,7 @@ def render_value(text: str, context: Mapping[str, Any]) -> Any:
     single = _ONE_EXPRESSION.match(text)
     if single is not None:
         return _expression_value(single.group(1), context)
-    return ENV.from_string(text).render(context)
+    return _template(text).render(context)
 
 
 def render_runtime(template: str, context: Mapping[str, Any], where: Location | None = None) -> str:
@@ -82,7 +96,7 @@ def render_runtime(template: str, context: Mapping[str, Any], where: Location | 
     (use `Playbook.location(...)` for the playbook line).
     """
     try:
-        return ENV.from_string(template).render(context)
+        return _template(template).render(context)
     except Exception as exc:  # any error raised inside a user's template is theirs
         raise template_error(exc, where) from exc
 
@@ -108,8 +122,8 @@ def _render_word(word: Word, context: Mapping[str, Any]) -> str:
     if not word.has_tag:
         return word.source
     if raw_word(word):
-        return ENV.from_string(word.source).render(context)
-    return shlex.quote(ENV.from_string(word.template).render(context))
+        return _template(word.source).render(context)
+    return shlex.quote(_template(word.template).render(context))
 
 
 def render_shell(

@@ -71,13 +71,20 @@ class HostContext:
         return left
 
     def sh(self, command: str, timeout: float | None = None, stdin: str | None = None) -> RunResult:
+        return self._bounded(
+            lambda left: self.transport.run(command, timeout=left, stdin=stdin), timeout, command
+        )
+
+    def _bounded(self, call: Callable[[float | None], RunResult], timeout: float | None,
+                 what: str) -> RunResult:
+        """One command within the step's deadline; a command that ran past it is a timeout."""
         self.tether()
         left = self.remaining()
         if left is not None:
             timeout = min(timeout, left) if timeout else left
-        result = self.transport.run(command, timeout=timeout, stdin=stdin)
+        result = call(timeout)
         if result.exit_code == 124 and "(timed out)" in result.stderr:
-            raise StepTimeout(f"timed out: {head(command, 80)}", retryable=True)
+            raise StepTimeout(f"timed out: {head(what, 80)}", retryable=True)
         return result
 
     def script(self, name: str, *args: object, timeout: float | None = None,
@@ -85,9 +92,11 @@ class HostContext:
         """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON).
         `before`: a shell command run first in the same round trip (the script runs only if
         it succeeds)."""
-        argv = " ".join(shlex.quote(str(a)) for a in args)
-        first = f"{before} && " if before else ""
-        result = self.sh(f"{first}python3 - {argv}", timeout=timeout, stdin=script_text(name))
+        argv = [str(a) for a in args]
+        result = self._bounded(
+            lambda left: self.transport.run_script(script_text(name), argv, left, before),
+            timeout, f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}",
+        )
         try:
             return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as e:

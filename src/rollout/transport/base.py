@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollout.errors import CommandFailed
@@ -57,6 +58,15 @@ class Transport(ABC):
         self, command: str, timeout: float | None = None, stdin: str | None = None
     ) -> RunResult:
         """Run a shell command on the host; never raises for a non-zero exit."""
+
+    def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
+                   before: str = "") -> RunResult:
+        """Run a host script as `python3 - ARGS` with `source` on its stdin; `before`: a
+        shell command run first (the script runs only when it exits 0). Transports that keep
+        a warm interpreter on the host run it there."""
+        argv = " ".join(shlex.quote(a) for a in args)
+        first = f"{before} && " if before else ""
+        return self.run(f"{first}python3 - {argv}", timeout=timeout, stdin=source)
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from collections.abc import Sequence
 
 from rollout.transport.base import RunResult, Stream, Transport
 
@@ -33,6 +34,12 @@ class CountingTransport(Transport):
     ) -> RunResult:
         self.sent.add(self.name, len(command.encode()) + len((stdin or "").encode()))
         return self.inner.run(command, timeout=timeout, stdin=stdin)
+
+    def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
+                   before: str = "") -> RunResult:
+        size = len(source.encode()) + sum(len(a.encode()) for a in args) + len(before.encode())
+        self.sent.add(self.name, size)
+        return self.inner.run_script(source, args, timeout=timeout, before=before)
 
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))

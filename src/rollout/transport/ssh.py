@@ -11,7 +11,7 @@ import os
 import posixpath
 import shlex
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -20,6 +20,7 @@ from fabric import Connection
 
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
+from rollout.transport.agent import HostAgent, agent_command
 from rollout.transport.base import RunResult, Stream, Transport
 from rollout.transport.channel import ChannelStream, run_on_channel, stream_to_channel
 
@@ -109,6 +110,8 @@ class SshTransport(Transport):
         self.name = target.name
         self.target = target
         self._conn: Connection | None = None
+        self._agent: HostAgent | None = None
+        self._agentless = False  # the host could not start one: plain exec channels
 
     def open(self) -> None:
         """Connect and log in now (TransportError, HostKeyError), with no command: the
@@ -162,6 +165,9 @@ class SshTransport(Transport):
         self, command: str, timeout: float | None = None, stdin: str | None = None
     ) -> RunResult:
         """Run `command`; `stdin` goes over the channel, never into the command line."""
+        agent = self._host_agent()
+        if agent is not None:
+            return self._through(agent, lambda: agent.shell(command, timeout, stdin))
         transport = self._connection().client.get_transport()
         data = None if stdin is None else stdin.encode()
         try:
@@ -175,6 +181,36 @@ class SshTransport(Transport):
         if out.timed_out:
             return RunResult(command, 124, stdout, stderr + "\n(timed out)")
         return RunResult(command, out.exit_code, stdout, stderr)
+
+    def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
+                   before: str = "") -> RunResult:
+        agent = self._host_agent()
+        if agent is None:
+            return super().run_script(source, args, timeout, before)
+        return self._through(agent, lambda: agent.script(source, args, timeout, before))
+
+    def _host_agent(self) -> HostAgent | None:
+        """The connection's agent, started on its first command; None where the host has
+        none to give (then every command is an exec channel of its own)."""
+        if self._agent is not None and self._conn is not None and self._conn.is_connected:
+            return self._agent
+        self._agent = None
+        if self._agentless:
+            return None
+        command, stdin = agent_command()
+        self._agent = HostAgent.start(self.name, self.open_stream(command, stdin))
+        self._agentless = self._agent is None
+        return self._agent
+
+    def _through(self, agent: HostAgent, call: Callable[[], RunResult]) -> RunResult:
+        try:
+            return call()
+        except TransportError:
+            self._drop()
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._drop()
+            raise TransportError(f"{self.name}: connection lost: {e}") from e
 
     def open_stream(self, command: str, stdin: bytes) -> Stream:
         transport = self._connection().client.get_transport()
@@ -256,6 +292,10 @@ class SshTransport(Transport):
 
     def _drop(self) -> None:
         """Forget a connection that failed; closing a dead one may fail too, harmlessly."""
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            with contextlib.suppress(Exception):
+                agent.close()
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ from importlib import resources
 
 SCRIPTS = (
     "supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard", "prove",
+    "agent",
 )
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"

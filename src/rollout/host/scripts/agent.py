@@ -1,0 +1,248 @@
+"""rollout agent: one warm Python on the host that runs a connection's commands.
+
+The controller starts it once per connection, on a session channel of its own:
+
+    python3 -c BOOTSTRAP   (stdin: the script's length, this script, then requests)
+
+and sends each command as one JSON line; the answer is one JSON line. A request is data:
+
+    {"id": 1, "sh": "COMMAND", "stdin": "TEXT", "timeout": 30}
+    {"id": 2, "script": "facts", "sha": "HEX", "source": "...", "args": [...], "before": "CMD"}
+
+A shell command runs as `sh -c COMMAND`, its stdin fed from "stdin", as the session's own
+exec channel would run it. A host script (rollout.host.scripts) runs in a forked child of
+this process, as `python3 - ARGS` with the script on its stdin would: sys.argv is
+["-", *args], stdin is empty, __name__ is "__main__", its exit status is its answer's. The
+child skips what each `python3 -` paid for again: the interpreter's start, compiling the
+script (compiled once per connection, by its sha256; "source" is sent only the first time)
+and importing the standard modules the scripts use (imported here, once). "before" is a
+shell command run first; the script runs only when it exits 0, as `before && python3 -`.
+
+Each command is a process group of its own; at its timeout the group is killed and the
+answer says so (exit 124, "timed_out"). The agent ends when its stdin does: the
+controller closed the channel, or its connection is gone.
+Standard library only; python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse  # also imported once here for the forked scripts: each finds it loaded
+import contextlib
+import fcntl  # noqa: F401
+import hashlib
+import json
+import os
+import platform  # noqa: F401
+import re  # noqa: F401
+import select
+import shutil  # noqa: F401
+import signal
+import socket  # noqa: F401
+import subprocess
+import sys
+import time
+import traceback
+import types
+import urllib.request  # noqa: F401
+from typing import Any
+
+MAX_OUTPUT = 64 << 20  # bytes of a command's stdout or stderr kept; the rest is dropped
+KILL_WAIT = 5.0  # seconds to collect what a killed command's group said
+
+
+def _pump(pid: int, feed: bytes, stdin_fd: int | None, out_fd: int, err_fd: int,
+          deadline: float | None) -> tuple[bytes, bytes, bool]:
+    """Feed stdin, read stdout and stderr until both end; (stdout, stderr, timed out).
+    At the deadline the process group `pid` is killed and what it said is kept."""
+    out, err = bytearray(), bytearray()
+    reading = {out_fd: out, err_fd: err}
+    writing = stdin_fd
+    timed_out = False
+    view = memoryview(feed)
+    if writing is not None and not view:
+        os.close(writing)
+        writing = None
+    while reading:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            if timed_out:
+                break
+            timed_out = True
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + KILL_WAIT
+            continue
+        wants = [writing] if writing is not None else []
+        readable, writable, _ = select.select(list(reading), wants, [], left)
+        if writable:
+            try:
+                sent = os.write(writing, view[:65536])  # type: ignore[arg-type]
+            except OSError:  # it stopped reading its stdin: not an error
+                sent = len(view)
+            view = view[sent:]
+            if not view:
+                os.close(writing)  # type: ignore[arg-type]
+                writing = None
+        for fd in readable:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del reading[fd]
+                continue
+            if len(reading[fd]) < MAX_OUTPUT:
+                reading[fd] += chunk
+    for left_open in (out_fd, err_fd, writing):
+        if left_open is not None:
+            with contextlib.suppress(OSError):
+                os.close(left_open)
+    return bytes(out), bytes(err), timed_out
+
+
+def _wait(pid: int, timed_out: bool) -> int:
+    if timed_out:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return 124
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1  # a signal: as SSH says it
+
+
+def run_shell(command: str, feed: bytes, timeout: float | None) -> dict[str, Any]:
+    started = time.monotonic()
+    p = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, preexec_fn=os.setpgrp, close_fds=True)
+    assert p.stdin and p.stdout and p.stderr
+    fds = (os.dup(p.stdin.fileno()), os.dup(p.stdout.fileno()), os.dup(p.stderr.fileno()))
+    for f in (p.stdin, p.stdout, p.stderr):
+        f.close()
+    deadline = None if timeout is None else started + timeout
+    out, err, timed_out = _pump(p.pid, feed, fds[0], fds[1], fds[2], deadline)
+    code = _wait(p.pid, timed_out)
+    p.returncode = code  # reaped above: Popen must not wait for it again
+    return {"exit": code, "stdout": out, "stderr": err, "timed_out": timed_out}
+
+
+def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> None:
+    """In the forked child: become `python3 - ARGS` running the script, then exit."""
+    status: Any = 0
+    try:
+        os.setpgid(0, 0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0, /dev/null now
+        sys.argv = ["-", *args]
+        module = types.ModuleType("__main__")
+        module.__file__ = "<stdin>"
+        sys.modules["__main__"] = module
+        exec(code, module.__dict__)  # noqa: S102 - a rollout host script, sent by the controller
+    except SystemExit as e:
+        status = e.code
+    except BaseException:  # noqa: BLE001 - reported as python3 would, exit 1
+        traceback.print_exc()
+        status = 1
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        sys.stderr.write(f"{status}\n")
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status & 0xFF)
+
+
+def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> dict[str, Any]:
+    started = time.monotonic()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        _child(code, args, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # also here: no race with a kill before the child set it
+    deadline = None if timeout is None else started + timeout
+    out, err, timed_out = _pump(pid, b"", None, out_r, err_r, deadline)
+    return {"exit": _wait(pid, timed_out), "stdout": out, "stderr": err, "timed_out": timed_out}
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.compiled: dict[str, types.CodeType] = {}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        timeout = req.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+        if isinstance(req.get("sh"), str):
+            feed = str(req.get("stdin") or "").encode()
+            return run_shell(req["sh"], feed, timeout)
+        sha = str(req.get("sha") or "")
+        code = self.compiled.get(sha)
+        if code is None:
+            source = req.get("source")
+            if not isinstance(source, str):
+                return {"unknown": sha}
+            if hashlib.sha256(source.encode()).hexdigest() != sha:
+                return {"exit": 2, "stdout": b"", "stderr": b"agent: script sha256 mismatch\n",
+                        "timed_out": False}
+            code = self.compiled[sha] = compile(source, "<stdin>", "exec", dont_inherit=True)
+        started = time.monotonic()
+        before = req.get("before")
+        first: dict[str, Any] = {"stdout": b"", "stderr": b""}
+        if isinstance(before, str) and before:
+            first = run_shell(before, b"", timeout)
+            if first["exit"] != 0:
+                return first
+            if timeout is not None:
+                timeout = max(0.001, timeout - (time.monotonic() - started))
+        args = [str(a) for a in req.get("args") or []]
+        done = run_script(code, args, timeout)
+        done["stdout"] = first["stdout"] + done["stdout"]
+        done["stderr"] = first["stderr"] + done["stderr"]
+        return done
+
+
+def answer(req_id: Any, result: dict[str, Any]) -> str:
+    out = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+           for k, v in result.items()}
+    return json.dumps({"id": req_id, **out}) + "\n"
+
+
+def serve(stdin: Any, stdout: Any) -> int:
+    agent = Agent()
+    stdout.write(json.dumps({"agent": os.getpid()}) + "\n")
+    stdout.flush()
+    for raw in iter(stdin.readline, b""):
+        try:
+            req = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            continue
+        if not isinstance(req, dict):
+            continue
+        try:
+            result = agent.handle(req)
+        except Exception as e:  # noqa: BLE001 - the controller gets the reason, the agent lives
+            result = {"exit": 255, "stdout": b"", "stderr": f"agent: {type(e).__name__}: {e}\n",
+                      "timed_out": False}
+        stdout.write(answer(req.get("id"), result))
+        stdout.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    return serve(sys.stdin.buffer, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,109 @@
+"""The controller's half of the host agent (rollout/host/scripts/agent.py).
+
+One agent per connection, on a session channel of its own: each command is one JSON line
+out and one back on that channel, where a plain exec opens a channel, starts a shell and,
+for a host script, a new python3 that imports and compiles it all again. What a command
+does and what it answers are the same either way (the RunResult of `sh -c COMMAND`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shlex
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from rollout.errors import TransportError
+from rollout.host.scripts import script_text
+from rollout.transport.base import RunResult, Stream
+
+BOOTSTRAP = (
+    "import sys; n = int(sys.stdin.buffer.readline()); "
+    'exec(compile(sys.stdin.buffer.read(n), "agent.py", "exec"), {"__name__": "__main__"})'
+)
+START_WAIT = 30.0  # seconds for the agent's first line
+ANSWER_SLACK = 30.0  # seconds an answer may lag behind its command's own timeout
+
+
+def agent_command() -> tuple[str, bytes]:
+    """The command that starts an agent, and what goes on its stdin first."""
+    source = script_text("agent").encode()
+    return f"python3 -c {shlex.quote(BOOTSTRAP)}", str(len(source)).encode() + b"\n" + source
+
+
+class HostAgent:
+    """Commands through one agent, one at a time (a host's steps run one at a time)."""
+
+    def __init__(self, name: str, stream: Stream) -> None:
+        self.name = name
+        self.stream = stream
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._known: set[str] = set()  # scripts this agent has compiled, by sha256
+
+    @classmethod
+    def start(cls, name: str, stream: Stream | None) -> HostAgent | None:
+        """The agent on `stream` once it said it runs; None when it did not (no python3)."""
+        if stream is None:
+            return None
+        first = stream.readline(START_WAIT)
+        try:
+            ok = isinstance(json.loads(first), dict) and "agent" in json.loads(first)
+        except ValueError:
+            ok = False
+        if not ok:
+            stream.close()
+            return None
+        return cls(name, stream)
+
+    def shell(self, command: str, timeout: float | None, stdin: str | None) -> RunResult:
+        answer = self._call({"sh": command, "stdin": stdin or "", "timeout": timeout}, timeout)
+        return self._result(command, answer)
+
+    def script(self, source: str, args: Sequence[str], timeout: float | None,
+               before: str = "") -> RunResult:
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        request: dict[str, Any] = {"script": True, "sha": sha, "args": list(args),
+                                   "before": before, "timeout": timeout}
+        if sha not in self._known:
+            request["source"] = source
+        answer = self._call(request, timeout)
+        if "unknown" in answer:  # a new agent on a new connection: send the source
+            answer = self._call({**request, "source": source}, timeout)
+        self._known.add(sha)
+        argv = " ".join(shlex.quote(a) for a in args)
+        return self._result(f"{before + ' && ' if before else ''}python3 - {argv}", answer)
+
+    def _call(self, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        with self._lock:
+            request_id = next(self._ids)
+            if not self.stream.write(json.dumps({"id": request_id, **request}) + "\n"):
+                raise TransportError(f"{self.name}: connection lost: the host agent is gone")
+            wait = None if timeout is None else timeout + ANSWER_SLACK
+            while True:
+                line = self.stream.readline(wait if wait is not None else 3600.0)
+                if line:
+                    try:
+                        answer = json.loads(line)
+                    except ValueError as e:
+                        raise TransportError(f"{self.name}: the host agent said {line[:200]!r}"
+                                             ) from e
+                    if isinstance(answer, dict) and answer.get("id") == request_id:
+                        return answer
+                    continue
+                if wait is not None or self.stream.ended:
+                    raise TransportError(f"{self.name}: connection lost: the host agent "
+                                         "stopped answering")
+
+    @staticmethod
+    def _result(command: str, answer: dict[str, Any]) -> RunResult:
+        stdout, stderr = str(answer.get("stdout") or ""), str(answer.get("stderr") or "")
+        if answer.get("timed_out"):
+            return RunResult(command, 124, stdout, stderr + "\n(timed out)")
+        return RunResult(command, int(answer.get("exit", -1)), stdout, stderr)
+
+    def close(self) -> None:
+        self.stream.close()
