@@ -12,13 +12,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wait_for
 
-from rollout.engine.guard import BOOTSTRAP, arm_input, summarize
+from rollout.engine.guard import BOOTSTRAP, HostGuard, arm_input, summarize
 from rollout.host.scripts import guard, script_text
+from rollout.steps.decision import Action, Phase, Skip
+from rollout.transport.base import Stream
 from rollout.transport.local import LocalTransport
 
 OLD, NEW = "old0000release", "new1111release"
@@ -333,3 +336,80 @@ def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
     assert f"/releases/{OLD}/" in exe and alive(pid) and not alive(new[0])
     [summary] = summarize(guard.report(str(host.root), "run-f", 5))
     assert f"rolled back to {OLD}, validated; drain failed: memory stopped" in summary["reason"]
+
+
+class ScriptedStream(Stream):
+    """A guard's channel: answers "armed", records what the controller writes."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.closed = False
+
+    def readline(self, timeout: float) -> str:
+        return json.dumps({"armed": True, "guard": "1"})
+
+    def write(self, text: str) -> bool:
+        self.written.append(text)
+        return True
+
+    @property
+    def ended(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _plan(*kinds: str) -> Any:
+    steps = [SimpleNamespace(kind=k, decision=Action(k)) for k in kinds]
+    return SimpleNamespace(steps=[*steps, SimpleNamespace(kind="start", decision=Skip("runs"))])
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[ScriptedStream]:
+    streams: list[ScriptedStream] = []
+
+    def _open(self: HostGuard, ctx: Any, plan: Any) -> ScriptedStream:
+        streams.append(ScriptedStream())
+        return streams[-1]
+
+    monkeypatch.setattr(HostGuard, "_open", _open)
+    return streams
+
+
+def test_guard_started_ahead_only_for_a_plan_that_touches_the_host(
+    opened: list[ScriptedStream],
+) -> None:
+    HostGuard("run").prepare(None, _plan("preflight", "ready", "validate"))  # type: ignore[arg-type]
+    assert opened == []
+    guard = HostGuard("run")
+    guard.prepare(None, _plan("upload", "stop"))  # type: ignore[arg-type]
+    assert len(opened) == 1 and opened[0].written == []
+    guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
+    assert len(opened) == 1, "the stop used the guard started ahead, not a second one"
+    assert guard.stream is opened[0] and opened[0].written == ["phase stopped\n"]
+    guard.settle()
+    assert opened[0].written[-1] == "settled\n" and opened[0].closed
+
+
+def test_guard_started_ahead_for_a_host_that_stayed_untouched_is_settled(
+    opened: list[ScriptedStream],
+) -> None:
+    """The host failed (or was cut short) before its first stop: nothing to take back, so
+    the guard must not take over (it would stop and restart a host nobody touched)."""
+    guard = HostGuard("run")
+    guard.prepare(None, _plan("stop"))  # type: ignore[arg-type]
+    guard.drop()
+    assert opened[0].written == ["settled\n"] and opened[0].closed
+    assert not guard.lost
+
+
+def test_guard_started_ahead_on_a_connection_since_dropped_is_started_again(
+    opened: list[ScriptedStream],
+) -> None:
+    guard = HostGuard("run")
+    guard.prepare(None, _plan("stop"))  # type: ignore[arg-type]
+    opened[0].closed = True  # the connection dropped (an upload cut), and came back
+    guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
+    assert len(opened) == 2 and guard.stream is opened[1]
+    assert not guard.lost

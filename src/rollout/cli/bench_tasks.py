@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from invoke.context import Context
 
-from rollout.bench.figures import summary_json, summary_table
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.commands import app
-from rollout.commands.diagnose import bench_diagnose
 from rollout.errors import UserError
 
 if TYPE_CHECKING:
@@ -40,6 +38,8 @@ def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
 
     log = "/data/rollout/daemon.log"
     lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")
+    from rollout.commands.diagnose import bench_diagnose
+
     return bench_diagnose(app.load_fleet(str(fleet), None, host), host)
 
 
@@ -100,9 +100,10 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _side_by_side(plan: Plan) -> dict[str, Any]:
+    """Rollout against the floor; prints the table, returns the figures."""
+    from rollout.bench.figures import summary_json, summary_table
     from rollout.bench.side_by_side import measure
 
-    """Rollout against the floor; prints the table, returns the figures."""
     work = Path(tempfile.mkdtemp(prefix="rollout-bench-floor-"))
     try:
         results = measure(work, plan)

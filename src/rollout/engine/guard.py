@@ -107,6 +107,7 @@ class HostGuard:
     settled: bool = False
     phase: Phase = Phase.UNTOUCHED
     info: dict[str, Any] = field(default_factory=dict)
+    pending: Stream | None = None  # started ahead, its answer not read yet
 
     @property
     def lost(self) -> bool:
@@ -123,9 +124,23 @@ class HostGuard:
         if self.stream is not None:
             self.stream.write(f"phase {phase.label}\n")
 
-    def _arm(self, ctx: HostContext, plan: Any) -> None:
+    def prepare(self, ctx: HostContext, plan: Any) -> None:
+        """Start the guard ahead, while the host's first steps (upload, preflight) run: its
+        start is then off the path to the stop. Only for a plan that stops, switches or
+        starts something; its answer is read when the host is about to leave untouched."""
+        if self.stream is None and self.pending is None and _touches(plan):
+            self.pending = self._open(ctx, plan)
+
+    def _open(self, ctx: HostContext, plan: Any) -> Stream | None:
         command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm --wait {ARM_WAIT:g}"
-        stream = ctx.transport.open_stream(command, arm_input(recipe(ctx, plan, self.run_id)))
+        return ctx.transport.open_stream(command, arm_input(recipe(ctx, plan, self.run_id)))
+
+    def _arm(self, ctx: HostContext, plan: Any) -> None:
+        ahead, self.pending = self.pending, None
+        if ahead is not None and ahead.ended:  # its connection dropped since: a new one
+            ahead.close()
+            ahead = None
+        stream = ahead or self._open(ctx, plan)
         if stream is None:
             return  # a transport without long-lived channels: no guard
         line = stream.readline(ARM_WAIT + 60)
@@ -157,14 +172,30 @@ class HostGuard:
 
     def settle(self) -> None:
         """The controller is done with the host: the guard exits without acting."""
+        self._never_needed()
         if self.stream is not None and not self.lost:
             self.settled = self.stream.write("settled\n")
             self.stream.close()
 
     def drop(self) -> None:
         """Close the tether; unless settled, the guard takes over."""
+        self._never_needed()
         if self.stream is not None and not self.settled:
             self.stream.close()
+
+    def _never_needed(self) -> None:
+        """A guard started ahead for a host that never left untouched: settled, as there
+        is nothing to take back."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.write("settled\n")
+            pending.close()
+
+
+def _touches(plan: Any) -> bool:
+    """Whether a host plan stops, switches or starts anything (its host leaves untouched)."""
+    return any(isinstance(s.decision, Action) and not s.decision.fails
+               and s.kind in ("stop", "switch", "start") for s in plan.steps)
 
 
 def report_guard(ctx: HostContext, bus: EventBus, run_id: str) -> None:

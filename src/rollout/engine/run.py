@@ -309,6 +309,7 @@ class Engine:
                 )
             specs = self.options.host_steps or self.plan.host_steps
             plan = plan_host(facts, ctx.target, specs, self._where)
+            guard.prepare(ctx, plan)
             outcome = self._host_steps(ctx, plan, guard)
             guard.settle()
             return outcome

@@ -114,8 +114,16 @@ def _ends_mid_line(path: Path) -> bool:
         return f.read(1) != b"\n"
 
 
+MILESTONES = frozenset({"run_start", "locks_taken", "lock_broken", "lock_lost", "batch_start",
+                        "host_end", "guard_report", "run_end"})
+"""The events a resumed run and a reader of the journal after a crash rely on. Every line is
+written and flushed at once, so it outlives the controller's process; a durable journal
+also fsyncs at these, so that they outlive the machine. An fsync per event (about 1 ms each,
+one at a time under the bus's lock) cost an 8-host rollout 0.2 s."""
+
+
 class JsonLinesSink:
-    """Writes events as JSON lines; `durable` fsyncs each line (the run journal)."""
+    """Writes events as JSON lines; `durable` fsyncs at each milestone (the run journal)."""
 
     def __init__(self, stream: IO[str], durable: bool = False) -> None:
         self.stream = stream
@@ -131,5 +139,5 @@ class JsonLinesSink:
     def __call__(self, event: Event) -> None:
         self.stream.write(event.to_json() + "\n")
         self.stream.flush()
-        if self.durable:
+        if self.durable and event.kind in MILESTONES:
             os.fsync(self.stream.fileno())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from rollout.reports import junit, summary
+from rollout.reports import summary
 from rollout.reports.output import ReportSink, append, write_atomic
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"  # GitHub Actions shows what a step appends to this file
@@ -16,6 +16,8 @@ def report_sinks(
 ) -> list[ReportSink]:
     sinks = []
     if junit_path:
+        from rollout.reports import junit  # xml.etree: only for a run that writes JUnit
+
         sinks.append(ReportSink(junit.render, partial(write_atomic, Path(junit_path))))
     if summary_path:
         sinks.append(ReportSink(summary.render, partial(write_atomic, Path(summary_path))))

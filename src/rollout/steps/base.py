@@ -88,15 +88,20 @@ class HostContext:
         return result
 
     def script(self, name: str, *args: object, timeout: float | None = None,
-               before: str = "") -> tuple[int, Any]:
+               before: str = "", own_process: bool = False) -> tuple[int, Any]:
         """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON).
         `before`: a shell command run first in the same round trip (the script runs only if
-        it succeeds)."""
+        it succeeds). `own_process`: a python3 of its own, its arguments in its command line
+        for `ps` and `pkill -f` (a long download), never a fork of the host's agent."""
         argv = [str(a) for a in args]
-        result = self._bounded(
-            lambda left: self.transport.run_script(script_text(name), argv, left, before),
-            timeout, f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}",
-        )
+        command = f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}"
+        if own_process:
+            result = self.sh(command, timeout=timeout, stdin=script_text(name))
+        else:
+            result = self._bounded(
+                lambda left: self.transport.run_script(script_text(name), argv, left, before),
+                timeout, command,
+            )
         try:
             return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as e:

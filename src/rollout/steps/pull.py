@@ -40,7 +40,8 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
     _forget_other_pulls(ctx, partial)
     ctx.sh(f"mkdir -p {q(partial)}").check()
     urls = release_urls(release)
-    code, report = ctx.script("fetch", *_fetch_args(release, partial, urls), "--retries", 3)
+    code, report = ctx.script("fetch", *_fetch_args(release, partial, urls), "--retries", 3,
+                              own_process=True)  # minutes long: `ps` shows what it fetches
     error = report.get("error") if isinstance(report, dict) else {"message": str(report)}
     if code == 0 and not error:
         install_partial(ctx, release, partial)
