@@ -197,7 +197,7 @@ class FakeHost(Transport):
         if staging is not None:
             return staging
         if PORTS_MARK in command:  # a command, then the ports' owners in the same round trip
-            code, out = self._answer(command[2 : command.rindex(" ); rc=$?;")], stdin)
+            code, out = self._answer(command[2 : command.rindex(" ) && printf ")], stdin)
             if code:
                 return code, out
             return 0, f"{out}\n{PORTS_MARK}\n{json.dumps(self._ports(command))}\n"

@@ -93,15 +93,8 @@ class HostContext:
         `before`: a shell command run first in the same round trip (the script runs only if
         it succeeds). `own_process`: a python3 of its own, its arguments in its command line
         for `ps` and `pkill -f` (a long download), never a fork of the host's agent."""
-        argv = [str(a) for a in args]
-        command = f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}"
-        if own_process:
-            result = self.sh(command, timeout=timeout, stdin=script_text(name))
-        else:
-            result = self._bounded(
-                lambda left: self.transport.run_script(script_text(name), argv, left, before),
-                timeout, command,
-            )
+        result = self.run_script(name, *args, timeout=timeout, before=before,
+                                 own_process=own_process)
         try:
             return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as e:
@@ -109,6 +102,18 @@ class HostContext:
                 f"{name} on host gave no JSON (exit {result.exit_code}): "
                 f"{tail((result.stderr or result.stdout).strip(), 400)}"
             ) from e
+
+    def run_script(self, name: str, *args: object, timeout: float | None = None,
+                   before: str = "", own_process: bool = False) -> RunResult:
+        """A host script's result as it ran (see script()), its output not parsed."""
+        argv = [str(a) for a in args]
+        command = f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}"
+        if own_process:
+            return self.sh(command, timeout=timeout, stdin=script_text(name))
+        return self._bounded(
+            lambda left: self.transport.run_script(script_text(name), argv, left, before),
+            timeout, command,
+        )
 
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
         """Atomically replace a file whose content differs; `keep_previous` gets the old one.

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.host.facts import tcp_port
 from rollout.host.layout import q
-from rollout.host.scripts import script_text
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.transport.base import RunResult
@@ -59,15 +57,15 @@ def identity_problem(
     return None
 
 
-def ports_query(ctx: HostContext) -> tuple[list[int], int | None, str]:
-    """(the daemon's TCP ports, the started daemon's pid, the ports script's arguments,
-    shell-quoted: empty when there is no TCP port to check)."""
+def ports_query(ctx: HostContext) -> tuple[list[int], int | None, list[str]]:
+    """(the daemon's TCP ports, the started daemon's pid, the ports script's arguments:
+    none when there is no TCP port to check)."""
     daemon = ctx.settings.daemon
     ports = [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
     pid = expected_pid(ctx)
     args: list[object] = [a for p in ports for a in ("--port", p)]
     args += ["--pid", pid] if pid else []
-    return ports, pid, " ".join(shlex.quote(str(a)) for a in args) if ports else ""
+    return ports, pid, [str(a) for a in args] if ports else []
 
 
 def judge_ports(ports: list[int], pid: int | None, found: Any,
@@ -99,12 +97,12 @@ def then_ports(ctx: HostContext, first: str, timeout: float) -> tuple[RunResult,
     if not args:
         r = ctx.sh(first, timeout=timeout)
         return r, r.stdout, None
-    command = (f"( {first} ); rc=$?; if [ $rc -eq 0 ]; then printf '\\n%s\\n' {q(PORTS_MARK)}; "
-               f"python3 - {args}; fi; exit $rc")
-    r = ctx.sh(command, timeout=timeout, stdin=script_text("ports"))
+    r = ctx.run_script("ports", *args, timeout=timeout,
+                       before=f"( {first} ) && printf '\\n%s\\n' {q(PORTS_MARK)}")
     before, mark, after = r.stdout.rpartition(f"\n{PORTS_MARK}\n")
     if not mark:
         return r, r.stdout, None
+    r = RunResult(r.command, 0, r.stdout, r.stderr)  # `first` passed: its status, 0
     try:
         return r, before, json.loads(after.strip().splitlines()[-1])
     except (ValueError, IndexError) as e:
