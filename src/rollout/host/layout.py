@@ -46,6 +46,11 @@ class Layout:
         return f"{self.state_dir}/supervisor.py"
 
     @property
+    def supervisor_lock(self) -> str:
+        """Held (flock) by the running supervisor for its whole life."""
+        return f"{self.state_dir}/supervisor.lock"
+
+    @property
     def supervisor_conf(self) -> str:
         return f"{self.state_dir}/supervisor.conf.json"
 

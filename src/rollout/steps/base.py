@@ -106,13 +106,20 @@ class HostContext:
     def run_script(self, name: str, *args: object, timeout: float | None = None,
                    before: str = "", own_process: bool = False) -> RunResult:
         """A host script's result as it ran (see script()), its output not parsed."""
+        if own_process:
+            argv = shlex.join(str(a) for a in args)
+            first = f"{before} && " if before else ""
+            return self.sh(f"{first}python3 - {argv}", timeout=timeout, stdin=script_text(name))
+        return self.run_python(script_text(name), *args, timeout=timeout, before=before)
+
+    def run_python(self, source: str, *args: object, timeout: float | None = None,
+                   before: str = "") -> RunResult:
+        """Python source run as `python3 - ARGS` would run it, through the host's agent
+        where there is one."""
         argv = [str(a) for a in args]
         command = f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}"
-        if own_process:
-            return self.sh(command, timeout=timeout, stdin=script_text(name))
         return self._bounded(
-            lambda left: self.transport.run_script(script_text(name), argv, left, before),
-            timeout, command,
+            lambda left: self.transport.run_script(source, argv, left, before), timeout, command
         )
 
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:

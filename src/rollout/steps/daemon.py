@@ -245,12 +245,15 @@ def start_command(ctx: HostContext, seconds: float) -> str:
     """One round trip: find the release current points at (exit 3: none), release the hold,
     make sure the supervisor runs (a running one holds its flock and answers
     already-running; exit 5: it could not start), then wait up to `seconds` for it to run a
-    daemon of that release and print its daemon.pid line (exit 1: it did not)."""
+    daemon of that release and print its daemon.pid line (exit 1: it did not). The flock
+    is tested first, as the supervisor itself tests it: a python3 that starts only to say
+    already-running cost the host more than the rest of the step."""
     lay = ctx.layout
     pidfile = q(lay.daemon_pid)
     return (
         f"target=$(readlink -f -- {q(lay.current)}); [ -n \"$target\" ] || exit 3; "
         f"rm -f -- {q(lay.hold)} || exit 4; "
+        f"flock -n -E 75 {q(lay.supervisor_lock)} true 2>/dev/null; [ $? -eq 75 ] || "
         f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize >/dev/null || exit 5; "
         f"for i in $(seq {int(seconds * 20)}); do "
         f'grep -qF -- "$target" {pidfile} 2>/dev/null && cat {pidfile} && exit 0; '

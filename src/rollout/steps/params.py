@@ -53,8 +53,7 @@ class Problem:
 def _probe(ctx: HostContext) -> dict[str, Any]:
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
     names = [f.name for f in spec.files]
-    argv = " ".join(q(a) for a in (cache, spec.pce_file, *names))
-    r = ctx.sh(f"python3 - {argv}", stdin=_PROBE, timeout=30)
+    r = ctx.run_python(_PROBE, cache, spec.pce_file, *names, timeout=30)
     try:
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as e:

@@ -25,6 +25,7 @@ from rollout.transport.base import RunResult, Stream, Transport
 from rollout.transport.channel import ChannelStream, run_on_channel, stream_to_channel
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
+SMALL_UPLOAD = 4 << 20  # bytes: a smaller file is written by cat and hashed by sha256sum
 UPLOAD_STALL = 300.0  # seconds an upload may make no progress before it is a lost connection
 
 
@@ -233,12 +234,17 @@ class SshTransport(Transport):
 
     def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
         """One round trip: the host writes the bytes and hashes them as they arrive (python3's
-        hashlib: a third of sha256sum's CPU, and no second read); without python3, `cat`,
-        then sha256sum reads them back."""
+        hashlib: a third of sha256sum's CPU, and no second read). A file under
+        SMALL_UPLOAD, or a host without python3: `cat`, then sha256sum reads it back from
+        the page cache (a python3 that starts costs the host more than that read)."""
         path, folder = shlex.quote(remote_path), shlex.quote(posixpath.dirname(remote_path) or "/")
-        command = (f"mkdir -p -- {folder} && if command -v python3 >/dev/null; then "
-                   f"python3 -c {shlex.quote(_WRITE_AND_HASH)} {path} {mode:o}; else "
-                   f"cat > {path} && chmod {mode:o} -- {path} && sha256sum < {path}; fi")
+        plain = f"cat > {path} && chmod {mode:o} -- {path} && sha256sum < {path}"
+        if os.path.getsize(local_path) < SMALL_UPLOAD:
+            command = f"mkdir -p -- {folder} && {plain}"
+        else:
+            command = (f"mkdir -p -- {folder} && if command -v python3 >/dev/null; then "
+                       f"python3 -c {shlex.quote(_WRITE_AND_HASH)} {path} {mode:o}; else "
+                       f"{plain}; fi")
         words = self._upload(local_path, 0, command).check().stdout.split()
         return words[0] if words else ""
 
