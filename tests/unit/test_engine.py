@@ -372,8 +372,10 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
                      if c.startswith(f"cd {STAGING}/{NEW} 2>/dev/null && "))
     reads = [c for c in host.sent[:first_put] if re.match(FACTS_READ, c)]
     assert len(reads) == 1, host.sent[:first_put]  # the plan's read, nothing since acted
-    after = [c for c in host.sent[first_put:] if re.match(FACTS_READ, c)]
-    assert after, "after the upload, preflight-executables reads the host afresh"
+    ldd = next(i for i, c in enumerate(host.sent) if "ldd -- " in c)
+    assert ldd > first_put and host.sent[ldd].startswith(f"[ -d /data/releases/{NEW} ] || exit 4;")
+    between = [c for c in host.sent[first_put:ldd] if re.match(FACTS_READ, c)]
+    assert not between, "after the upload, the executables check looks for itself: no facts"
     assert "touch -- /data/rollout/hold && python3 - --root /data --signal" in " ".join(
         host.sent)  # the hold and the stop in one round trip
 

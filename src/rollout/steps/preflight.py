@@ -24,7 +24,9 @@ from rollout.units import format_size, parse_size
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
-Check = Callable[[HostContext, HostFacts, list[str]], list[str]]
+FactCheck = Callable[[HostContext, HostFacts, list[str]], list[str]]
+Check = Callable[[HostContext, HostFacts | None, list[str]], list[str]]
+"""A check gets the host's facts, or None where no check of its step needs them."""
 
 
 def _space_needed(ctx: HostContext, facts: HostFacts) -> int:
@@ -159,17 +161,23 @@ def ldd_sections(output: str) -> dict[str, str]:
     return {name: "\n".join(lines) for name, lines in out.items()}
 
 
-def check_executables(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    """The uploaded executables load here: ldd finds every library they need."""
-    if ctx.release is None or not _release_on_host(ctx, facts):
-        notes.append("executables not on the host yet: checked after the upload")
+def check_executables(ctx: HostContext, facts: HostFacts | None, notes: list[str]
+                      ) -> list[str]:
+    """The uploaded executables load here: ldd finds every library they need. Needs no
+    facts: without them, its own command looks for the release (exit 4: not there)."""
+    later = "executables not on the host yet: checked after the upload"
+    if ctx.release is None or (facts is not None and not _release_on_host(ctx, facts)):
+        notes.append(later)
         return []
     where = ctx.layout.release_dir(ctx.release.id)
     names = [a.name for a in ctx.release.artifacts]
     # one round trip: each executable's ldd output after a line of its own naming it
     each = "".join(f"echo {q(LDD_MARK + n)}; LC_ALL=C ldd -- {q(f'{where}/{n}')} 2>&1; "
                    for n in names)
-    r = ctx.sh(f"command -v ldd >/dev/null || exit 3; {each}")
+    r = ctx.sh(f"[ -d {q(where)} ] || exit 4; command -v ldd >/dev/null || exit 3; {each}")
+    if r.exit_code == 4:
+        notes.append(later)
+        return []
     if r.exit_code == 3:
         notes.append("no ldd on the host: libraries not checked")
         return []
@@ -230,17 +238,27 @@ def check_input(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[st
     return []
 
 
+def with_facts(check: FactCheck) -> Check:
+    """A check that reads the host's facts (apply() reads them once for all such checks)."""
+
+    def run(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+        return check(ctx, facts if facts is not None else ctx.facts(), notes)
+
+    return run
+
+
 CHECKS: dict[str, Check] = {
-    "host": check_host_marker,
-    "ownership": check_ownership,
-    "space": check_space,
-    "budget": check_budget,
-    "cpu": check_cpu,
-    "gpus": check_gpus,
+    "host": with_facts(check_host_marker),
+    "ownership": with_facts(check_ownership),
+    "space": with_facts(check_space),
+    "budget": with_facts(check_budget),
+    "cpu": with_facts(check_cpu),
+    "gpus": with_facts(check_gpus),
     "executables": check_executables,
-    "params": check_param_files,
-    "input": check_input,
+    "params": with_facts(check_param_files),
+    "input": with_facts(check_input),
 }
+FACTLESS = frozenset({"executables"})  # checks whose own command looks: no facts read
 STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
 
 
@@ -251,8 +269,11 @@ def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decisio
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     """The checks look at the host as it is now: fresh facts (after an upload, the release
-    is there for the executables check); the plan's own facts when no action ran since."""
-    facts = ctx.state.facts or ctx.facts()
+    is there for the executables check); the plan's own facts when no action ran since;
+    none read for checks that look for themselves (executables after the upload)."""
+    facts = ctx.state.facts
+    if facts is None and not FACTLESS.issuperset(action.detail):
+        facts = ctx.facts()
     notes: list[str] = []
     problems: list[str] = []
     for name in action.detail:

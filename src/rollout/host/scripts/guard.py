@@ -32,11 +32,8 @@ import os
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +45,8 @@ from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, po
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PHASES = ("untouched", "stopped", "switched", "started", "validated")
 POLL = 0.1  # seconds between looks at local state (never at the controller)
+# subprocess, socket and urllib.request are imported by the takeover steps that use them:
+# arming, once per host, starts no more than it needs (urllib alone doubles its start).
 KEEP_RUNS = 20  # run folders always kept, newest first
 PRUNE_AGE = 7 * 86400  # seconds: older run folders whose guards are all done are removed
 MAX_SCRIPT = 1 << 20  # bytes: the drain script the arm input carries
@@ -290,6 +289,8 @@ def step_drain(h: Host) -> tuple[str, str]:
     reaped) and its memory is back before the next daemon starts. A failed drain is
     reported and the previous release restarted all the same, as the controller's rollback
     after a failed drain does: a guard never leaves the host stopped."""
+    import subprocess
+
     keep = str(h.r["previous"])
     kept = h.runs(keep)
     if kept:
@@ -373,6 +374,8 @@ def serving_release(h: Host) -> str:
 
 
 def step_start(h: Host) -> tuple[str, str]:
+    import subprocess
+
     release = serving_release(h)
     held = os.path.exists(h.hold)
     if held:
@@ -395,6 +398,8 @@ def step_start(h: Host) -> tuple[str, str]:
 
 
 def port_bound(port: int) -> bool:
+    import socket
+
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
@@ -403,6 +408,8 @@ def port_bound(port: int) -> bool:
 
 
 def status_doc(url: str) -> dict[str, Any] | None:
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
             doc = json.loads(r.read(1 << 20).decode("utf-8", "replace"))
@@ -441,6 +448,8 @@ def step_ready(h: Host) -> tuple[str, str]:
 
 
 def step_validate(h: Host) -> tuple[str, str]:
+    import subprocess
+
     command = h.r.get("validate_command")
     if not command:
         raise Failed("no validation command in the recipe")
