@@ -15,7 +15,7 @@ this process, as `python3 - ARGS` with the script on its stdin would: sys.argv i
 ["-", *args], stdin is empty, __name__ is "__main__", its exit status is its answer's. The
 child skips what each `python3 -` paid for again: the interpreter's start, compiling the
 script (compiled once per connection, by its sha256; "source" is sent only the first time)
-and importing the standard modules the scripts use (imported here, once). "before" is a
+and importing the standard modules most scripts use (imported here, once). "before" is a
 shell command run first; the script runs only when it exits 0, as `before && python3 -`.
 
 Each command is a process group of its own; at its timeout the group is killed and the
@@ -26,25 +26,25 @@ Standard library only; python3 >= 3.9.
 
 from __future__ import annotations
 
-import argparse  # also imported once here for the forked scripts: each finds it loaded
+import argparse
 import contextlib
-import fcntl  # noqa: F401
+import fcntl  # noqa: F401 - for the forked scripts (lock, guard): each finds it loaded
 import hashlib
 import json
 import os
-import platform  # noqa: F401
-import re  # noqa: F401
+import re  # noqa: F401 - for the forked scripts
 import select
-import shutil  # noqa: F401
 import signal
-import socket  # noqa: F401
 import subprocess
 import sys
 import time
 import traceback
 import types
-import urllib.request  # noqa: F401
 from typing import Any
+
+# What the agent imports, every script it forks finds loaded. Not urllib.request (as much
+# again as all of these): the agents of a whole fleet start at once while the run takes its
+# locks, and only the proof (once per host) uses it.
 
 MAX_OUTPUT = 64 << 20  # bytes of a command's stdout or stderr kept; the rest is dropped
 KILL_WAIT = 5.0  # seconds to collect what a killed command's group said
