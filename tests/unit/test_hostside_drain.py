@@ -14,7 +14,7 @@ from typing import Any
 
 from rollout.host.scripts import drain as drain_mod
 from rollout.host.scripts import script_text
-from rollout.steps.drain import failure_reason
+from rollout.host.scripts.common import drain_failure as failure_reason
 
 DRAIN = script_text("drain")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
@@ -362,3 +362,15 @@ def test_step_failure_reason_names_the_holders() -> None:
     assert "anon 150.0MiB, shmem 96.0MiB, file 224.0MiB" in reason
     out |= {"outcome": "deadline", "state": "running"}
     assert failure_reason(out).startswith("daemon 7 still running at the drain deadline")
+
+
+def test_failure_reason_reads_the_hosts_answer_as_hostile_data() -> None:
+    """The guard (on the host) and the drain step (on the controller) say it with one
+    function; a field missing or of another type never raises, it shows as "-"."""
+    out = {"outcome": "plateau", "working_set": "lots", "memory": [1], "budget": True,
+           "holders": {"shm": "x", "processes": [7, {"pid": 9}], "anon": None}}
+    reason = failure_reason(out)
+    assert reason.startswith("memory stopped falling for None")
+    assert "working set - (page cache - not counted) of -: headroom -, budget -" in reason
+    assert "pid 9 `?` (RSS -)" in reason and "anon -, shmem -, file -" in reason
+    assert failure_reason({}).startswith("drain deadline passed")

@@ -12,13 +12,12 @@ from typing import Any
 from rollout.config.steps import DrainParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
+from rollout.host.scripts.common import drain_failure, format_size
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import serving
 from rollout.steps.decision import Action, Decision, Skip, Target
-from rollout.units import format_size, parse_size
-
-NAMED_HOLDERS = 3
+from rollout.units import parse_size
 
 
 def budget_args(daemon: Any) -> list[object]:
@@ -26,42 +25,6 @@ def budget_args(daemon: Any) -> list[object]:
     if daemon.total_budget == "cgroup":
         return ["--margin", parse_size(daemon.safety_margin)]
     return ["--budget", parse_size(daemon.total_budget)]
-
-
-def _holder_names(holders: dict[str, Any] | None) -> list[str]:
-    holders = holders or {}
-    names = [
-        f"{f['path']} ({format_size(f['bytes'])})"
-        for f in (holders.get("shm") or [])[:NAMED_HOLDERS]
-        if f.get("bytes")
-    ]
-    names += [
-        f"pid {p['pid']} `{p['cmdline'] or '?'}` (RSS {format_size(p['rss'])})"
-        for p in (holders.get("processes") or [])[:NAMED_HOLDERS]
-    ]
-    figures = ", ".join(
-        f"{k} {format_size(holders.get(k))}" for k in ("anon", "shmem", "file")
-    )
-    return [*names, figures]
-
-
-def failure_reason(out: dict[str, Any]) -> str:
-    """Why the drain failed, naming what still holds the memory."""
-    mem = out.get("memory") or {}
-    limit, ws, budget = mem.get("limit"), out.get("working_set"), out.get("budget")
-    headroom = None if limit is None or ws is None else limit - ws
-    figures = (
-        f"working set {format_size(ws)} (page cache {format_size(out.get('page_cache'))} "
-        f"not counted) of {format_size(limit)}: headroom {format_size(headroom)}, "
-        f"budget {format_size(budget)}"
-    )
-    if out.get("outcome") == "plateau":
-        why = f"memory stopped falling for {out.get('plateau')}s"
-    elif out.get("state") == "running":
-        why = f"daemon {out.get('pid')} still running at the drain deadline"
-    else:
-        why = "drain deadline passed"
-    return f"{why}: {figures}; held by: " + "; ".join(_holder_names(out.get("holders")))
 
 
 @dataclass(frozen=True)
@@ -110,7 +73,7 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
         args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
     _, out = ctx.script("drain", *args, timeout=how.deadline + 30)
     if out.get("outcome") != "drained":
-        raise StepFailed(failure_reason(out), retryable=False, data=out)
+        raise StepFailed(drain_failure(out), retryable=False, data=out)
     note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
     waited = out["ended"] - out["started"]
     drained_by = {

@@ -442,3 +442,58 @@ def cuzk_processes(proc: str, supervisor_pid: int | None) -> list[dict[str, Any]
                     "starttime": starttime, "started_at": started,
                     "supervised": supervisor_pid is not None and supervisor_pid in ancestors})
     return out
+
+
+# ---------------------------------------------------------------- drain answers, for people
+
+
+NAMED_HOLDERS = 3  # processes and /dev/shm files a failed drain names
+
+
+def format_size(n: Any) -> str:
+    """Bytes for people (512.0MiB); "-" for anything that is not a number."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n = n / 1024
+    return str(n)
+
+
+def _first(items: Any) -> list[dict[str, Any]]:
+    listed = items[:NAMED_HOLDERS] if isinstance(items, list) else []
+    return [i for i in listed if isinstance(i, dict)]
+
+
+def _holder_names(holders: Any) -> list[str]:
+    held = holders if isinstance(holders, dict) else {}
+    names = [f"{f.get('path')} ({format_size(f.get('bytes'))})"
+             for f in _first(held.get("shm")) if f.get("bytes")]
+    names += [f"pid {p.get('pid')} `{p.get('cmdline') or '?'}` (RSS {format_size(p.get('rss'))})"
+              for p in _first(held.get("processes"))]
+    figures = ", ".join(f"{k} {format_size(held.get(k))}" for k in ("anon", "shmem", "file"))
+    return [*names, figures]
+
+
+def drain_failure(out: dict[str, Any]) -> str:
+    """Why drain.py did not drain, naming what still holds the memory. The drain step and
+    the guard both say it this way; drain.py's answer is read as hostile data (a field
+    missing or of the wrong type shows as "-")."""
+    memory = out.get("memory")
+    mem: dict[str, Any] = memory if isinstance(memory, dict) else {}
+    limit, ws = mem.get("limit"), out.get("working_set")
+    numbers = [v for v in (limit, ws) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    headroom = numbers[0] - numbers[1] if len(numbers) == 2 else None
+    figures = (
+        f"working set {format_size(ws)} (page cache {format_size(out.get('page_cache'))} "
+        f"not counted) of {format_size(limit)}: headroom {format_size(headroom)}, "
+        f"budget {format_size(out.get('budget'))}"
+    )
+    if out.get("outcome") == "plateau":
+        why = f"memory stopped falling for {out.get('plateau')}s"
+    elif out.get("state") == "running":
+        why = f"daemon {out.get('pid')} still running at the drain deadline"
+    else:
+        why = "drain deadline passed"
+    return f"{why}: {figures}; held by: " + "; ".join(_holder_names(out.get("holders")))

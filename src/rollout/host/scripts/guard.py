@@ -39,7 +39,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, port_owners, proc_ancestors, proc_state, read_pidfile, read_text  # inlined on hosts
+from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, read_pidfile, read_text  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -262,28 +262,6 @@ def drain_args(h: Host, pid: int, starttime: int | None) -> list[str]:
     return args
 
 
-def mib(n: Any) -> str:
-    return f"{n / (1 << 20):.1f} MiB" if isinstance(n, (int, float)) else "?"
-
-
-def drain_failure(out: dict[str, Any]) -> str:
-    """Why drain.py did not drain, naming what still holds the memory."""
-    if out.get("outcome") == "plateau":
-        why = f"memory stopped falling for {out.get('plateau')}s"
-    elif out.get("state") == "running":
-        why = f"daemon {out.get('pid')} still running at the drain deadline"
-    else:
-        why = "drain deadline passed"
-    holders = out.get("holders")
-    held: dict[str, Any] = holders if isinstance(holders, dict) else {}
-    names = [f"{f.get('path')} ({mib(f.get('bytes'))})" for f in (held.get("shm") or [])[:3]
-             if isinstance(f, dict) and f.get("bytes")]
-    names += [f"pid {p.get('pid')} `{p.get('cmdline') or '?'}` (RSS {mib(p.get('rss'))})"
-              for p in (held.get("processes") or [])[:3] if isinstance(p, dict)]
-    return (f"{why}: working set {mib(out.get('working_set'))}, budget {mib(out.get('budget'))}"
-            f"; held by: {'; '.join(names) or 'nothing named'}")
-
-
 def step_drain(h: Host) -> tuple[str, str]:
     """The drain step's rule, by drain.py itself: the daemon stopped is gone (its zombie
     reaped) and its memory is back before the next daemon starts. A failed drain is
@@ -316,10 +294,10 @@ def step_drain(h: Host) -> tuple[str, str]:
     if out["outcome"] != "drained":
         return "failed", (f"{drain_failure(out)}; restarting {keep} without waiting again "
                           "(its memory is still charged)")
-    by = {"budget": f"headroom fits the budget {mib(out.get('budget'))}",
+    by = {"budget": f"headroom fits the budget {format_size(out.get('budget'))}",
           "baseline": "working set back to its level before the old daemon started"}.get(
         str(out.get("drained_by")), "memory not measurable here")
-    figures = f"working set {mib(out.get('working_set'))}"
+    figures = f"working set {format_size(out.get('working_set'))}"
     if out.get("state_at_start") == "gone" and len(out.get("samples") or []) <= 1:
         return "skipped", f"nothing to drain: {who}{by} ({figures})"
     waited = float(out.get("ended") or 0) - float(out.get("started") or 0)
