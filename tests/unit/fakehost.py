@@ -101,6 +101,12 @@ class FakeHost(Transport):
                 return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
         if stdin.startswith('"""Print who holds the daemon'):
+            if " --wait " in command:  # ready: wait for the ports, then their owners
+                if self._bad("ready"):
+                    self.daemon = None
+                    return 3, f"daemon {self.pid} died during start-up\n"
+                status = json.dumps({"version": self.daemon, "uptime_secs": 0.1})
+                return 0, f"{status}\n{PORTS_MARK}\n{json.dumps(self._ports(command))}\n"
             return 0, json.dumps(self._ports(command))
         if stdin.startswith('"""Run the validation proof'):
             return self._prove(shlex.split(command))

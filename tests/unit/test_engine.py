@@ -388,7 +388,8 @@ def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:
     after = host.sent[started + 1:]
     assert len(after) == 3, after  # nothing else between the start and the end of validate
     ready, checks, proof = after
-    assert "curl -s --max-time 1 -o /dev/null" in ready and "python3 - --port " in ready
+    assert ready.startswith("python3 - --wait ") and "--grpc-url " in ready  # one host process
+    assert "--status-url " in ready and " --port " in ready  # then the ports' owners
     assert "sha256sum -- /data/32gbench/c1.json" in checks and "/status" in checks
     assert "python3 - --port " in checks  # the ports' owners before the proof, same trip
     assert proof.startswith("python3 - --timeout ") and "cuzk-bench" in proof

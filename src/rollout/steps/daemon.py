@@ -17,7 +17,8 @@ from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
-from rollout.steps.identity import check_ports, then_ports
+from rollout.steps.identity import PORTS_MARK, check_ports, parse_owners, ports_query, then_ports
+from rollout.transport.base import RunResult
 from rollout.units import format_size
 
 
@@ -331,16 +332,23 @@ def _grpc_url(listen: str) -> str:
     return status_url(listen).removesuffix("/status") + "/"
 
 
-def ready(ctx: HostContext, action: Action) -> StepResult:
-    """The gRPC port is bound and the status port answers (never a log line: cuzk prints
-    "ready, serving on" before it binds, and binds the status port before the gRPC one).
-    Fails early if the daemon dies meanwhile."""
-    params: ReadyParams = action.params
+def wait_ready(ctx: HostContext, seconds: float, url: str) -> tuple[RunResult, str, Any]:
+    """One round trip: wait until the gRPC port accepts and then the status port answers
+    (exit 3: the daemon died meanwhile; 1: not in time), then the ports' owners. The wait
+    polls in one host process (ports.py --wait) where the daemon's ports are TCP; else it
+    is a shell loop with curl."""
     daemon = ctx.settings.daemon
-    seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
-    url = status_url(daemon.status_listen)
-    pidfile = q(ctx.layout.daemon_pid)
     known = ctx.state.daemon_pid
+    _, _, args = ports_query(ctx)
+    if args:
+        watch = ["--watch", known] if known else ["--pidfile", ctx.layout.daemon_pid]
+        r = ctx.run_script("ports", "--wait", seconds, "--grpc-url", _grpc_url(daemon.listen),
+                           "--status-url", url, *watch, *args, timeout=seconds + 10)
+        answer, mark, after = r.stdout.rpartition(f"\n{PORTS_MARK}\n")
+        if not mark:
+            return r, r.stdout, None
+        return r, answer, parse_owners(r, after)
+    pidfile = q(ctx.layout.daemon_pid)
     first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
     loop = (
         f"pid={first}; "
@@ -352,7 +360,18 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
         f'then echo "daemon $pid died during start-up"; exit 3; fi; '
         f"sleep 0.05; done; exit 1"
     )
-    r, answer, owners = then_ports(ctx, loop, seconds + 10)  # the ports' owners in the same trip
+    return then_ports(ctx, loop, seconds + 10)
+
+
+def ready(ctx: HostContext, action: Action) -> StepResult:
+    """The gRPC port is bound and the status port answers (never a log line: cuzk prints
+    "ready, serving on" before it binds, and binds the status port before the gRPC one).
+    Fails early if the daemon dies meanwhile."""
+    params: ReadyParams = action.params
+    daemon = ctx.settings.daemon
+    seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
+    url = status_url(daemon.status_listen)
+    r, answer, owners = wait_ready(ctx, seconds, url)  # the ports' owners in the same trip
     if r.exit_code == 3:
         tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
         raise StepFailed(

@@ -9,6 +9,7 @@ from typing import Any
 from rollout.errors import StepFailed
 from rollout.host.facts import tcp_port
 from rollout.host.layout import q
+from rollout.host.scripts.ports import MARK
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.transport.base import RunResult
@@ -86,7 +87,7 @@ def judge_ports(ports: list[int], pid: int | None, found: Any,
     return f"ports {', '.join(map(str, ports))} held by daemon {pid}"
 
 
-PORTS_MARK = "@@rollout: owners of the ports follow@@"
+PORTS_MARK = MARK  # the line between what ran first and the ports' owners
 
 
 def then_ports(ctx: HostContext, first: str, timeout: float) -> tuple[RunResult, str, Any]:
@@ -103,8 +104,13 @@ def then_ports(ctx: HostContext, first: str, timeout: float) -> tuple[RunResult,
     if not mark:
         return r, r.stdout, None
     r = RunResult(r.command, 0, r.stdout, r.stderr)  # `first` passed: its status, 0
+    return r, before, parse_owners(r, after)
+
+
+def parse_owners(r: RunResult, after: str) -> Any:
+    """The ports script's answer: the JSON line after its mark."""
     try:
-        return r, before, json.loads(after.strip().splitlines()[-1])
+        return json.loads(after.strip().splitlines()[-1])
     except (ValueError, IndexError) as e:
         raise StepFailed(f"ports on host gave no JSON (exit {r.exit_code}): "
                          f"{tail((r.stderr or after).strip(), 400)}") from e
