@@ -166,6 +166,30 @@ def test_lost_tether_in_phase_started_rolls_back_and_validates(host: TwoReleases
     assert summarize(report)[0]["reason"].endswith(f"rolled back to {OLD}, validated")
 
 
+def test_lost_tether_while_untouched_keeps_the_old_daemon_and_puts_its_config_back(
+    host: TwoReleases,
+) -> None:
+    """A guard started ahead (while upload, preflight and config run) whose controller dies
+    before the stop: the previous release still runs; the guard keeps that very daemon,
+    puts back the config the config step had replaced, and validates it."""
+    (host.root / "current").unlink()
+    (host.root / "current").symlink_to(f"releases/{OLD}")
+    host.start()
+    old = host.daemon()
+    assert f"/releases/{OLD}/" in old[2]
+    stream = arm(host, host.recipe("run-u", OLD))
+    stream.close()  # lost in phase untouched: no phase line, no "settled"
+    end = wait_for(lambda: next((e for e in host.events("run-u") if e["kind"] == "guard_end"),
+                                None))
+    assert end["status"] == "validated" and end["data"]["phase"] == "untouched", end
+    steps = {e["step"]: e for e in host.events("run-u") if e["kind"] == "step_end"}
+    assert steps["guard-stop"]["status"] == "skipped", steps["guard-stop"]
+    assert steps["guard-switch"]["reason"] == f"restored the config {OLD} ran with"
+    assert host.config.read_text() == "old config\n"
+    assert host.daemon()[:2] == old[:2] and alive(old[0])  # the very same process
+    assert steps["guard-validate"]["status"] == "ok"
+
+
 def test_settled_tether_leaves_the_host_as_the_controller_left_it(host: TwoReleases) -> None:
     host.start()
     new = host.daemon()
