@@ -326,42 +326,47 @@ class Collector:
             return None
 
 
-def listening_inodes(proc: str, port: int) -> set[int]:
-    """Socket inodes listening on TCP `port` (any address, IPv4 or IPv6), from
-    /proc/net/tcp and tcp6 of this network namespace."""
-    found: set[int] = set()
+def listening_inodes(proc: str, ports: Iterable[int]) -> dict[int, set[int]]:
+    """Socket inodes listening on each TCP port (any address, IPv4 or IPv6), from
+    /proc/net/tcp and tcp6 of this network namespace, each read once for all the ports."""
+    found: dict[int, set[int]] = {p: set() for p in ports}
     for name in ("tcp", "tcp6"):
         for line in (read_text(f"{proc}/net/{name}") or "").splitlines()[1:]:
             parts = line.split()
             if len(parts) < 10 or parts[3] != "0A":  # 0A: TCP_LISTEN
                 continue
             with contextlib.suppress(ValueError):
-                if int(parts[1].rpartition(":")[2], 16) == port:
-                    found.add(int(parts[9]))
-    found.discard(0)
+                port = int(parts[1].rpartition(":")[2], 16)
+                if port in found:
+                    found[port].add(int(parts[9]))
+    for inodes in found.values():
+        inodes.discard(0)
     return found
 
 
-def socket_owners(proc: str, inodes: set[int]) -> list[int]:
-    """Pids holding any of these socket inodes open, from /proc/PID/fd (sorted)."""
+def socket_holders(proc: str, inodes: set[int]) -> dict[int, list[int]]:
+    """For each of these socket inodes, the pids holding it open, from one look at every
+    /proc/PID/fd (pids in ascending order)."""
+    holders: dict[int, list[int]] = {}
     if not inodes:
-        return []
-    links = {f"socket:[{i}]" for i in inodes}
-    owners: list[int] = []
+        return holders
+    links = {f"socket:[{i}]": i for i in inodes}
     for pid in all_pids(proc):
         fd_dir = f"{proc}/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
         except OSError:
             continue
+        held: set[int] = set()
         for fd in fds:
             try:
-                if os.readlink(f"{fd_dir}/{fd}") in links:
-                    owners.append(pid)
-                    break
+                inode = links.get(os.readlink(f"{fd_dir}/{fd}"))
             except OSError:
                 continue
-    return owners
+            if inode is not None and inode not in held:
+                held.add(inode)
+                holders.setdefault(inode, []).append(pid)
+    return holders
 
 
 def proc_age(proc: str, pid: int) -> float | None:
@@ -400,9 +405,19 @@ def process_brief(proc: str, pid: int) -> dict[str, Any]:
             "exe": proc_exe(proc, pid), "age_secs": proc_age(proc, pid)}
 
 
+def ports_owners(proc: str, ports: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+    """For each TCP port, every process holding a socket that listens on it, briefly
+    described; /proc read once for all the ports."""
+    by_port = listening_inodes(proc, ports)
+    holders = socket_holders(proc, {i for inodes in by_port.values() for i in inodes})
+    return {port: [process_brief(proc, pid)
+                   for pid in sorted({p for i in inodes for p in holders.get(i, [])})]
+            for port, inodes in by_port.items()}
+
+
 def port_owners(proc: str, port: int) -> list[dict[str, Any]]:
     """Every process holding a socket that listens on TCP `port`, briefly described."""
-    return [process_brief(proc, pid) for pid in socket_owners(proc, listening_inodes(proc, port))]
+    return ports_owners(proc, [port])[port]
 
 
 DAEMON_NAMES = ("cuzk-daemon", "cuzk")  # `make cuzk` copies cuzk-daemon to ./cuzk

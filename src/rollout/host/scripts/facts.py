@@ -24,7 +24,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import Collector, cgroup_memory, cuzk_processes, port_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, cgroup_memory, cuzk_processes, ports_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 # isort: on
 
 TAIL_BYTES = 256 * 1024
@@ -156,8 +156,7 @@ class Facts(Collector):
     def port_owners(self, supervisor_pid: int | None) -> dict[str, list[dict[str, Any]]]:
         """Who holds each of the daemon's TCP ports (--port): pid, command line, uptime."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for port in self.ports:
-            owners = port_owners(self.proc, port)
+        for port, owners in ports_owners(self.proc, self.ports).items():
             for o in owners:
                 o["supervised"] = supervisor_pid is not None and supervisor_pid in o["ancestors"]
             out[str(port)] = owners

@@ -23,12 +23,13 @@ import time
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import port_owners, process_brief, proc_stat  # inlined on hosts
+from rollout.host.scripts.common import ports_owners, process_brief, proc_stat  # inlined on hosts
 # isort: on
 
 
 def collect(proc: str, ports: list[int], pid: int | None) -> dict[str, object]:
-    out: dict[str, object] = {"ports": {str(p): port_owners(proc, p) for p in ports}}
+    owners = ports_owners(proc, ports)
+    out: dict[str, object] = {"ports": {str(p): owners[p] for p in ports}}
     if pid is not None:
         out["pid"] = process_brief(proc, pid) if proc_stat(proc, pid) else None
     return out

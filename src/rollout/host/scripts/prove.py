@@ -22,14 +22,16 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
 STOPPED = (124, 137)  # timeout's status when it stopped the command (TERM, KILL)
 
 
 def status_doc(url: str) -> dict[str, Any] | None:
-    """The daemon's /status (None when it does not answer with a JSON object)."""
+    """The daemon's /status (None when it does not answer with a JSON object). Asked only
+    after a proof that was stopped: urllib is imported here, not by every proof."""
+    import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=5) as r:
