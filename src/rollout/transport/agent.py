@@ -8,6 +8,7 @@ does and what it answers are the same either way (the RunResult of `sh -c COMMAN
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -32,6 +33,12 @@ def agent_command() -> tuple[str, bytes]:
     """The command that starts an agent, and what goes on its stdin first."""
     source = script_text("agent").encode()
     return f"python3 -c {shlex.quote(BOOTSTRAP)}", str(len(source)).encode() + b"\n" + source
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(source: str) -> str:
+    """A script's sha256, once per process: the same few scripts go to every host."""
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 class HostAgent:
@@ -65,7 +72,7 @@ class HostAgent:
 
     def script(self, source: str, args: Sequence[str], timeout: float | None,
                before: str = "") -> RunResult:
-        sha = hashlib.sha256(source.encode()).hexdigest()
+        sha = _sha256(source)
         request: dict[str, Any] = {"script": True, "sha": sha, "args": list(args),
                                    "before": before, "timeout": timeout}
         if sha not in self._known:

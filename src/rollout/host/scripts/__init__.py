@@ -8,6 +8,7 @@ is still one self-contained file.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
 SCRIPTS = (
@@ -43,8 +44,10 @@ def _is_common_import(line: str) -> bool:
     return line.startswith(COMMON_IMPORT) and line.rstrip().endswith(INLINED_MARK)
 
 
+@functools.cache
 def script_text(name: str) -> str:
-    """Source of the host script ``name`` ("drain" or "drain.py"), ready to send.
+    """Source of the host script ``name`` ("drain" or "drain.py"), ready to send (put
+    together once per process: every host gets the same text).
 
     Self-contained: the script's docstring, the __future__ import, common.py's helpers,
     then the rest of the script without its ``from rollout.host.scripts.common import``
