@@ -143,3 +143,15 @@ def test_good_release_ids() -> None:
 def test_rollback_to_a_bad_release_id_is_a_user_error() -> None:
     with pytest.raises(UserError, match="not a release id"):
         run_fleet_rollback(RolloutRequest(hosts="nonexistent.yaml"), "../../etc")
+
+
+@pytest.mark.parametrize("version", ["v3$(touch /tmp/pwned)", "v3;reboot", "a b", "x`id`"])
+def test_a_hostile_version_is_refused_at_load_naming_the_key(version: str) -> None:
+    """--set version=... renders into build.tag: a value that is no image tag is a config
+    error naming the playbook line and the key, never a Docker API error mid-run."""
+    from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
+
+    with pytest.raises(ConfigError) as caught:
+        load_playbook(LAB_PLAYBOOK, parse_set_options((f"version={version}",)))
+    message = str(caught.value)
+    assert "build.tag" in message and "lab.yaml:" in message and "is not a Docker image" in message

@@ -181,6 +181,16 @@ class ReleaseSpec(Section):
     )
 
 
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"^{_DOMAIN}{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?$"
+)
+"""An image name as Docker's reference grammar has it (distribution/reference), with an
+optional tag and no digest."""
+
+
 class BuildSpec(Section):
     """How the release is built on the controller (docker build, then copied out)."""
 
@@ -194,6 +204,17 @@ class BuildSpec(Section):
     image_paths: dict[Executable, RemotePath] = Field(
         description="Where each executable is inside the image: name -> absolute path."
     )
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, value: str) -> str:
+        if not IMAGE_REFERENCE.match(value):
+            raise ValueError(
+                f"{value!r} is not a Docker image name with an optional tag, like "
+                "registry:5000/name:v1 (a tag is letters, digits, '_', '.' and '-', after a "
+                "letter, digit or '_'); a value set with --set or an inventory var ends up here"
+            )
+        return value
 
 
 class DrainSpec(Section):
