@@ -19,7 +19,7 @@ from typing import Any
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
-from rollout.host.scripts import script_text
+from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
@@ -28,10 +28,7 @@ from rollout.steps.decision import Action, Phase
 from rollout.steps.drain import DrainHow, budget_args, drain_action
 from rollout.transport.base import Stream
 
-BOOTSTRAP = (
-    "import sys; n = int(sys.stdin.buffer.readline()); "
-    'exec(compile(sys.stdin.buffer.read(n), "guard.py", "exec"), {"__name__": "__main__"})'
-)
+BOOTSTRAP = bootstrap("guard.py")
 ARM_WAIT = 600.0  # seconds an earlier guard's takeover may take before arming gives up
 REPORT_WAIT = 900.0  # seconds --resume waits for a guard still taking over
 
@@ -93,9 +90,8 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
 def arm_input(data: dict[str, Any]) -> bytes:
     """The guard's script and its recipe line, then drain.py's text (the guard runs it, as
     the drain step does, before it starts a daemon again), each script after its length."""
-    script, drain = script_text("guard").encode(), script_text("drain").encode()
-    return (f"{len(script)}\n".encode() + script + json.dumps(data).encode() + b"\n"
-            + f"{len(drain)}\n".encode() + drain)
+    return (sized(script_text("guard")) + json.dumps(data).encode() + b"\n"
+            + sized(script_text("drain")))
 
 
 @dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from rollout.secrets import head, tail
 from rollout.steps.decision import Action, Decision, HostState, Target
 from rollout.steps.decision import Artifact as Artifact  # re-exported: steps import them here
 from rollout.steps.decision import Release as Release
-from rollout.transport.base import RunResult, Transport
+from rollout.transport.base import RunResult, Transport, script_command
 
 
 class StepTimeout(StepFailed):
@@ -107,9 +106,8 @@ class HostContext:
                    before: str = "", own_process: bool = False) -> RunResult:
         """A host script's result as it ran (see script()), its output not parsed."""
         if own_process:
-            argv = shlex.join(str(a) for a in args)
-            first = f"{before} && " if before else ""
-            return self.sh(f"{first}python3 - {argv}", timeout=timeout, stdin=script_text(name))
+            command = script_command([str(a) for a in args], before)
+            return self.sh(command, timeout=timeout, stdin=script_text(name))
         return self.run_python(script_text(name), *args, timeout=timeout, before=before)
 
     def run_python(self, source: str, *args: object, timeout: float | None = None,
@@ -117,10 +115,8 @@ class HostContext:
         """Python source run as `python3 - ARGS` would run it, through the host's agent
         where there is one."""
         argv = [str(a) for a in args]
-        command = f"{before + ' && ' if before else ''}python3 - {shlex.join(argv)}"
-        return self._bounded(
-            lambda left: self.transport.run_script(source, argv, left, before), timeout, command
-        )
+        return self._bounded(lambda left: self.transport.run_script(source, argv, left, before),
+                             timeout, script_command(argv, before))
 
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
         """Atomically replace a file whose content differs; `keep_previous` gets the old one.

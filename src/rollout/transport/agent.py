@@ -18,21 +18,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollout.errors import TransportError
-from rollout.host.scripts import script_text
-from rollout.transport.base import RunResult, Stream
+from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.transport.base import RunResult, Stream, script_command
 
-BOOTSTRAP = (
-    "import sys; n = int(sys.stdin.buffer.readline()); "
-    'exec(compile(sys.stdin.buffer.read(n), "agent.py", "exec"), {"__name__": "__main__"})'
-)
+BOOTSTRAP = bootstrap("agent.py")
 START_WAIT = 30.0  # seconds for the agent's first line
 ANSWER_SLACK = 30.0  # seconds an answer may lag behind its command's own timeout
 
 
 def agent_command() -> tuple[str, bytes]:
     """The command that starts an agent, and what goes on its stdin first."""
-    source = script_text("agent").encode()
-    return f"python3 -c {shlex.quote(BOOTSTRAP)}", str(len(source)).encode() + b"\n" + source
+    return f"python3 -c {shlex.quote(BOOTSTRAP)}", sized(script_text("agent"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -58,10 +54,10 @@ class HostAgent:
             return None
         first = stream.readline(START_WAIT)
         try:
-            ok = isinstance(json.loads(first), dict) and "agent" in json.loads(first)
+            hello = json.loads(first)
         except ValueError:
-            ok = False
-        if not ok:
+            hello = None
+        if not isinstance(hello, dict) or "agent" not in hello:
             stream.close()
             return None
         return cls(name, stream)
@@ -81,8 +77,7 @@ class HostAgent:
         if "unknown" in answer:  # a new agent on a new connection: send the source
             answer = self._call({**request, "source": source}, timeout)
         self._known.add(sha)
-        argv = " ".join(shlex.quote(a) for a in args)
-        return self._result(f"{before + ' && ' if before else ''}python3 - {argv}", answer)
+        return self._result(script_command(args, before), answer)
 
     def _call(self, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         with self._lock:

@@ -27,6 +27,12 @@ class RunResult:
         return self
 
 
+def script_command(args: Sequence[str], before: str = "") -> str:
+    """The shell command that runs a script on its stdin: `BEFORE && python3 - ARGS`."""
+    first = f"{before} && " if before else ""
+    return f"{first}python3 - {shlex.join(args)}"
+
+
 class Stream(ABC):
     """A long-lived command on a host whose stdin stays open (the guard's tether)."""
 
@@ -64,9 +70,7 @@ class Transport(ABC):
         """Run a host script as `python3 - ARGS` with `source` on its stdin; `before`: a
         shell command run first (the script runs only when it exits 0). Transports that keep
         a warm interpreter on the host run it there."""
-        argv = " ".join(shlex.quote(a) for a in args)
-        first = f"{before} && " if before else ""
-        return self.run(f"{first}python3 - {argv}", timeout=timeout, stdin=source)
+        return self.run(script_command(args, before), timeout=timeout, stdin=source)
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:

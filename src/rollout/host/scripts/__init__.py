@@ -71,3 +71,18 @@ def script_text(name: str) -> str:
         + f"\n\n\n# ---- {base}.py\n\n"
         + "".join(script).lstrip("\n")
     )
+
+
+def bootstrap(filename: str) -> str:
+    """`python3 -c` code that runs a script sent on its stdin after its length (sized()),
+    leaving the rest of stdin to the script: how the guard and the agent start."""
+    return (
+        "import sys; n = int(sys.stdin.buffer.readline()); "
+        f'exec(compile(sys.stdin.buffer.read(n), "{filename}", "exec"), {{"__name__": "__main__"}})'
+    )
+
+
+def sized(text: str) -> bytes:
+    """Text as a "LENGTH\n" line and then its bytes (what bootstrap() reads)."""
+    data = text.encode()
+    return f"{len(data)}\n".encode() + data

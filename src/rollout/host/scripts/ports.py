@@ -23,7 +23,7 @@ import time
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import ports_owners, process_brief, proc_stat  # inlined on hosts
+from rollout.host.scripts.common import ports_owners, process_brief, proc_stat, proc_state, read_pidfile  # inlined on hosts
 # isort: on
 
 
@@ -66,20 +66,12 @@ def status_answer(url: str) -> str | None:
         conn.close()
 
 
-def alive(proc: str, pid: int) -> bool:
-    stat = proc_stat(proc, pid)
-    return stat is not None and bool(stat) and stat[0] not in ("Z", "X")
-
-
 def watched(args: argparse.Namespace) -> int | None:
+    """The daemon whose death ends the wait: --watch, else the pid --pidfile names."""
     if args.watch:
         return int(args.watch)
-    try:
-        with open(args.pidfile) as f:
-            first = f.read(200).split()[:1]
-    except (OSError, TypeError):
-        return None
-    return int(first[0]) if first and first[0].isdigit() else None
+    found = read_pidfile(args.pidfile) if args.pidfile else None
+    return found[0] if found and found[0] > 0 else None
 
 
 def wait_ready(args: argparse.Namespace) -> int:
@@ -95,7 +87,7 @@ def wait_ready(args: argparse.Namespace) -> int:
             if answer is not None:
                 sys.stdout.write(answer)
                 return 0
-        if pid is not None and not alive(args.proc, pid):
+        if pid is not None and proc_state(args.proc, pid, None)[0] != "running":
             print(f"daemon {pid} died during start-up")
             return 3
         time.sleep(POLL)
