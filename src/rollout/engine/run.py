@@ -276,6 +276,7 @@ class Engine:
             settings=self.plan.settings_for(name),
             release=release,
             log=partial(self._note, name),
+            emit=partial(self.bus.emit, host=name),
         )
 
     def _host(self, name: str, release: Release) -> HostOutcome:

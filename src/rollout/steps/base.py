@@ -39,6 +39,7 @@ class HostContext:
     deadline: float | None = None
     log: Callable[[str], None] = lambda _msg: None
     tether: Callable[[], None] = lambda: None  # raises once the host's guard has the host
+    emit: Callable[..., Any] | None = None  # the run's events, this host's: emit(kind, **fields)
 
     @property
     def target(self) -> Target:
