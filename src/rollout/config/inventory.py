@@ -9,11 +9,27 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+import paramiko
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from rollout.errors import ConfigError, Location, UserError
 
 from .durations import Seconds
+from .sshconfig import (
+    JumpHost,
+    SshConfigFile,
+    SshSettings,
+    check_proxy_jump,
+    jump_hosts,
+    parse_proxy_jump,
+)
 from .yamlfile import check_unique_names, load_yaml, to_plain, validate
 
 HostKeyPolicy = Literal["strict", "accept-new"]
@@ -28,6 +44,14 @@ def _not_bool(value: Any) -> Any:
 
 
 Port = Annotated[int, BeforeValidator(_not_bool)]
+ProxyJump = Annotated[str, AfterValidator(check_proxy_jump)]
+_PROXY_JUMP_HELP = (
+    "Jump host(s) to reach this host through, as `ssh -J`: `[user@]host[:port]`, comma "
+    "separated, first hop first; `none`: connect directly, whatever ssh_config says. A hop "
+    "takes its user and port from ssh_config for its name, else the host's user and port 22; "
+    "it logs in with the host's key (or the agent) and its host key is checked against the "
+    "same known_hosts and host_key_policy. null: ssh_config's ProxyJump, if any."
+)
 
 
 class _Strict(BaseModel):
@@ -57,6 +81,15 @@ class InventoryDefaults(_Strict):
     connect_timeout: Seconds = Field(
         default=10, gt=0, description="Seconds to wait for an SSH connection."
     )
+    proxy_jump: ProxyJump | None = Field(default=None, description=_PROXY_JUMP_HELP)
+    ssh_config: str | None = Field(
+        default="~/.ssh/config",
+        description="OpenSSH client config read for every host's address, as `ssh ADDRESS` "
+        "reads it (Host aliases, Match, HostName, Port, User, IdentityFile, ProxyJump). A value "
+        "the inventory writes (on the host, else in `defaults`) wins over ssh_config's; "
+        "ssh_config's wins over rollout's defaults. Relative to the inventory file; `~` "
+        "expanded; a missing default file is no error. null: read none.",
+    )
     vars: dict[str, Any] = Field(
         default_factory=dict, description="Template variables for every host."
     )
@@ -74,6 +107,9 @@ class HostEntry(_Strict):
     host_key_policy: HostKeyPolicy | None = Field(default=None, description="Host key policy.")
     connect_timeout: Seconds | None = Field(
         default=None, gt=0, description="Connection timeout, seconds."
+    )
+    proxy_jump: ProxyJump | None = Field(
+        default=None, description="Jump host(s), `[user@]host[:port]`; `none`: direct."
     )
     groups: list[Name] = Field(
         default_factory=list, description="Groups this host belongs to (for --limit)."
@@ -112,6 +148,7 @@ class Host:
     connect_timeout: float
     groups: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    proxy_jump: tuple[JumpHost, ...] = ()  # connected through, first hop first
 
     def as_context(self) -> dict[str, Any]:
         """The `host` variable of runtime templates."""
@@ -187,7 +224,8 @@ def load_inventory(path: Path | str) -> Inventory:
         return _from_entries(file, host_entries(parse_yaml(doc)))
     spec = validate(InventoryFile, to_plain(doc.root), doc)
     check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
-    hosts = [_resolve(entry, spec.defaults, doc.base_dir) for entry in spec.hosts]
+    ssh = _ssh_config(spec.defaults, doc.base_dir, doc.location(("defaults", "ssh_config")))
+    hosts = [_resolve(entry, spec.defaults, doc.base_dir, ssh) for entry in spec.hosts]
     for index, (entry, host) in enumerate(zip(spec.hosts, hosts, strict=True)):
         if host.known_hosts.is_dir():
             key = ("hosts", index) if entry.known_hosts else ("defaults",)
@@ -201,7 +239,8 @@ def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:
     if not entries:
         raise ConfigError("the inventory has no hosts", Location(str(file)))
     base = file.absolute().parent
-    hosts = [_resolve(entry, InventoryDefaults(), base) for entry in entries]
+    ssh = _ssh_config(InventoryDefaults(), base, Location(str(file)))
+    hosts = [_resolve(entry, InventoryDefaults(), base, ssh) for entry in entries]
     for host in hosts:
         if host.known_hosts.is_dir():
             raise ConfigError(f"known_hosts {host.known_hosts} is a folder, not a file",
@@ -209,24 +248,59 @@ def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:
     return Inventory(file, hosts)
 
 
-def _resolve(entry: HostEntry, defaults: InventoryDefaults, base_dir: Path) -> Host:
-    def pick(key: str) -> Any:
-        value = getattr(entry, key)
-        return getattr(defaults, key) if value is None else value
+def _ssh_config(defaults: InventoryDefaults, base_dir: Path, where: Location) -> SshConfigFile:
+    """The ssh_config file the inventory names; one it writes must exist."""
+    if defaults.ssh_config is None:
+        return SshConfigFile(None)
+    path = _local_path(defaults.ssh_config, base_dir)
+    if "ssh_config" in defaults.model_fields_set and not path.is_file():
+        raise ConfigError(f"ssh_config {path} is not a file", where)
+    try:
+        return SshConfigFile(path)
+    except (OSError, ValueError, paramiko.ConfigParseError) as e:
+        raise ConfigError(f"cannot read ssh_config {path}: {e}", where) from e
 
-    key_file = pick("key_file")
+
+def _resolve(entry: HostEntry, defaults: InventoryDefaults, base_dir: Path,
+             ssh: SshConfigFile) -> Host:
+    """The host's settings, highest first: its own, `defaults` the file writes,
+    ssh_config's for its address, rollout's defaults."""
+    found = _lookup(ssh, entry.name, entry.address)
+
+    def pick(key: str, from_ssh: Any = None) -> Any:
+        value = getattr(entry, key)
+        if value is not None:
+            return value
+        if key in defaults.model_fields_set or from_ssh is None:
+            return getattr(defaults, key)
+        return from_ssh
+
+    key_file, user = pick("key_file", found.identity_file), pick("user", found.user)
+    jump = pick("proxy_jump", found.proxy_jump)
+    try:
+        hops = jump_hosts(parse_proxy_jump(jump), ssh, user) if jump else ()
+    except ValueError as e:
+        raise ConfigError(str(e), Location(str(ssh.path), None, entry.name)) from e
     return Host(
         name=entry.name,
-        address=entry.address,
-        port=pick("port"),
-        user=pick("user"),
-        key_file=None if key_file is None else _local_path(key_file, base_dir),
+        address=found.hostname,
+        port=pick("port", found.port),
+        user=user,
+        key_file=None if key_file is None else _local_path(str(key_file), base_dir),
         known_hosts=_local_path(pick("known_hosts"), base_dir),
         host_key_policy=pick("host_key_policy"),
         connect_timeout=pick("connect_timeout"),
         groups=tuple(entry.groups),
         vars={**defaults.vars, **entry.vars},
+        proxy_jump=hops,
     )
+
+
+def _lookup(ssh: SshConfigFile, name: str, address: str) -> SshSettings:
+    try:
+        return ssh.lookup(address)
+    except ValueError as e:
+        raise ConfigError(str(e), Location(str(ssh.path), None, name)) from e
 
 
 def _local_path(value: str, base: Path) -> Path:
