@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 from rollout.bundle.local import write_bundle
 from rollout.bundle.manifest import Manifest, manifest_for
+from rollout.bundle.revision import source_revision
 from rollout.config.playbook import Playbook
 from rollout.engine.plan import Plan
 from rollout.engine.run import Engine
@@ -17,26 +17,6 @@ from rollout.steps.image import ControllerContext
 from rollout.transport.base import Transport
 
 
-def _git(folder: Path, *args: str) -> str | None:
-    try:
-        p = subprocess.run(
-            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout.strip() if p.returncode == 0 else None
-
-
-def source_revision(folder: Path) -> str | None:
-    """The git commit the build context is at, `+dirty` with uncommitted changes; None
-    outside a git checkout."""
-    commit = _git(folder, "rev-parse", "HEAD")
-    if not commit:
-        return None
-    dirty = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".")
-    return commit + ("+dirty" if dirty else "")
-
-
 def _manifest(ctx: ControllerContext) -> Manifest:
     assert ctx.release is not None and ctx.image is not None
     spec = ctx.build
@@ -44,7 +24,7 @@ def _manifest(ctx: ControllerContext) -> Manifest:
         ctx.release,
         image_digest=str(ctx.docker().images.get(ctx.image).id),
         build_args={k: str(v) for k, v in (spec.args or {}).items()},
-        source_revision=source_revision(Path(spec.context)),
+        source_revision=source_revision(Path(spec.context), Path(spec.dockerfile)),
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
 
