@@ -1,7 +1,12 @@
 """SSH transport over fabric: one connection per host, reused by every step.
 
 Host keys: only the inventory's known_hosts file is trusted. An unknown key is refused
-unless the policy is `accept-new`, which records it. A changed key is always refused.
+unless the policy is `accept-new`, which records it. A changed key is always refused. The
+same holds for every jump host on the way (the host's proxy_jump).
+
+Keys: the host's key_file alone where it has one; else, as OpenSSH does, the keys of the
+SSH agent ($SSH_AUTH_SOCK) and the default files (~/.ssh/id_ed25519, id_ecdsa, id_rsa).
+ssh_config was read when the inventory was loaded; fabric reads none of it again.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import paramiko
-from fabric import Connection
+from fabric import Config, Connection
 
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
@@ -48,6 +53,19 @@ class SshTarget(Protocol):
     def host_key_policy(self) -> str: ...
     @property
     def connect_timeout(self) -> float: ...
+    @property
+    def proxy_jump(self) -> Sequence[JumpTarget]: ...
+
+
+class JumpTarget(Protocol):
+    """A jump host (rollout.config.sshconfig.JumpHost has it)."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
@@ -126,17 +144,48 @@ class SshTransport(Transport):
 
     def _open(self) -> Connection:
         t = self.target
-        kwargs: dict[str, object] = {
-            "look_for_keys": False, "allow_agent": False, "transport_factory": _aead_first,
-        }
-        if t.key_file is not None:
-            kwargs["key_filename"] = str(t.key_file)
+        conn = self._unopened()
+        try:
+            conn.open()
+        except HostKeyError:
+            raise
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyError(
+                f"host key for {e.hostname} CHANGED (got {e.key.get_name()} "
+                f"{e.key.get_base64()[:24]}...). Refusing to connect. If the instance was "
+                f"recreated, remove its old line from {t.known_hosts}."
+            ) from e
+        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
+            _close_all(conn)
+            raise TransportError(f"cannot reach {t.user}@{t.address}:{t.port}{_via(t)}: "
+                                 f"{e}") from e
+        for hop_conn in _chain(conn):
+            transport = hop_conn.client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(15)
+        return conn
+
+    def _unopened(self) -> Connection:
+        """The connection to the host, through its jump hosts in turn; none open yet."""
+        gateway: Connection | bool = False
+        for hop in self.target.proxy_jump:
+            gateway = self._checked(hop, gateway)
+        return self._checked(self.target, gateway)
+
+    def _checked(self, to: JumpTarget, gateway: Connection | bool) -> Connection:
+        """A connection (not yet open) to `to`, through `gateway` (False: none), that checks
+        its host key against the inventory's known_hosts and logs in with this host's keys."""
+        t = self.target
+        kwargs: dict[str, object] = {"transport_factory": _aead_first}
+        if t.key_file is None:
+            kwargs |= {"look_for_keys": True, "allow_agent": True}
+        else:
+            kwargs |= {"key_filename": str(t.key_file), "look_for_keys": False,
+                       "allow_agent": False}
         conn = Connection(
-            host=t.address,
-            user=t.user,
-            port=t.port,
-            connect_timeout=int(t.connect_timeout),
-            connect_kwargs=kwargs,
+            host=to.address, user=to.user, port=to.port, gateway=gateway,
+            config=Config(lazy=True),  # ssh_config was read with the inventory: not again
+            connect_timeout=int(t.connect_timeout), connect_kwargs=kwargs,
         )
         try:
             if t.known_hosts.exists():
@@ -145,21 +194,6 @@ class SshTransport(Transport):
             raise HostKeyError(f"cannot read known_hosts {t.known_hosts}: {e}") from e
         policy_cls = _AcceptNew if t.host_key_policy == "accept-new" else _Refuse
         conn.client.set_missing_host_key_policy(policy_cls(t.known_hosts))
-        try:
-            conn.open()
-        except HostKeyError:
-            raise
-        except paramiko.BadHostKeyException as e:
-            raise HostKeyError(
-                f"host key for {t.address}:{t.port} CHANGED (got {e.key.get_name()} "
-                f"{e.key.get_base64()[:24]}...). Refusing to connect. If the instance was "
-                f"recreated, remove its old line from {t.known_hosts}."
-            ) from e
-        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
-            raise TransportError(f"cannot reach {t.user}@{t.address}:{t.port}: {e}") from e
-        transport = conn.client.get_transport()
-        if transport is not None:
-            transport.set_keepalive(15)
         return conn
 
     def run(
@@ -304,8 +338,28 @@ class SshTransport(Transport):
                 agent.close()
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+            _close_all(conn)
 
     def close(self) -> None:
         self._drop()
+
+
+def _chain(conn: Connection) -> list[Connection]:
+    """The connection and the jump hosts under it, the target first."""
+    out = [conn]
+    while isinstance(out[-1].gateway, Connection):
+        out.append(out[-1].gateway)
+    return out
+
+
+def _close_all(conn: Connection) -> None:
+    """Close the connection, then its jump hosts (fabric closes only the first); closing
+    a dead one may fail, harmlessly."""
+    for each in _chain(conn):
+        with contextlib.suppress(Exception):
+            each.close()
+
+
+def _via(target: SshTarget) -> str:
+    hops = ", ".join(f"{h.user}@{h.address}:{h.port}" for h in target.proxy_jump)
+    return f" via {hops}" if hops else ""
