@@ -74,7 +74,7 @@ def stage(ctx: HostContext, release: Release) -> Staged:
     from the page cache and read their identities."""
     directory = staging_dir(ctx.layout, release.id)
     names = [a.name for a in release.artifacts]
-    push_into(ctx, release, directory)
+    push_into(ctx, release, directory, what="stage", step="staging")
     r = ctx.sh(f"{evict_command(directory, names)} && {identity_command(directory, names)}")
     found = parse_identities(r.check().stdout, names)
     if not found:

@@ -8,9 +8,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rollout.output.events import Event
+from rollout.output.progress import PlainLines, format_progress
 from rollout.secrets import redact
 
 if TYPE_CHECKING:
@@ -63,13 +65,62 @@ class ConsoleSink:
         self.console = console or make_console()
         self.verbose = verbose and not quiet
         self.quiet = quiet
+        self.plain = PlainLines()
+        self._live: Progress | None = None
+        self._tasks: dict[tuple[str, str], TaskID] = {}
 
     def __call__(self, event: Event) -> None:
         if self.quiet and not _is_failure(event):
             return
+        if event.kind == "progress":
+            return self._progress(event)
+        if event.kind in ("step_end", "host_end"):
+            self._end_live(event.host or "")
         line = self._line(event)
         if line:
             self.console.print(line)
+
+    def _progress(self, e: Event) -> None:
+        """A terminal: a live line per host and transfer; else a whole line now and then."""
+        key = (e.host or "controller", str(e.data.get("what", "")))
+        text = f"[bold]{key[0]:<12}[/bold] {e.step or '':<10} {escape(format_progress(e.data))}"
+        done, total = e.data.get("bytes"), e.data.get("total")
+        sized = isinstance(done, int) and isinstance(total, int) and total > 0
+        percent = 100.0 * done / total if sized else 100.0  # type: ignore[operator]
+        finished = percent >= 100.0
+        if not self.console.is_terminal:
+            if self.plain.due(key, e.time, percent, finished):
+                self.console.print(text)
+            return
+        self._live_update(key, text, done, total, finished)
+
+    def _live_update(self, key: tuple[str, str], text: str, done: object, total: object,
+                     finished: bool) -> None:
+        if self._live is None:
+            self._live = Progress(TextColumn("{task.description}"), BarColumn(),
+                                  console=self.console, transient=True)
+            self._live.start()
+        task = self._tasks.get(key)
+        completed = done if isinstance(done, int) else 0
+        size = total if isinstance(total, int) else None
+        if task is None:
+            self._tasks[key] = self._live.add_task(text, total=size, completed=completed)
+        else:
+            self._live.update(task, description=text, total=size, completed=completed)
+        if finished:
+            self._drop_task(key)
+
+    def _end_live(self, host: str) -> None:
+        for key in [k for k in self._tasks if k[0] == host]:
+            self._drop_task(key)
+
+    def _drop_task(self, key: tuple[str, str]) -> None:
+        task = self._tasks.pop(key, None)
+        if task is not None and self._live is not None:
+            self._live.remove_task(task)
+        if not self._tasks and self._live is not None:
+            self._live.stop()
+            self._live = None
 
     def _line(self, e: Event) -> str | None:
         who = f"[bold]{e.host or 'controller':<12}[/bold]"
@@ -90,8 +141,13 @@ class ConsoleSink:
         if e.kind == "host_end":
             status = e.status or ""
             return f"{who} {styled(status, status.upper())} {escape(e.reason or '')}"
-        if e.kind in ("note", "lock_broken"):
+        if e.kind in ("note", "lock_broken", "connecting"):
             return f"{who} {escape(e.reason or '')}"
+        if e.kind == "guard_report":  # what a host's guard did, read from the host
+            status = "validated" if e.status == "validated" else "failed"
+            return f"{who} {styled(status, 'guard')}      {escape(e.reason or '')}"
+        if e.kind == "fallback":
+            return f"{who} [yellow]fallback[/yellow]   {escape(e.reason or '')}"
         if e.kind == "warning":
             return f"{who} [bold yellow]{escape(e.reason or '')}[/]"
         return None
@@ -100,7 +156,7 @@ class ConsoleSink:
 def _is_failure(e: Event) -> bool:
     if e.kind == "step_end":
         return e.status == "failed"
-    return e.kind == "host_end" and e.status != "validated"
+    return e.kind in ("host_end", "guard_report") and e.status != "validated"
 
 
 def summary_table(summary: RunSummary) -> Table:

@@ -1,16 +1,32 @@
 """Upload by host pull: the host downloads a published release itself (host/scripts/fetch.py),
 into a partial folder kept between attempts so that a cut download resumes. A host that
-cannot reach the URL at all gets the executables pushed from the controller instead."""
+cannot reach the URL at all gets the executables pushed from the controller instead.
+
+The download runs as a process of its own on the host (`ps` shows what it fetches) on an SSH
+channel of its own, and prints its progress as it goes: each line becomes a `progress`
+event (bytes, rate, time left) while the step runs. Whatever the host prints is hostile
+data: a line that is not a well-formed progress line or the final report is ignored."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.host.layout import q
+from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.output.events import StepResult, changed
+from rollout.output.progress import parse_host_progress, tracker_for
+from rollout.secrets import tail
 from rollout.steps.base import HostContext, Release
 from rollout.steps.release import install_partial, push_into
+from rollout.transport.base import Stream
+
+CONNECT_TIMEOUT = 10.0  # seconds the URL's server has to accept the host's connection
+PROGRESS_EVERY = 1.0  # seconds between two progress lines of the host's download
+READ_WAIT = 5.0  # seconds between two looks at the step's deadline while the host downloads
+MAX_REPORT = 1 << 16  # characters of the final report line; a longer one is not it
 
 
 def pull_dir(ctx: HostContext, release: Release) -> str:
@@ -18,10 +34,73 @@ def pull_dir(ctx: HostContext, release: Release) -> str:
 
 
 def _fetch_args(release: Release, partial: str, urls: dict[str, str]) -> list[str]:
-    args = ["--dir", partial]
+    args = ["--dir", partial, "--connect-timeout", f"{CONNECT_TIMEOUT:g}"]
     for a in release.artifacts:
         args += ["--file", a.name, urls[a.name], a.sha256, str(a.size)]
     return args
+
+
+def fetch_command(args: list[str]) -> tuple[str, bytes]:
+    """The command that runs fetch.py with its progress on, and its stdin: the script, then
+    nothing more until the controller closes it (fetch.py then exits: --tether)."""
+    argv = [*args, "--retries", "3", "--progress", f"{PROGRESS_EVERY:g}", "--tether"]
+    command = f"python3 -c {shlex.quote(bootstrap('fetch.py'))} {shlex.join(argv)}"
+    return command, sized(script_text("fetch"))
+
+
+def parse_report(line: str) -> dict[str, Any] | None:
+    """fetch.py's final report (hostile data): a JSON object with "files"; else None."""
+    if len(line) > MAX_REPORT or not line.startswith("{"):
+        return None
+    try:
+        report = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("files"), dict):
+        return None
+    return report
+
+
+def follow(ctx: HostContext, stream: Stream, release: Release) -> dict[str, Any]:
+    """Read the download's lines until its report, each progress line an event (at most one
+    a second); the step's deadline and the guard are checked between lines."""
+    names = {a.name for a in release.artifacts}
+    tracker = tracker_for(ctx.emit, "upload", "pull", sum(a.size for a in release.artifacts))
+    done: dict[str, int] = {}
+    last_look = False
+    while True:
+        ctx.tether()
+        left = ctx.remaining()
+        line = stream.readline(min(left, READ_WAIT) if left is not None else READ_WAIT)
+        sample = parse_host_progress(line, names) if line else None
+        if sample is not None:
+            done[sample[0]] = sample[1]
+            if tracker is not None:
+                tracker.update(sum(done.values()))
+            continue
+        report = parse_report(line) if line else None
+        if report is not None:
+            return report
+        if not line and stream.ended:
+            if last_look:
+                break
+            last_look = True
+    said = bytes(getattr(stream, "stderr", b"") or b"").decode("utf-8", "replace")
+    raise StepFailed(f"the download on the host ended without its report: {tail(said, 400)}")
+
+
+def _fetch(ctx: HostContext, release: Release, args: list[str]) -> tuple[int, Any]:
+    """Run the download on the host; (exit code, its report). Where the transport keeps no
+    channel to stream on, as one command whose output comes at its end."""
+    command, stdin = fetch_command(args)
+    stream = ctx.transport.open_stream(command, stdin)
+    if stream is None:
+        return ctx.script("fetch", *args, "--retries", 3, own_process=True)
+    try:
+        report = follow(ctx, stream, release)
+    finally:
+        stream.close()
+    return (0 if not report.get("error") else 1), report
 
 
 def _forget_other_pulls(ctx: HostContext, keep: str) -> None:
@@ -40,13 +119,18 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
     _forget_other_pulls(ctx, partial)
     ctx.sh(f"mkdir -p {q(partial)}").check()
     urls = release_urls(release)
-    code, report = ctx.script("fetch", *_fetch_args(release, partial, urls), "--retries", 3,
-                              own_process=True)  # minutes long: `ps` shows what it fetches
+    _emit(ctx, "connecting", f"connecting to {release.source} (connect timeout "
+          f"{CONNECT_TIMEOUT:g} s)", url=release.source, connect_timeout=CONNECT_TIMEOUT)
+    code, report = _fetch(ctx, release, _fetch_args(release, partial, urls))
     error = report.get("error") if isinstance(report, dict) else {"message": str(report)}
     if code == 0 and not error:
         install_partial(ctx, release, partial)
         return _pulled(release, report)
-    if error and error.get("kind") == "unreachable":
+    if isinstance(error, dict) and error.get("kind") == "unreachable":
+        size = sum(a.size for a in release.artifacts)
+        _emit(ctx, "fallback", f"the host could not reach {release.source}: "
+              f"{tail(str(error.get('message')), 300)}; pushing release {release.id} "
+              f"({size} bytes) from the controller", url=release.source, bytes=size)
         local_copy(release, urls)
         pushed = push_into(ctx, release, partial)
         install_partial(ctx, release, partial, checked=True)
@@ -61,6 +145,11 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
         f"{(error or {}).get('message')}",
         retryable=kind != "sha256",
     )
+
+
+def _emit(ctx: HostContext, kind: str, reason: str, **data: Any) -> None:
+    if ctx.emit is not None:
+        ctx.emit(kind, step="upload", reason=reason, data=data)
 
 
 def _pulled(release: Release, report: dict[str, Any]) -> StepResult:

@@ -13,6 +13,7 @@ from rollout.errors import StepFailed, TransportError
 from rollout.host.facts import HostFacts
 from rollout.host.layout import q
 from rollout.output.events import StepResult, changed
+from rollout.output.progress import tracker_for
 from rollout.steps.base import HostContext
 from rollout.steps.config import forget_configs_of, restore_config_of
 from rollout.steps.current import point_current_at
@@ -160,13 +161,22 @@ def install_staged(ctx: HostContext, release: Release) -> bool:
     return True
 
 
-def push_into(ctx: HostContext, release: Release, partial: str) -> int:
+def push_into(ctx: HostContext, release: Release, partial: str, what: str = "push",
+              step: str = "upload") -> int:
     """Copy the executables from the controller into the host's partial folder (created
-    there), each one's sha256 read back on the host in the same round trip as its bytes."""
+    there), each one's sha256 read back on the host in the same round trip as its bytes.
+    Reports `progress` events (`what`: push or stage) as the bytes go."""
+    total = sum(a.size for a in release.artifacts)
+    tracker = tracker_for(ctx.emit, step, what, total)
+    before = 0
+    if tracker is not None:
+        tracker.update(0)
     for artifact in release.artifacts:
         found = ctx.transport.put_and_digest(
-            artifact.local_path, f"{partial}/{artifact.name}", mode=0o755
+            artifact.local_path, f"{partial}/{artifact.name}", mode=0o755,
+            progress=None if tracker is None else tracker.offset(before),
         )
+        before += artifact.size
         if found != artifact.sha256:
             raise StepFailed(f"sha256 mismatch on host after upload: {artifact.name} "
                              f"(sent {artifact.sha256[:12]}, host has {found[:12] or 'nothing'})")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rollout.errors import CommandFailed
+
+Progress = Callable[[int], None]  # bytes sent so far
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,18 @@ class Transport(ABC):
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
         """Copy a local file to the host. `resume`: append to what a partial copy left."""
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+                       progress: Progress | None = None) -> str:
         """Copy a local file to the host, creating its folder and setting its mode, and return
         the sha256 the host computed of the bytes it wrote there. Raises CommandFailed when the
-        host could not write them. Transports that can do it all in one round trip do."""
+        host could not write them. Transports that can do it all in one round trip do.
+        `progress`: called with the bytes sent so far, as they go (here: once, at the end)."""
         path = shlex.quote(remote_path)
         folder = shlex.quote(remote_path.rsplit("/", 1)[0] or "/")
         self.run(f"mkdir -p -- {folder}").check()
         self.put(local_path, remote_path)
+        if progress is not None:
+            progress(os.path.getsize(local_path))
         self.run(f"chmod {mode:o} -- {path}").check()
         return self.run(f"sha256sum -- {path}").check().stdout.split(" ", 1)[0]
 

@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
-from rollout.transport.base import RunResult, Stream, Transport
+from rollout.transport.base import Progress, RunResult, Stream, Transport
 
 
 class SentBytes:
@@ -45,9 +45,10 @@ class CountingTransport(Transport):
         self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
         self.inner.put(local_path, remote_path, resume)
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+                       progress: Progress | None = None) -> str:
         self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
-        return self.inner.put_and_digest(local_path, remote_path, mode)
+        return self.inner.put_and_digest(local_path, remote_path, mode, progress)
 
     def get(self, remote_path: str, local_path: str) -> None:
         self.sent.add(self.name, len(remote_path.encode()))

@@ -26,7 +26,7 @@ from fabric import Config, Connection
 from rollout import failpoints
 from rollout.errors import HostKeyError, TransportError
 from rollout.transport.agent import HostAgent, agent_command
-from rollout.transport.base import RunResult, Stream, Transport
+from rollout.transport.base import Progress, RunResult, Stream, Transport
 from rollout.transport.channel import ChannelStream, run_on_channel, stream_to_channel
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
@@ -122,6 +122,16 @@ def _aead_first(sock: Any, disabled_algorithms: dict[str, Any] | None = None) ->
     aead = tuple(c for c in options.ciphers if c.endswith("-gcm@openssh.com"))
     options.ciphers = aead + tuple(c for c in options.ciphers if c not in aead)
     return transport
+
+
+def _counted(chunks: Iterator[bytes], progress: Progress | None) -> Iterator[bytes]:
+    """The chunks, `progress` told the running total after each one is sent."""
+    sent = 0
+    for chunk in chunks:
+        yield chunk
+        sent += len(chunk)
+        if progress is not None:
+            progress(sent)
 
 
 class SshTransport(Transport):
@@ -266,7 +276,8 @@ class SshTransport(Transport):
         self._upload(local_path, start, f"mkdir -p -- {folder} && cat {redirect} "
                                         f"{shlex.quote(remote_path)}").check()
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644) -> str:
+    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+                       progress: Progress | None = None) -> str:
         """One round trip: the host writes the bytes and hashes them as they arrive (python3's
         hashlib: a third of sha256sum's CPU, and no second read). A file under
         SMALL_UPLOAD, or a host without python3: `cat`, then sha256sum reads it back from
@@ -279,22 +290,25 @@ class SshTransport(Transport):
             command = (f"mkdir -p -- {folder} && if command -v python3 >/dev/null; then "
                        f"python3 -c {shlex.quote(_WRITE_AND_HASH)} {path} {mode:o}; else "
                        f"{plain}; fi")
-        words = self._upload(local_path, 0, command).check().stdout.split()
+        words = self._upload(local_path, 0, command, progress).check().stdout.split()
         return words[0] if words else ""
 
     def _remote_size(self, remote_path: str) -> int:
         r = self.run(f"stat -c %s -- {shlex.quote(remote_path)} 2>/dev/null || echo 0")
         return int(r.stdout.strip() or 0) if r.stdout.strip().isdigit() else 0
 
-    def _upload(self, local_path: str, start: int, command: str) -> RunResult:
-        """Run `command` with the file's bytes from `start` as its stdin."""
+    def _upload(self, local_path: str, start: int, command: str,
+                progress: Progress | None = None) -> RunResult:
+        """Run `command` with the file's bytes from `start` as its stdin; `progress` is told
+        the bytes handed to the channel so far."""
         transport = self._connection().client.get_transport()
         try:
             if transport is None:
                 raise paramiko.SSHException("no SSH transport")
             with open(local_path, "rb") as src:
                 src.seek(start)
-                out = stream_to_channel(transport, command, self._chunks(src), UPLOAD_STALL)
+                chunks = _counted(self._chunks(src), progress)
+                out = stream_to_channel(transport, command, chunks, UPLOAD_STALL)
             if out.exit_code == -1 and not transport.is_active():
                 raise EOFError("the connection closed before the command's exit status came")
         except (paramiko.SSHException, OSError, EOFError) as e:

@@ -1,7 +1,12 @@
 """Download a release's executables from the URL they were published at, on the host.
 
 Run on the host: python3 - --dir DIR --file NAME URL SHA256 SIZE [--file ...] < fetch.py
-Each file goes to DIR/NAME. A file cut short is resumed where it stopped (HTTP Range),
+Each file goes to DIR/NAME. Before the first request to a server, its port must accept a
+connection within --connect-timeout seconds (a firewall that drops packets fails fast, as
+unreachable). With --progress SECONDS it prints, while it runs, a line
+{"progress": {"file": NAME, "bytes": N}} at most every SECONDS per file (N: the bytes of
+that file on disk); with --tether it exits (status 4) once its stdin ends: the controller
+that reads its progress is gone. A file cut short is resumed where it stopped (HTTP Range),
 with a bounded number of retries; a finished file is checked against its sha256 and
 size, and a mismatch is deleted and refused. Prints one JSON object; exit 0: every file
 is there and checked; 3: the URL could not be reached at all (nothing was received);
@@ -11,13 +16,17 @@ is there and checked; 3: the URL could not be reached at all (nothing was receiv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
 import os
+import socket
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -72,7 +81,61 @@ def _start_at(response: Any, offset: int) -> int:
     return 0
 
 
-def _copy_body(response: Any, path: str, start: int, size: int) -> int:
+Report = Callable[[int], None]
+
+
+class Reporter:
+    """Prints a file's progress line at most every `interval` seconds (never when 0)."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic,
+                 out: Any = None) -> None:
+        self.interval, self.clock, self.out = interval, clock, out or sys.stdout
+        self._last: dict[str, float] = {}
+
+    def for_file(self, name: str) -> Report:
+        return lambda done: self.report(name, done)
+
+    def report(self, name: str, done: int, force: bool = False) -> None:
+        now = self.clock()
+        last = self._last.get(name)
+        if self.interval <= 0 or (not force and last is not None and now - last < self.interval):
+            return
+        self._last[name] = now
+        self.out.write(json.dumps({"progress": {"file": name, "bytes": done}}) + "\n")
+        self.out.flush()
+
+
+def _no_report(_done: int) -> None:
+    pass
+
+
+def probe(url: str, timeout: float) -> None:
+    """Raise FetchFailed("unreachable") unless the URL's server accepts a TCP connection
+    within `timeout` seconds. Skipped where a proxy would carry the request."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or urllib.request.getproxies().get(parts.scheme):
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+    except OSError as e:
+        raise FetchFailed("unreachable", f"{parts.hostname}:{port} did not accept a "
+                          f"connection within {timeout:g} s: {e}") from e
+
+
+def tether(stdin: Any) -> None:
+    """Exit the whole process once `stdin` ends (the controller closed it or went away)."""
+    def watch() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while stdin.read(4096):
+                pass
+        os._exit(4)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _copy_body(response: Any, path: str, start: int, size: int,
+               report: Report = _no_report) -> int:
     """Append (from `start`) at most up to `size`; the bytes received."""
     received = 0
     read = getattr(response, "read1", response.read)  # what has arrived: a cut keeps it
@@ -86,11 +149,13 @@ def _copy_body(response: Any, path: str, start: int, size: int) -> int:
             f.write(chunk)
             f.flush()
             received += len(chunk)
+            report(start + received)
         os.fsync(f.fileno())
     return received
 
 
-def _attempt(url: str, path: str, size: int, timeout: float, out: dict[str, Any]) -> None:
+def _attempt(url: str, path: str, size: int, timeout: float, out: dict[str, Any],
+             report: Report = _no_report) -> None:
     offset = _size(path)
     if offset >= size:
         return
@@ -99,12 +164,13 @@ def _attempt(url: str, path: str, size: int, timeout: float, out: dict[str, Any]
     if response is None:
         os.unlink(path)
         out["restarts"] = out.get("restarts", 0) + 1
-        return _attempt(url, path, size, timeout, out)
+        return _attempt(url, path, size, timeout, out, report)
     with response:
         start = _start_at(response, offset)
         if start:
             out.setdefault("resumed_from", start)
-        out["received"] = out.get("received", 0) + _copy_body(response, path, start, size)
+        received = _copy_body(response, path, start, size, report)
+        out["received"] = out.get("received", 0) + received
 
 
 def _checked(path: str, sha256: str, size: int) -> bool:
@@ -119,6 +185,7 @@ def fetch_file(
     retries: int = 4,
     timeout: float = 30.0,
     sleep: Callable[[float], None] = time.sleep,
+    report: Report = _no_report,
 ) -> dict[str, Any]:
     """Bring `path` to the file at `url` with this sha256 and size; what it took, as data."""
     out: dict[str, Any] = {"answered": False}
@@ -129,7 +196,7 @@ def fetch_file(
     fresh_start_left = 1
     for attempt in range(retries + 1):
         try:
-            _attempt(url, path, size, timeout, out)
+            _attempt(url, path, size, timeout, out, report)
         except FetchFailed as e:
             if e.kind != "retry" or attempt == retries:
                 raise FetchFailed("http", str(e)) from e
@@ -158,19 +225,36 @@ def main(argv: list[str]) -> int:
                    metavar=("NAME", "URL", "SHA256", "SIZE"))
     p.add_argument("--retries", type=int, default=4)
     p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--connect-timeout", type=float, default=0.0)
+    p.add_argument("--progress", type=float, default=0.0)
+    p.add_argument("--tether", action="store_true")
     args = p.parse_args(argv)
+    if args.tether:
+        tether(sys.stdin.buffer)
     os.makedirs(args.dir, exist_ok=True)
     files: dict[str, Any] = {}
+    reporter = Reporter(args.progress)
+    probed: set[str] = set()
     for name, url, sha256, size in args.file:
         try:
+            _probe_once(url, args.connect_timeout, probed)
             files[name] = fetch_file(url, os.path.join(args.dir, name), sha256, int(size),
-                                     args.retries, args.timeout)
+                                     args.retries, args.timeout,
+                                     report=reporter.for_file(name))
+            reporter.report(name, int(size), force=True)
         except FetchFailed as e:
             print(json.dumps({"files": files, "error": {"kind": e.kind, "file": name,
                                                         "message": str(e)}}))
             return 3 if e.kind == "unreachable" and not files else 1
     print(json.dumps({"files": files, "error": None}))
     return 0
+
+
+def _probe_once(url: str, timeout: float, probed: set[str]) -> None:
+    server = urllib.parse.urlsplit(url).netloc
+    if timeout > 0 and server not in probed:
+        probe(url, timeout)
+        probed.add(server)
 
 
 if __name__ == "__main__":
