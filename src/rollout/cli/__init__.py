@@ -6,10 +6,10 @@ The engine never imports this package; tasks stay thin and call rollout.commands
 from __future__ import annotations
 
 from invoke.collection import Collection
-from invoke.program import Program
 
 from rollout import __version__
 from rollout.cli import bench_tasks, lab_tasks, release_tasks, rollout_tasks
+from rollout.cli.program import RolloutProgram
 
 namespace = Collection(
     rollout_tasks.rollout,
@@ -29,7 +29,7 @@ namespace = Collection(
 )
 namespace.add_collection(lab_tasks.ns)
 
-program = Program(namespace=namespace, version=__version__, name="rollout", binary="rollout")
+program = RolloutProgram(namespace=namespace, version=__version__, name="rollout", binary="rollout")
 
 
 def main() -> None:

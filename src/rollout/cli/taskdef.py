@@ -23,6 +23,8 @@ from invoke.program import Program
 from invoke.tasks import Task
 from invoke.tasks import task as invoke_task
 
+from rollout.cli.shortflags import names_for
+
 HELP_NAMES = ("help", "h")
 HELP_TEXT = "Show this help and exit."
 FILLED_BY_FLAG = "<filled by a flag>"
@@ -34,9 +36,14 @@ def _flag(arg: Argument) -> str:
 
 
 class CheckedArgument(Argument):
-    """An argument whose bad value (`--hosts abc`) exits 2 with a message."""
+    """An argument whose bad value (`--hosts abc`) exits 2 with a message; a positional
+    argument never takes a word that starts with `-` (`drain --bogus`: an unknown option,
+    not a host named `--bogus`)."""
 
     def set_value(self, value: Any, cast: bool = True) -> None:
+        if self.positional and cast and str(value).startswith("-"):
+            raise Exit(f"error: no option {value} here, and {str(self.name).upper()} cannot "
+                       "start with '-' (--help lists the options)", 2)
         try:
             super().set_value(value, cast)
         except (TypeError, ValueError):
@@ -85,7 +92,7 @@ class RolloutTask(Task[Any]):
         return [*args, helper]
 
     def _checked(self, arg: Argument) -> Argument:
-        names = tuple(n for n in arg.names if n not in HELP_NAMES)
+        names = names_for(arg.names[0])  # the one table of short flags (cli/shortflags.py)
         is_all = {arg.attr_name, arg.names[0]} & set(self.all_flags)
         cls = AllFlag if is_all else CheckedArgument
         return cls(
@@ -132,7 +139,8 @@ def task(
     boolean flags that stand for the positional HOST `all` (diagnose --all)."""
 
     def make(fn: Callable[..., Any]) -> RolloutTask:
-        made = cast(RolloutTask, invoke_task(fn, klass=RolloutTask, **kwargs))
+        options = {"auto_shortflags": False, **kwargs}  # short flags: cli/shortflags.py
+        made = cast(RolloutTask, invoke_task(fn, klass=RolloutTask, **options))
         made.all_flags = all_flags
         return made
 

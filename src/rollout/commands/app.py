@@ -183,8 +183,9 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
     if req.dry_run:
         from rollout.commands.dryrun import dry_run
 
-        dry_run(plan, connect, cache_dir(), release)
-        return RunSummary(plan.run_id, {}, dry_run=True)
+        return dry_run(plan, connect, cache_dir(), release)
+    if release is None:
+        require_docker(plan.playbook.build)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)
     options = EngineOptions(
         holder,
@@ -201,6 +202,14 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         summary = Engine(plan, bus, connect, cache_dir(), options).run(req.replayable())
     print_summary(summary)
     return summary
+
+
+def require_docker(build: Any) -> None:
+    """A run that builds needs this machine's Docker engine: one that is down or missing is
+    exit 3 (EnvironmentProblem) before any host is locked, not a failed build step (exit 1)."""
+    from rollout.steps.image import ControllerContext
+
+    ControllerContext(build, "", cache_dir()).docker().close()
 
 
 def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]:
@@ -238,6 +247,7 @@ def run_build(playbook: str | None, sets: tuple[str, ...], out: Path) -> Any:
     from rollout.engine.plan import new_run_id
 
     loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
+    require_docker(loaded.build)
     bus = EventBus(new_run_id())
     bus.subscribe(JsonLinesSink.to_path(runs_dir() / f"{bus.run_id}.jsonl", durable=True))
     bus.subscribe(ConsoleSink())

@@ -11,12 +11,13 @@ would come first and the upload cannot be checked yet.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rollout.engine.hostplan import PlannedStep, digest_paths, plan_host
 from rollout.engine.plan import Plan
+from rollout.engine.run import RunSummary
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
@@ -68,24 +69,43 @@ def describe(step: PlannedStep) -> list[str]:
     return lines
 
 
+@dataclass
+class DryRun(RunSummary):
+    """A dry run's result: exit 1 when a host could not be planned (unreachable, its facts
+    unreadable), else 0; nothing was changed either way."""
+
+    unplanned: dict[str, str] = field(default_factory=dict)  # host -> why
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.unplanned else 0
+
+
 def dry_run(
     plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any, given: Release | None = None
-) -> None:
+) -> DryRun:
     print(f"plan {plan.run_id}: version {plan.version or '-'}, batches {plan.batches}")
     if given is not None:
         print(f"  controller: release {given.id} from a bundle: nothing to build")
-    print_host_plans(plan, connect, given or known_release(plan, cache_dir))
+    unplanned = print_host_plans(plan, connect, given or known_release(plan, cache_dir))
+    if unplanned:
+        print(f"not planned: {len(unplanned)} of {len(plan.host_names)} host(s): "
+              f"{', '.join(unplanned)}")
+    return DryRun(plan.run_id, {}, dry_run=True, unplanned=unplanned)
 
 
 def print_host_plans(
     plan: Plan, connect: Callable[[Any], Transport], release: Release | None
-) -> None:
-    """Each host's facts and plan; `release` None: a build would come first."""
+) -> dict[str, str]:
+    """Each host's facts and plan; `release` None: a build would come first. Returns the
+    hosts that could not be planned, with why."""
+    unplanned: dict[str, str] = {}
     for name in plan.host_names:
         try:
             transport = connect(plan.host(name))
         except RolloutError as e:
             print(f"  {name}: UNREACHABLE: {e}")
+            unplanned[name] = f"unreachable: {e}"
             continue
         try:
             ctx = HostContext(
@@ -100,5 +120,9 @@ def print_host_plans(
             print(f"  {name}: {host_summary(facts)}")
             for step in plan_host(facts, target, plan.host_steps).steps:
                 print("\n".join(describe(step)))
+        except RolloutError as e:  # the facts could not be read: no plan for this host
+            print(f"  {name}: NOT PLANNED: {e}")
+            unplanned[name] = str(e)
         finally:
             transport.close()
+    return unplanned

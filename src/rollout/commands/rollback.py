@@ -30,11 +30,18 @@ ROLLBACK_STEPS = ("preflight", "stop", "drain", "switch", "start", "ready", "val
 
 
 def target_for(to: str | None) -> Any:
-    """Each host's target: `to`, else the release current pointed at before the last switch."""
+    """Each host's target: `to`, else the release current pointed at before the last switch.
+    A host already on `to` is left as it is: its plan skips stop, drain, switch and start
+    (and validate, where this daemon already passed it), and it ends validated on `to`."""
 
     def resolve(ctx: HostContext) -> Release:
+        on = current_release(ctx)
+        if to is not None and to == on:
+            if ctx.emit is not None:
+                ctx.emit("note", reason=f"already on release {to}: left as it is")
+            return read_release(ctx, to)
         release_id = to or recorded_previous(ctx)
-        if not release_id or release_id == current_release(ctx):
+        if not release_id or release_id == on:
             raise StepFailed(f"{ctx.name} has no earlier release to go back to", retryable=False)
         return read_release(ctx, release_id)
 

@@ -39,8 +39,11 @@ def identity_problem(
     uptime: Any,
 ) -> str | None:
     """Why the answer on `port` is not the started daemon's; None when it is."""
+    if pid is None and not owners and uptime is None:
+        return f"nothing answered on port {port}: the daemon is not running"
     if pid is None:
-        return f"port {port} answered, but no daemon of ours was started to own it"
+        held = f"held by pid {owners[0].get('pid')}" if owners else "answered"
+        return f"the daemon is not running, yet port {port} {held}: not a daemon of ours"
     strangers = [o for o in owners if not _owner_is(o, pid)]
     if strangers:
         o = strangers[0]
