@@ -122,6 +122,13 @@ def test_proxycommand_is_refused_not_dropped(tmp_path: Path) -> None:
              "Host p\n    ProxyCommand nc %h %p\n")
 
 
+def test_an_unparsable_ssh_config_is_a_config_error(tmp_path: Path) -> None:
+    for text in ("Host p\n    Port\n", "Host p\n    Port 0x16\n"):
+        with pytest.raises(ConfigError, match="ssh_config|Port"):
+            load(tmp_path, "defaults: {ssh_config: ssh_config}\n"
+                           "hosts: [{name: a, address: p}]\n", text)
+
+
 @pytest.mark.parametrize("value", [
     "-oProxyCommand=touch /tmp/pwned", "h;id", "$(id)", "`id`", "a b", "ssh://h", "h:0",
     "h:70000", "u@@h", "h,", ",h", "h:22:22", "-J", "h\nProxyCommand x", "[evil host]",

@@ -84,7 +84,10 @@ class SshConfigFile:
     def lookup(self, address: str) -> SshSettings:
         """The settings `ssh ADDRESS` would take from this file. ValueError for a
         ProxyCommand (rollout connects through ProxyJump only) or a bad value."""
-        found = self._config.lookup(address)
+        try:
+            found = self._config.lookup(address)
+        except paramiko.SSHException as e:  # a Match that cannot be evaluated
+            raise ValueError(f"{self.path}: {address!r}: {e}") from e
         if "proxycommand" in found:
             raise ValueError(f"{self.path}: ProxyCommand for {address!r} is not supported; "
                              "use ProxyJump, or the inventory's proxy_jump")
