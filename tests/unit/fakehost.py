@@ -110,6 +110,8 @@ class FakeHost(Transport):
             return 0, json.dumps(self._ports(command))
         if stdin.startswith('"""Run the validation proof'):
             return self._prove(shlex.split(command))
+        if stdin.startswith('"""rollout guard') and " --left " in command:
+            return 0, json.dumps({"busy": [], "runs": []})  # no guard was ever left here
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")
 
     def _ports(self, command: str) -> dict[str, Any]:

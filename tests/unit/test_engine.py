@@ -287,9 +287,9 @@ def test_rerun_rests_on_the_evidence_of_the_same_daemon(fleet: Fleet) -> None:
     for host in fleet.hosts.values():
         host.sent.clear()
     assert fleet.roll(OLD).exit_code == 0
-    for host in fleet.hosts.values():  # the facts; the later hosts' staging found it there
-        assert all(c.startswith("python3 - --root /data ") or c.startswith(f"if [ -d {STAGING} ]")
-                   for c in host.sent), host.sent
+    for host in fleet.hosts.values():  # guards left? the facts; the later hosts' staging
+        assert all(c.startswith(("python3 - --root /data ", "python3 - --left --root /data ",
+                                 f"if [ -d {STAGING} ]")) for c in host.sent), host.sent
     assert {e.status for e in fleet.events if e.kind == "staged"} == {"skipped"}
     statuses = _kinds(fleet, "h1")
     assert all(s == "skipped" for s in statuses.values()), statuses

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -18,8 +19,12 @@ from typing import Any
 import pytest
 from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wait_for
 
-from rollout.engine.guard import BOOTSTRAP, HostGuard, arm_input, summarize
+import rollout.engine.locks as locks_module
+from rollout.engine.guard import BOOTSTRAP, HostGuard, arm_input, guards_left, summarize
+from rollout.engine.locks import FleetLocks, Holder, LockEvents, LockPolicy
+from rollout.errors import StepFailed
 from rollout.host.scripts import guard, script_text
+from rollout.output.events import EventBus
 from rollout.steps.decision import Action, Phase, Skip
 from rollout.transport.base import Stream
 from rollout.transport.local import LocalTransport
@@ -31,7 +36,7 @@ BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
 @pytest.mark.parametrize(
     ("phase", "previous", "steps"),
     [
-        ("untouched", OLD, BACK),
+        ("untouched", OLD, []),  # a guard never changes an untouched host
         ("stopped", OLD, BACK),
         ("switched", OLD, BACK),
         ("started", OLD, BACK),
@@ -44,10 +49,49 @@ BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
 def test_decide_from_the_phase_the_controller_reported(
     phase: str, previous: str | None, steps: list[str]
 ) -> None:
-    summary, got = guard.decide({"release": NEW, "previous": previous}, {"phase": phase})
+    summary, got = guard.decide({"release": NEW, "previous": previous},
+                                {"phase": phase, "armed": True})
     assert got == steps, summary
     if not steps:
-        assert "nothing to do" in summary
+        assert "nothing to do" in summary or "never changes an untouched host" in summary
+
+
+@pytest.mark.parametrize("phase", ["stopped", "switched", "started", "untouched"])
+def test_a_guard_never_armed_does_nothing_whatever_the_phase(phase: str) -> None:
+    """Started ahead (while upload and preflight run) but never armed: the host never left
+    untouched in this run, whatever a stray line said."""
+    summary, steps = guard.decide({"release": NEW, "previous": OLD}, {"phase": phase})
+    assert steps == [] and "never armed" in summary
+
+
+def test_the_controller_lines_arm_the_guard_only_past_untouched() -> None:
+    state: dict[str, Any] = {"phase": "untouched", "armed": False}
+    assert guard.follow(state, "phase stopped") is False  # not armed: ignored
+    assert state == {"phase": "untouched", "armed": False}
+    assert guard.follow(state, "arm untouched") is False  # arming is for a change only
+    assert guard.follow(state, "arm ../../x") is False and not state["armed"]
+    assert guard.follow(state, "arm stopped") is True
+    assert state == {"phase": "stopped", "armed": True}
+    assert guard.follow(state, "phase started") is True and state["phase"] == "started"
+    assert guard.follow(state, "phase bogus") is False and state["phase"] == "started"
+    assert guard.follow(state, "settled") is True and state["settled"] is True
+
+
+def test_the_host_lock_decides_whether_a_guard_may_act(tmp_path: Path) -> None:
+    root = tmp_path
+    (root / "rollout").mkdir()
+    lock = root / "rollout" / "lock"
+    assert "no host lock of run run-a" in (guard.not_ours(str(root), "run-a") or "")
+    lock.write_text(json.dumps({"run_id": "run-a", "pid": 1}))
+    assert guard.not_ours(str(root), "run-a") is None
+    lock.write_text(json.dumps({"run_id": "run-b"}))
+    assert "names run 'run-b', not run-a" in (guard.not_ours(str(root), "run-a") or "")
+    for hostile in ("{not json", "null", '{"run_id": ["run-a"]}', '{"run_id": 7}', "\xff"):
+        lock.write_text(hostile)
+        assert guard.not_ours(str(root), "run-a") is not None, hostile
+    lock.unlink()
+    lock.mkdir()  # unreadable as a file: not this run's
+    assert guard.not_ours(str(root), "run-a") is not None
 
 
 def test_settled_host_is_left_alone_whatever_the_phase() -> None:
@@ -104,7 +148,9 @@ class TwoReleases(Host):
                 "status_url": None, "grpc_port": None, "status_port": None,
                 "stop_signal": "SIGTERM", "stop_grace": 5.0, "start_wait": 60.0,
                 "ready_timeout": 60.0, "validate_timeout": 60.0,
-                "validate_command": "echo 'status:    COMPLETED' $(readlink current)",
+                "validate_commands": {
+                    rid: f"echo 'status:    COMPLETED' {rid} $(readlink current)"
+                    for rid in (OLD, NEW)},
                 "success_pattern": r"^status:\s+COMPLETED",
                 "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0}}
 
@@ -123,12 +169,28 @@ def host(tmp_path: Path) -> Iterator[TwoReleases]:
         h.cleanup()
 
 
-def arm(host: TwoReleases, recipe: dict[str, Any], answer_key: str = "guard") -> Any:
+def lock_for(host: TwoReleases, run_id: str) -> None:
+    """The host lock, as the run's controller takes it (rollout.host.scripts.lock)."""
+    (host.root / "rollout" / "lock").write_text(json.dumps({"run_id": run_id, "pid": 1}))
+
+
+def start(host: TwoReleases, recipe: dict[str, Any], answer_key: str = "guard") -> Any:
+    """The guard started (ahead), not armed; its run holds the host lock."""
+    lock_for(host, str(recipe["run_id"]))
     command = f"cd {shlex.quote(str(host.root))} && python3 -c {shlex.quote(BOOTSTRAP)} --arm"
     stream = LocalTransport().open_stream(command, arm_input(recipe))
     answer = json.loads(stream.readline(60))
-    assert answer["armed"] is True and answer_key in answer, answer
+    assert answer["ready"] is True and answer_key in answer, answer
     stream.answer = answer
+    return stream
+
+
+def arm(host: TwoReleases, recipe: dict[str, Any], phase: str = "stopped",
+        answer_key: str = "guard") -> Any:
+    """Started, then armed as the controller arms it right before the host's first change."""
+    stream = start(host, recipe, answer_key)
+    stream.write(f"arm {phase}\n")
+    assert json.loads(stream.readline(60)) == {"armed": True}
     return stream
 
 
@@ -137,7 +199,7 @@ def test_lost_tether_in_phase_started_rolls_back_and_validates(host: TwoReleases
     new = host.daemon()
     assert f"/releases/{NEW}/" in new[2]
     stream = arm(host, host.recipe("run-a", OLD))
-    stream.write("phase stopped\nphase switched\nphase started\n")
+    stream.write("phase switched\nphase started\n")
     stream.close()  # the controller is gone: no "settled"
     end = wait_for(lambda: next((e for e in host.events("run-a") if e["kind"] == "guard_end"),
                                 None))
@@ -166,35 +228,94 @@ def test_lost_tether_in_phase_started_rolls_back_and_validates(host: TwoReleases
     assert summarize(report)[0]["reason"].endswith(f"rolled back to {OLD}, validated")
 
 
-def test_lost_tether_while_untouched_keeps_the_old_daemon_and_puts_its_config_back(
-    host: TwoReleases,
-) -> None:
-    """A guard started ahead (while upload, preflight and config run) whose controller dies
-    before the stop: the previous release still runs; the guard keeps that very daemon,
-    puts back the config the config step had replaced, and validates it."""
+def inert_end(host: TwoReleases, run_id: str) -> dict[str, Any]:
+    """The state of the run's only guard once it ended inert (bounded wait)."""
+    where = host.root / "rollout" / "runs" / run_id
+
+    def ended() -> dict[str, Any] | None:
+        states = [json.loads(p.read_text()) for p in where.glob("state.*.json")]
+        return states[0] if states and states[0].get("ended") else None
+
+    return wait_for(ended)
+
+
+@pytest.mark.parametrize("how", ["closed", "gone before the answer"])
+def test_a_guard_started_ahead_and_never_armed_never_acts(host: TwoReleases, how: str) -> None:
+    """Started ahead (while upload and preflight run), its controller gone before the
+    host's first change (a refusal, a kill during the upload), even before it read the
+    guard's answer: no takeover, no hold, the very same daemon, no event."""
     (host.root / "current").unlink()
     (host.root / "current").symlink_to(f"releases/{OLD}")
     host.start()
     old = host.daemon()
-    assert f"/releases/{OLD}/" in old[2]
-    stream = arm(host, host.recipe("run-u", OLD))
-    stream.close()  # lost in phase untouched: no phase line, no "settled"
-    end = wait_for(lambda: next((e for e in host.events("run-u") if e["kind"] == "guard_end"),
+    recipe = host.recipe("run-u", OLD)
+    if how == "closed":
+        stream = start(host, recipe)
+        stream.write("phase stopped\n")  # a stray phase line does not arm it
+        stream.close()
+    else:
+        lock_for(host, "run-u")
+        command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm"
+        LocalTransport().open_stream(command, arm_input(recipe)).close()
+    state = inert_end(host, "run-u")
+    assert state["ended"] == "inert" and state["armed"] is False, state
+    assert "never armed" in state["reason"], state
+    assert host.events("run-u") == []
+    assert not host.path("hold").exists() and host.config.read_text() == "new config\n"
+    assert host.daemon()[:2] == old[:2] and alive(old[0])
+    assert summarize(guard.report(str(host.root), "run-u", 5)) == []
+    assert guard.left(str(host.root), 5, mark=True) == {"busy": [], "runs": []}
+
+
+def test_an_armed_guard_whose_lock_another_run_holds_does_not_act(host: TwoReleases) -> None:
+    host.start()
+    new = host.daemon()
+    stream = arm(host, host.recipe("run-l", OLD), phase="started")
+    lock_for(host, "run-other")  # broken and taken by another run (--break-lock)
+    stream.close()
+    state = inert_end(host, "run-l")
+    assert state["ended"] == "yielded", state
+    [exit_] = host.events("run-l")
+    assert exit_["kind"] == "guard_exit" and exit_["status"] == "yielded", exit_
+    assert "names run 'run-other', not run-l" in exit_["reason"], exit_
+    assert host.daemon()[:2] == new[:2] and not host.path("hold").exists()
+    assert (host.root / "current").readlink() == Path(f"releases/{NEW}")
+    shown = guard.left(str(host.root), 5, mark=True)
+    [run] = shown["runs"]
+    [summary] = summarize(run)
+    assert summary["reason"].startswith("controller lost in phase started; the host's guard "
+                                        "did not act: the host lock names run 'run-other'")
+    assert guard.left(str(host.root), 5, mark=True)["runs"] == []  # shown once
+
+
+def test_a_guard_never_validates_with_a_bench_that_is_not_on_the_host(
+    host: TwoReleases,
+) -> None:
+    """The previous release validated with its own command; its executable missing: failed,
+    never another release's bench."""
+    host.start()
+    recipe = host.recipe("run-x", OLD)
+    recipe["validate_commands"] = {
+        NEW: "echo 'status: COMPLETED'",
+        OLD: f"{host.root}/releases/{OLD}/cuzk-bench single",  # never uploaded
+    }
+    stream = arm(host, recipe, phase="started")
+    stream.close()
+    end = wait_for(lambda: next((e for e in host.events("run-x") if e["kind"] == "guard_end"),
                                 None))
-    assert end["status"] == "validated" and end["data"]["phase"] == "untouched", end
-    steps = {e["step"]: e for e in host.events("run-u") if e["kind"] == "step_end"}
-    assert steps["guard-stop"]["status"] == "skipped", steps["guard-stop"]
-    assert steps["guard-switch"]["reason"] == f"restored the config {OLD} ran with"
-    assert host.config.read_text() == "old config\n"
-    assert host.daemon()[:2] == old[:2] and alive(old[0])  # the very same process
-    assert steps["guard-validate"]["status"] == "ok"
+    assert end["status"] == "failed" and end["data"]["failed"] == "validate", end
+    assert "validation executable of release old0000release is not on the host" in end[
+        "reason"], end
+    h = guard.Host(recipe)
+    with pytest.raises(guard.Failed, match="no validation command for release zzz"):
+        guard.validate_command(h, "zzz")
 
 
 def test_settled_tether_leaves_the_host_as_the_controller_left_it(host: TwoReleases) -> None:
     host.start()
     new = host.daemon()
     stream = arm(host, host.recipe("run-b", OLD))
-    stream.write("phase stopped\nphase started\nphase validated\nsettled\n")
+    stream.write("phase started\nphase validated\nsettled\n")
     stream.close()
     runs = host.root / "rollout" / "runs" / "run-b"
     report = guard.report(str(host.root), "run-b", 30)
@@ -208,7 +329,6 @@ def test_no_previous_release_keeps_and_validates_the_new_one(host: TwoReleases) 
     host.path("hold").write_text("")  # stopped and held, as the stop step leaves it
     host.start()
     stream = arm(host, host.recipe("run-c", None))
-    stream.write("phase stopped\n")
     stream.close()
     end = wait_for(lambda: next((e for e in host.events("run-c") if e["kind"] == "guard_end"),
                                 None))
@@ -227,11 +347,12 @@ def test_the_script_sent_is_the_inlined_one() -> None:
 
 def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
     evidence = {"pid": 42, "starttime": 7, "release": NEW, "path": "/data/rollout/validated.json"}
-    summary, steps = guard.decide({"release": NEW, "previous": OLD}, {"phase": "started"},
-                                  evidence)
+    summary, steps = guard.decide({"release": NEW, "previous": OLD},
+                                  {"phase": "started", "armed": True}, evidence)
     assert steps == [] and "daemon 42 (start time 7) already passed the validation" in summary
     assert "validated.json" in summary and "nothing to do" in summary
-    assert guard.decide({"release": NEW, "previous": OLD}, {"phase": "started"}, None)[1] == BACK
+    assert guard.decide({"release": NEW, "previous": OLD}, {"phase": "started", "armed": True},
+                        None)[1] == BACK
 
 
 def test_validated_json_is_hostile_data(host: TwoReleases) -> None:
@@ -268,7 +389,7 @@ def test_lost_tether_after_a_validation_the_guard_was_not_told_of_keeps_the_daem
     host.path("validated.json").write_text(
         json.dumps({"release": NEW, "pid": pid, "starttime": starttime, "time": 1.0}))
     stream = arm(host, host.recipe("run-e", OLD))
-    stream.write("phase stopped\nphase switched\nphase started\n")  # never "validated"
+    stream.write("phase switched\nphase started\n")  # never "validated"
     stream.close()
     end = wait_for(lambda: next((e for e in host.events("run-e") if e["kind"] == "guard_end"),
                                 None))
@@ -321,7 +442,7 @@ def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoRelea
     runs = host.root / "rollout" / "runs"
     old = [make_run(runs, f"old-{i:02d}", 10 + i, time.time(), ended="validated")
            for i in range(21)]
-    stream = arm(host, host.recipe("run-p", OLD), answer_key="pruned")
+    stream = start(host, host.recipe("run-p", OLD), answer_key="pruned")
     # this run's folder is the newest of 22: the two oldest go
     assert sorted(stream.answer["pruned"]) == ["old-19", "old-20"], stream.answer
     assert not old[19].exists() and not old[20].exists() and old[18].exists()
@@ -333,7 +454,7 @@ def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoRelea
     no_drain = f"{len(bare)}\n".encode() + bare + json.dumps(host.recipe("run-q", OLD)).encode()
     refused = LocalTransport().open_stream(command, no_drain + b"\n0\n")
     answer = json.loads(refused.readline(60))
-    assert answer == {"armed": False, "reason": "no drain script after the recipe"}, answer
+    assert answer == {"ready": False, "reason": "no drain script after the recipe"}, answer
 
 
 def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
@@ -345,7 +466,7 @@ def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
     recipe["drain"] = {"deadline": 60.0, "plateau": 0.5, "zombie_grace": 5.0, "budget": 1 << 60}
     host.path("starts.jsonl").unlink()  # no baseline recorded: only the budget can drain it
     stream = arm(host, recipe)  # a budget no limit fits: the memory never counts as back
-    stream.write("phase stopped\nphase switched\nphase started\n")
+    stream.write("phase switched\nphase started\n")
     stream.close()
     end = wait_for(lambda: next((e for e in host.events("run-f") if e["kind"] == "guard_end"),
                                 None))
@@ -363,14 +484,14 @@ def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
 
 
 class ScriptedStream(Stream):
-    """A guard's channel: answers "armed", records what the controller writes."""
+    """A guard's channel: answers "ready" and "armed", records what the controller writes."""
 
     def __init__(self) -> None:
         self.written: list[str] = []
         self.closed = False
 
     def readline(self, timeout: float) -> str:
-        return json.dumps({"armed": True, "guard": "1"})
+        return json.dumps({"ready": True, "armed": True, "guard": "1"})
 
     def write(self, text: str) -> bool:
         self.written.append(text)
@@ -411,7 +532,7 @@ def test_guard_started_ahead_only_for_a_plan_that_touches_the_host(
     assert len(opened) == 1 and opened[0].written == []
     guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
     assert len(opened) == 1, "the stop used the guard started ahead, not a second one"
-    assert guard.stream is opened[0] and opened[0].written == ["phase stopped\n"]
+    assert guard.stream is opened[0] and opened[0].written == ["arm stopped\n"]
     guard.settle()
     assert opened[0].written[-1] == "settled\n" and opened[0].closed
 
@@ -437,3 +558,96 @@ def test_guard_started_ahead_on_a_connection_since_dropped_is_started_again(
     guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
     assert len(opened) == 2 and guard.stream is opened[1]
     assert not guard.lost
+
+
+class Answers(ScriptedStream):
+    """A guard's channel answering with the given lines, in order."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__()
+        self.lines = list(lines)
+
+    def readline(self, timeout: float) -> str:
+        return self.lines.pop(0) if self.lines else ""
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        (['{"ready": false, "reason": "an earlier guard is still taking over"}'],
+         "an earlier guard is still taking over"),
+        (['{"ready": true, "guard": "1"}'], "no answer"),  # armed never acknowledged
+        (['{"ready": true, "guard": "1"}', '{"armed": "yes"}'], '{"armed": "yes"}'),
+        (["not json"], "not json"),
+    ],
+)
+def test_the_host_changes_only_once_its_guard_said_armed(
+    monkeypatch: pytest.MonkeyPatch, lines: list[str], why: str
+) -> None:
+    stream = Answers(*lines)
+    monkeypatch.setattr(HostGuard, "_open", lambda self, ctx, plan: stream)
+    guard = HostGuard("run")
+    with pytest.raises(StepFailed, match=f"did not start \\({re.escape(why)}\\): nothing was"):
+        guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
+    assert stream.closed and guard.stream is None
+    assert not guard.drop(), "never armed: nothing handed over, the lock is given back"
+
+
+def test_a_dropped_armed_tether_hands_the_host_over_and_keeps_its_lock(
+    opened: list[ScriptedStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = HostGuard("run")
+    guard.follow(None, None, Phase.STOPPED)  # type: ignore[arg-type]
+    assert opened[0].written == ["arm stopped\n"]
+    assert guard.drop() is True  # not settled: handed over
+    settled = HostGuard("run")
+    settled.follow(None, None, Phase.STARTED)  # type: ignore[arg-type]
+    settled.settle()
+    assert settled.drop() is False
+    locks = FleetLocks(Holder("run", "op", "ctl", 1, 0.0, "v"), LockPolicy(),
+                       LockEvents(print, print, print, print))
+    given: list[str] = []
+    monkeypatch.setattr(locks_module, "release_host_lock", lambda ctx, me: given.append(ctx.name))
+    for name in ("a", "b"):
+        locks.held[name] = SimpleNamespace(  # type: ignore[assignment]
+            name=name, transport=SimpleNamespace(close=lambda: None))
+    locks.keep("b")
+    locks.release()
+    assert given == ["a"], "the lock of a host handed to its guard stays on the host"
+
+
+class LeftHost(SimpleNamespace):
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        super().__init__(name="h1", layout=SimpleNamespace(root="/data"), calls=[])
+        self.answers = answers
+
+    def script(self, name: str, *args: object, timeout: float | None = None) -> tuple[int, Any]:
+        self.calls.append([str(a) for a in args])
+        return 0, self.answers.pop(0)
+
+
+def test_guards_left_waits_says_so_and_shows_what_they_did() -> None:
+    took_over = {"run": "run-old", "guards": [{"guard": "7", "phase": "stopped",
+                                               "ended": "validated"}],
+                 "events": [{"kind": "guard_end", "status": "validated", "reason": "x",
+                             "data": {"guard": "7", "release": OLD, "rolled_back": True,
+                                      "acted": True}}]}
+    host = LeftHost([{"busy": ["run-old"], "runs": []}, {"busy": [], "runs": [took_over]}])
+    bus = EventBus("run-new")
+    seen: list[Any] = []
+    bus.subscribe(seen.append)
+    guards_left(host, bus, "run-new", wait=30)  # type: ignore[arg-type]
+    assert [c[-2:] for c in host.calls] == [["0.0", "--mark"], ["30", "--mark"]]
+    note, report = [e for e in seen if e.kind in ("note", "guard_report")]
+    assert "waiting up to 30s for the guard(s) of run(s) run-old" in note.reason
+    assert report.reason == ("guard of run run-old: controller lost in phase stopped; the "
+                             f"host's guard rolled back to {OLD}, validated")
+    still = LeftHost([{"busy": ["run-old"], "runs": []}, {"busy": ["run-old"], "runs": []}])
+    with pytest.raises(StepFailed, match="still at the host after 30s: not touched"):
+        guards_left(still, bus, "run-new", wait=30)  # type: ignore[arg-type]
+
+
+def test_summary_leaves_out_guards_that_never_acted() -> None:
+    report = {"guards": [{"guard": "1", "phase": "untouched", "ended": "inert"},
+                         {"guard": "2", "settled": True}], "events": []}
+    assert summarize(report) == []

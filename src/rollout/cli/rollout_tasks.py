@@ -13,10 +13,12 @@ from rollout.cli.taskdef import task
 from rollout.commands import app, single
 from rollout.commands import diagnose as diagnose_mod
 from rollout.commands import status as health
+from rollout.config.vastai import is_ref
 from rollout.errors import UserError
 
 HOSTS_HELP = (
     "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
+    "Or vastai:LABEL: the running vast.ai instances so labelled (a glob). "
     "Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
 )
 PLAYBOOK_HELP = (
@@ -36,7 +38,7 @@ RUN_OUTPUT_HELP = {
 
 def hosts_file(hosts: str | None) -> str:
     path = hosts or os.environ.get("ROLLOUT_HOSTS") or "lab/fleet.yaml"
-    if not Path(path).exists():
+    if not is_ref(path) and not Path(path).exists():
         lab_hint = " (bring up the lab with `rollout lab.up`, or pass --hosts FILE)"
         hint = lab_hint if path == "lab/fleet.yaml" else ""
         raise UserError(f"inventory {path} does not exist{hint}")

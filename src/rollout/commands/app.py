@@ -18,6 +18,7 @@ from typing import IO, Any
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.steps import StepSpec
+from rollout.config.vastai import is_ref
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.plan import Plan, make_plan
 from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
@@ -76,7 +77,7 @@ class RolloutRequest:
     def replayable(self) -> dict[str, Any]:
         """What a resumed run needs to rebuild the same plan."""
         return {
-            "hosts": str(Path(self.hosts).resolve()),
+            "hosts": self.hosts if is_ref(self.hosts) else str(Path(self.hosts).resolve()),
             "limit": self.limit,
             "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
             "sets": list(self.sets),
@@ -99,6 +100,8 @@ def load_fleet(
 ) -> Plan:
     """Inventory and playbook, validated and rendered for each selected host."""
     inventory = load_inventory(hosts_file)
+    for skipped in inventory.skipped:
+        print(f"warning: skipped {skipped}", file=sys.stderr)
     chosen = playbook or inventory.playbook or default_playbook()
     loaded = load_playbook(chosen, parse_set_options(sets))
     for warning in loaded.warnings:

@@ -30,6 +30,8 @@ from .sshconfig import (
     jump_hosts,
     parse_proxy_jump,
 )
+from .vastai import VastaiSource, parse_ref
+from .vastai import load_fleet as load_vast_fleet
 from .yamlfile import check_unique_names, load_yaml, to_plain, validate
 
 HostKeyPolicy = Literal["strict", "accept-new"]
@@ -125,7 +127,15 @@ class InventoryFile(_Strict):
     defaults: InventoryDefaults = Field(
         default_factory=InventoryDefaults, description="Fleet-wide defaults."
     )
-    hosts: list[HostEntry] = Field(min_length=1, description="The hosts of the fleet.")
+    hosts: list[HostEntry] = Field(
+        default_factory=list, description="The hosts of the fleet (none: `vastai` names them)."
+    )
+    vastai: VastaiSource | None = Field(
+        default=None,
+        description="Also the running instances of a vast.ai account whose label matches, read "
+        "from its API at every load (docs/real-fleet.md); `--hosts vastai:LABEL` is the same "
+        "with no file.",
+    )
     playbook: str | None = Field(
         default=None,
         description="Playbook used when --playbook is not given (relative to the inventory "
@@ -167,6 +177,7 @@ class Inventory:
     path: Path
     hosts: list[Host]
     playbook: Path | None = None
+    skipped: tuple[str, ...] = ()  # hosts a source listed but left out, each with why
 
     @property
     def groups(self) -> dict[str, list[Host]]:
@@ -216,6 +227,8 @@ def load_inventory(path: Path | str) -> Inventory:
     from .ansible_ini import read_ini
     from .ansible_yaml import looks_like_ansible, parse_yaml
 
+    if isinstance(path, str) and path.startswith("vastai:"):
+        return _from_vastai(path)
     file = Path(path)
     if file.suffix not in YAML_SUFFIXES:
         return _from_entries(file, host_entries(read_ini(file)))
@@ -232,7 +245,35 @@ def load_inventory(path: Path | str) -> Inventory:
             where = doc.location((*key, "known_hosts"))
             raise ConfigError(f"known_hosts {host.known_hosts} is a folder, not a file", where)
     playbook = None if spec.playbook is None else _local_path(spec.playbook, doc.base_dir)
-    return Inventory(doc.path, hosts, playbook)
+    if spec.vastai is None and not hosts:
+        raise ConfigError("the inventory has no hosts (nor `vastai`)", doc.location(("hosts",)))
+    if spec.vastai is None:
+        return Inventory(doc.path, hosts, playbook)
+    where = doc.location(("vastai", "label"))
+    fleet = _vast_hosts(spec.vastai, where, spec.defaults, doc.base_dir, ssh)
+    clash = {h.name for h in hosts} & {h.name for h in fleet[0]}
+    if clash:
+        raise ConfigError(f"vast.ai instances named like hosts: {', '.join(sorted(clash))}", where)
+    return Inventory(doc.path, hosts + fleet[0], playbook, fleet[1])
+
+
+def _from_vastai(ref: str) -> Inventory:
+    """`--hosts vastai:LABEL`: the instances, with rollout's defaults."""
+    where, defaults, base = Location(ref), InventoryDefaults(), Path.cwd()
+    ssh = _ssh_config(defaults, base, where)
+    hosts, skipped = _vast_hosts(parse_ref(ref), where, defaults, base, ssh)
+    return Inventory(Path(ref), hosts, None, skipped)
+
+
+def _vast_hosts(source: VastaiSource, where: Location, defaults: InventoryDefaults,
+                base_dir: Path, ssh: SshConfigFile) -> tuple[list[Host], tuple[str, ...]]:
+    fleet = load_vast_fleet(source, where)
+    entries = [HostEntry(name=h.name, address=h.address, port=h.port, groups=list(h.groups),
+                         vars=dict(h.vars)) for h in fleet.hosts]
+    hosts = [_resolve(entry, defaults, base_dir, ssh) for entry in entries]
+    if hosts and hosts[0].known_hosts.is_dir():
+        raise ConfigError(f"known_hosts {hosts[0].known_hosts} is a folder, not a file", where)
+    return hosts, tuple(fleet.skipped)
 
 
 def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:

@@ -1,21 +1,28 @@
 """The host's guard, seen from the controller (the host side: rollout/host/scripts/guard.py).
 
-Right before the first action that moves a host past untouched, the controller starts the
-guard on a channel of its own and gives it a recipe (plain data): how to go back to the
-previous release and validate it there. The channel is the tether. The controller tells
-the guard each phase the host reaches and, when it is done with the host (validated, or its
-own rollback done), that the host is settled. A tether that drops before that is a
-hand-over: the guard takes the host back to a validated release by itself, and the
-controller sends that host no further command. `--resume` reads what the guard did.
+For a plan that stops, switches or starts something, the controller starts the guard ahead
+(while upload and preflight run), on a channel of its own, with a recipe (plain data): how
+to go back to the previous release and validate it there. Started, it is inert: a tether
+that drops then makes it exit doing nothing. Right before the host's first change (its
+first stop, switch or start) the controller arms it (`arm PHASE`) and waits for its answer;
+from then on the channel is the tether. The controller tells the guard each phase the host
+reaches and, when it is done with the host (validated, or its own rollback done), that the
+host is settled. A tether that drops before that is a hand-over: the guard takes the host
+back to a validated release by itself, only while the host lock names its run, and the
+controller sends that host no further command (nor gives back that host's lock).
+
+Every command that touches a host first waits for any guard still at it there, and shows
+what guards did that no command showed yet (`guards_left`).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.config.render import render_shell
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
@@ -24,13 +31,14 @@ from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
-from rollout.steps.decision import Action, Phase
+from rollout.steps.decision import Action, Phase, Release
 from rollout.steps.drain import DrainHow, budget_args, drain_action
 from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
 ARM_WAIT = 600.0  # seconds an earlier guard's takeover may take before arming gives up
-REPORT_WAIT = 900.0  # seconds --resume waits for a guard still taking over
+ARMED_WAIT = 60.0  # seconds for the guard's answer to `arm`
+LEFT_WAIT = 900.0  # seconds a command waits for a guard still taking over before it acts
 
 
 def validate_params(plan: Any) -> ValidateParams:
@@ -61,10 +69,8 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
     spec = ctx.settings.validation
     params = validate_params(plan)
     previous = plan.previous if plan.previous != ctx.target.release_id else None
-    try:
-        command: str | None = ctx.render_command(params.command or spec.command)
-    except RolloutError:
-        command = None  # the validate step fails the same way; so does the guard's
+    commands = {rid: _validate_command(ctx, params.command or spec.command, rid)
+                for rid in (ctx.target.release_id, previous) if rid}
     return {
         "run_id": run_id,
         "host": ctx.name,
@@ -80,11 +86,21 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
         "stop_grace": float(daemon.stop_grace),
         "start_wait": float(StartParams().wait),
         "ready_timeout": float(daemon.ready_timeout),
-        "validate_command": command,
+        "validate_commands": {rid: c for rid, c in commands.items() if c},
         "success_pattern": params.success_pattern or spec.success_pattern,
         "validate_timeout": float(spec.timeout if params.timeout is None else params.timeout),
         "drain": drain_recipe(ctx, plan),
     }
+
+
+def _validate_command(ctx: HostContext, template: str, release_id: str) -> str | None:
+    """The validation command rendered for one release: its own bench at its own path."""
+    target = replace(ctx.target, release=Release(release_id, "", "", ()))
+    try:
+        return render_shell(template, target.template_context(),
+                            ctx.settings.location("validate", "command"))
+    except RolloutError:
+        return None  # the validate step fails the same way; so does the guard's
 
 
 def arm_input(data: dict[str, Any]) -> bytes:
@@ -111,11 +127,14 @@ class HostGuard:
         return self.stream is not None and not self.settled and self.stream.ended
 
     def follow(self, ctx: HostContext, plan: Any, phase: Phase) -> None:
-        """Arm right before the host leaves untouched; then tell the guard each phase."""
+        """Arm right before the host leaves untouched (with the phase it is entering); then
+        tell the guard each phase."""
         if phase is self.phase:
             return
         if self.stream is None and self.phase is Phase.UNTOUCHED:
-            self._arm(ctx, plan)
+            self.phase = phase
+            self._arm(ctx, plan, phase)
+            return
         self.phase = phase
         if self.stream is not None:
             self.stream.write(f"phase {phase.label}\n")
@@ -131,7 +150,8 @@ class HostGuard:
         command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm --wait {ARM_WAIT:g}"
         return ctx.transport.open_stream(command, arm_input(recipe(ctx, plan, self.run_id)))
 
-    def _arm(self, ctx: HostContext, plan: Any) -> None:
+    def _arm(self, ctx: HostContext, plan: Any, phase: Phase) -> None:
+        """The guard started (ahead, or now), then armed: only then may the host change."""
         ahead, self.pending = self.pending, None
         if ahead is not None and ahead.ended:  # its connection dropped since: a new one
             ahead.close()
@@ -139,19 +159,15 @@ class HostGuard:
         stream = ahead or self._open(ctx, plan)
         if stream is None:
             return  # a transport without long-lived channels: no guard
-        line = stream.readline(ARM_WAIT + 60)
-        try:
-            answer = json.loads(line) if line else {}
-        except ValueError:
-            answer = {}
-        if not isinstance(answer, dict) or answer.get("armed") is not True:
+        ready = _answer(stream, ARM_WAIT + 60, "ready")
+        armed = ready if "reason" in ready else (
+            _answer(stream, ARMED_WAIT, "armed") if stream.write(f"arm {phase.label}\n")
+            else {"reason": "its channel closed"})
+        if "reason" in armed:
             stream.close()
-            why = answer.get("reason") if isinstance(answer, dict) else None
-            raise StepFailed(
-                f"the host's guard did not start ({why or line or 'no answer'}): "
-                "nothing was stopped", retryable=False,
-            )
-        self.stream, self.info = stream, answer
+            raise StepFailed(f"the host's guard did not start ({armed['reason']}): "
+                             "nothing was stopped", retryable=False)
+        self.stream, self.info = stream, ready
 
     def handed_over(self) -> str:
         return (
@@ -173,11 +189,13 @@ class HostGuard:
             self.settled = self.stream.write("settled\n")
             self.stream.close()
 
-    def drop(self) -> None:
-        """Close the tether; unless settled, the guard takes over."""
+    def drop(self) -> bool:
+        """Close the tether; unless settled, the guard takes over (True: handed over)."""
         self._never_needed()
         if self.stream is not None and not self.settled:
             self.stream.close()
+            return True
+        return False
 
     def _never_needed(self) -> None:
         """A guard started ahead for a host that never left untouched: settled, as there
@@ -188,19 +206,54 @@ class HostGuard:
             pending.close()
 
 
+def _answer(stream: Stream, seconds: float, key: str) -> dict[str, Any]:
+    """The guard's answer line when `key` is true in it; else {"reason": why not}."""
+    line = stream.readline(seconds)
+    try:
+        answer = json.loads(line) if line else {}
+    except ValueError:
+        answer = {}
+    if isinstance(answer, dict) and answer.get(key) is True:
+        return {k: v for k, v in answer.items() if k != "reason"}
+    why = answer.get("reason") if isinstance(answer, dict) else None
+    return {"reason": str(why or line.strip()[:200] or "no answer")}
+
+
 def _touches(plan: Any) -> bool:
     """Whether a host plan stops, switches or starts anything (its host leaves untouched)."""
     return any(isinstance(s.decision, Action) and not s.decision.fails
                and s.kind in ("stop", "switch", "start") for s in plan.steps)
 
 
-def report_guard(ctx: HostContext, bus: EventBus, run_id: str) -> None:
-    """A resumed run: what the host's guards of this run did (waits for one still at it)."""
-    _, out = ctx.script("guard", "--report", "--root", ctx.layout.root, "--run", run_id,
-                        "--wait", REPORT_WAIT, timeout=REPORT_WAIT + 60)
-    for summary in summarize(out if isinstance(out, dict) else {}):
-        bus.emit("guard_report", host=ctx.name, status=summary["status"],
-                 reason=summary["reason"], data=summary)
+def guards_left(ctx: HostContext, bus: EventBus, run_id: str, mark: bool = True,
+                wait: float = LEFT_WAIT) -> None:
+    """Before a command touches the host: wait (bounded, saying so) for any guard still at
+    it, then show what the guards that acted there did, once (`mark`), as guard_report
+    events. StepFailed when a guard is still at it after `wait`: the host is not touched."""
+    out = _left(ctx, 0.0, mark)
+    busy = [str(r) for r in out.get("busy") or []]
+    if busy and wait > 0:
+        bus.emit("note", host=ctx.name, reason=f"waiting up to {wait:g}s for the guard(s) of "
+                 f"run(s) {', '.join(busy)} still at the host")
+        out = _left(ctx, wait, mark)
+        busy = [str(r) for r in out.get("busy") or []]
+    for run in out.get("runs") or []:
+        if not isinstance(run, dict):
+            continue
+        other = run.get("run") != run_id
+        for summary in summarize(run):
+            reason = (f"guard of run {run.get('run')}: " if other else "") + summary["reason"]
+            bus.emit("guard_report", host=ctx.name, status=summary["status"], reason=reason,
+                     data={**summary, "run": run.get("run")})
+    if busy:
+        raise StepFailed(f"the guard(s) of run(s) {', '.join(busy)} still at the host after "
+                         f"{wait:g}s: not touched", retryable=False)
+
+
+def _left(ctx: HostContext, wait: float, mark: bool) -> dict[str, Any]:
+    args = ["--left", "--root", ctx.layout.root, "--wait", wait, *(["--mark"] if mark else [])]
+    _, out = ctx.script("guard", *args, timeout=wait + 60)
+    return out if isinstance(out, dict) else {}
 
 
 def summarize(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,7 +261,7 @@ def summarize(report: dict[str, Any]) -> list[dict[str, Any]]:
     events = [e for e in report.get("events") or [] if isinstance(e, dict)]
     found = []
     for state in report.get("guards") or []:
-        if not isinstance(state, dict) or state.get("settled"):
+        if not isinstance(state, dict) or state.get("settled") or state.get("ended") == "inert":
             continue
         mine = [e for e in events if (e.get("data") or {}).get("guard") == state.get("guard")]
         found.append(_summary(state, mine))
@@ -217,14 +270,18 @@ def summarize(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _summary(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
     phase = state.get("phase") or "untouched"
-    end = next((e for e in events if e.get("kind") == "guard_end"), None)
+    end = next((e for e in events if e.get("kind") in ("guard_end", "guard_exit")), None)
     data = (end or {}).get("data") or {}
     base = {"phase": phase, "guard": state.get("guard"), "events": events}
     if end is None:
         return {**base, "status": "pending",
                 "reason": f"controller lost in phase {phase}; the host's guard has not ended"}
     release = data.get("release")
-    if end.get("status") != "validated":
+    if end.get("kind") == "guard_exit":
+        what = f"did not act: {end.get('reason')}"
+    elif end.get("status") == "yielded":
+        what = f"yielded the host to another run: {end.get('reason')}"
+    elif end.get("status") != "validated":
         what = f"FAILED: {end.get('reason')}; current -> {release}"
     elif data.get("rolled_back"):
         what = f"rolled back to {release}, validated"

@@ -181,7 +181,13 @@ class FleetLocks:
     held: dict[str, HostContext] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
+    kept: set[str] = field(default_factory=set)  # handed to their guards: not given back
     _stop: threading.Event = field(default_factory=threading.Event)
+
+    def keep(self, name: str) -> None:
+        """A host handed over to its guard: its lock stays (naming this run) when the run
+        ends, as a controller's death leaves it, so that the guard may act under it."""
+        self.kept.add(name)
 
     def take(self, names: list[str], open_host: Callable[[str], HostContext]) -> None:
         """Every host's lock: the first reachable alone (where two runs of one fleet meet),
@@ -233,17 +239,18 @@ class FleetLocks:
         """Give back every lock at once (a round trip each, in parallel)."""
         self._stop.set()
 
-        def give_back(ctx: HostContext) -> None:
+        def give_back(name: str, ctx: HostContext) -> None:
             try:
-                with contextlib.suppress(RolloutError):
-                    release_host_lock(ctx, self.me)
+                if name not in self.kept:
+                    with contextlib.suppress(RolloutError):
+                        release_host_lock(ctx, self.me)
             finally:
                 ctx.transport.close()
 
-        held = list(self.held.values())
+        held = list(self.held.items())
         if held:
             with ThreadPoolExecutor(max_workers=min(32, len(held))) as pool:
-                list(pool.map(give_back, held))
+                list(pool.map(lambda item: give_back(*item), held))
         self.held.clear()
 
 

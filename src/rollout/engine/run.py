@@ -14,7 +14,7 @@ from typing import Any
 
 from rollout import failpoints
 from rollout.config.batches import max_fail_exceeded
-from rollout.engine.guard import HostGuard, report_guard
+from rollout.engine.guard import HostGuard, guards_left
 from rollout.engine.hostplan import (
     PHASE_AFTER,
     HostPlan,
@@ -92,7 +92,7 @@ class EngineOptions:
     host_steps: list[Any] | None = None
     # A release bundle built elsewhere (rollout.bundle): no build, no extract, no Docker.
     release: Release | None = None
-    resumed: bool = False  # a resumed run reports what the hosts' guards did
+    resumed: bool = False  # a resumed run (each command reports what the hosts' guards did)
 
 
 DEFAULT_STEP_TIMEOUT = 900.0  # seconds; a step with no timeout of its own never hangs a run
@@ -293,13 +293,13 @@ class Engine:
         guard = HostGuard(self.plan.run_id)
         ctx.tether = guard.check
         try:
-            if self.options.resumed and name not in self.options.done_hosts:
-                report_guard(ctx, self.bus, self.plan.run_id)
+            done = name in self.options.done_hosts  # resumed: validated by this run
+            if not done:
+                guards_left(ctx, self.bus, self.plan.run_id)  # none at the host, and shown
             if self.options.target is not None:
                 ctx.release = self.options.target(ctx)
             facts = ctx.facts(*digest_paths(ctx.target))  # one read; every decision uses it
-            ctx.state.facts = facts  # and the first action, if nothing acted before it
-            if name in self.options.done_hosts and _still_validated(facts, ctx.release):
+            if done and _still_validated(facts, ctx.release):
                 return self._end(
                     HostOutcome(
                         name,
@@ -308,6 +308,10 @@ class Engine:
                         release.id,
                     )
                 )
+            if done:  # to be touched again: the guards first, then the host as they left it
+                guards_left(ctx, self.bus, self.plan.run_id)
+                facts = ctx.facts(*digest_paths(ctx.target))
+            ctx.state.facts = facts  # and the first action, if nothing acted before it
             specs = self.options.host_steps or self.plan.host_steps
             plan = plan_host(facts, ctx.target, specs, self._where)
             guard.prepare(ctx, plan)
@@ -318,7 +322,8 @@ class Engine:
             given = "; the host's guard takes over" if guard.stream and not guard.settled else ""
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}{given}"))
         finally:
-            guard.drop()  # unless settled: the host's guard takes over
+            if guard.drop() and self._locks is not None:  # the host's guard takes over:
+                self._locks.keep(name)  # under this run's lock, which stays on the host
             if held is None:  # the lock's connection closes when the lock is given back
                 transport.close()
 
@@ -460,6 +465,7 @@ class Engine:
         ctx = self._context(name, transport, None)
         results = []
         try:
+            guards_left(ctx, self.bus, self.plan.run_id)  # none at the host, and shown
             facts = ctx.facts(*digest_paths(ctx.target))
             plan = plan_host(facts, ctx.target, specs, self._where)
             for step in plan.steps:

@@ -111,8 +111,12 @@ def decide(recipe: dict[str, Any], state: dict[str, Any],
     (Host.validated_daemon). Pure: the steps themselves check before acting."""
     if state.get("settled"):
         return "the controller settled the host: nothing to do", []
+    if not state.get("armed"):
+        return "never armed (the host never left untouched in this run): nothing to do", []
     phase = str(state.get("phase") or "untouched")
     release = recipe.get("release")
+    if phase not in PHASES[1:]:
+        return "the host was untouched: a guard never changes an untouched host", []
     if phase == "validated":
         return f"the host had validated release {release}: nothing to do", []
     if validated:
@@ -205,6 +209,38 @@ class Host:
         pid, starttime = found[0], found[1]
         alive = proc_state(self.proc, pid, starttime)[0] == "running"
         return alive and not distrust_supervisor(self.proc, self.root, pid, starttime)
+
+
+# ---------------------------------------------------------------- the host lock
+
+
+def lock_owner(root: str) -> tuple[str | None, str]:
+    """(the run id <root>/rollout/lock names, its text as found): hostile data."""
+    try:
+        with open(os.path.join(root, "rollout", "lock"), "rb") as f:
+            text = f.read(4096).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None, ""
+    except OSError as e:
+        return None, f"<unreadable: {e.strerror}>"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    run_id = doc.get("run_id") if isinstance(doc, dict) else None
+    return (run_id if isinstance(run_id, str) else None), text
+
+
+def not_ours(root: str, run_id: str) -> str | None:
+    """Why a guard of `run_id` may not act on the host now (None: the host lock is its run's)."""
+    owner, text = lock_owner(root)
+    if owner == run_id:
+        return None
+    if owner is not None:
+        return f"the host lock names run {owner[:128]!r}, not {run_id}: another run holds the host"
+    if text:
+        return f"the host lock names no run ({text[:80]!r}): not acting"
+    return f"no host lock of run {run_id}: its controller gave the host back"
 
 
 # ---------------------------------------------------------------- takeover steps
@@ -425,12 +461,33 @@ def step_ready(h: Host) -> tuple[str, str]:
     raise Failed(f"the daemon of {release} was not ready within {h.r.get('ready_timeout')}s")
 
 
+def validate_command(h: Host, release: str) -> str:
+    """The validation command rendered for `release` (its own bench, at its own path), once
+    its executable is found on the host; Failed otherwise: a guard never runs a bench that
+    is not there (an upload cut short, another release's)."""
+    import shlex
+
+    commands = h.r.get("validate_commands")
+    command = commands.get(release) if isinstance(commands, dict) else None
+    if not isinstance(command, str) or not command.strip():
+        raise Failed(f"no validation command for release {release} in the recipe")
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    exe = words[0] if words else ""
+    found = (os.path.isfile(exe) and os.access(exe, os.X_OK)) if "/" in exe else bool(
+        exe and shutil.which(exe))
+    if not found:
+        raise Failed(f"the validation executable of release {release} is not on the host: "
+                     f"{exe!r}; not validated")
+    return command
+
+
 def step_validate(h: Host) -> tuple[str, str]:
     import subprocess
 
-    command = h.r.get("validate_command")
-    if not command:
-        raise Failed("no validation command in the recipe")
+    command = validate_command(h, serving_release(h))
     seconds = float(h.r.get("validate_timeout") or 600)
     p = subprocess.Popen(["sh", "-c", str(command)], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -463,6 +520,11 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
                 evidence=validated)
     tolerated: dict[str, str] = {}
     for kind in steps:
+        why = not_ours(h.root, str(h.r.get("run_id")))
+        if why:  # another run has the host: it decides from the host's real state
+            events.emit("guard_end", status="yielded", reason=f"stopped before {kind}: {why}",
+                        phase=phase, release=h.current_release(), yielded=kind)
+            return "yielded"
         name = f"guard-{kind}"
         events.emit("step_start", step=name, kind=kind)
         started = time.monotonic()
@@ -545,9 +607,19 @@ def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events
         state = read_json(state_path)
         if state.get("settled"):
             return
+        if not state.get("armed") or state.get("phase") not in PHASES[1:]:
+            summary, _ = decide(recipe, state)
+            write_json(state_path, {**state, "ended": "inert", "reason": summary})
+            return  # a guard that was never armed never acts: no event, nothing to report
         guard_lock = os.path.join(str(recipe["root"]), "rollout", "guard.lock")
         lock = os.open(guard_lock, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
+        why = not_ours(str(recipe["root"]), str(recipe["run_id"]))
+        if why:
+            events.emit("guard_exit", status="yielded", reason=why,
+                        phase=state.get("phase"))
+            write_json(state_path, {**state, "ended": "yielded", "reason": why})
+            return
         write_json(state_path + ".takeover", {"phase": state.get("phase"), "time": time.time(),
                                               "pid": os.getpid()})
         ended = take_over(Host(recipe), events, state)
@@ -629,15 +701,13 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     where = run_dir(root, str(recipe["run_id"]))
     os.makedirs(where, mode=0o700, exist_ok=True)
     if drain_script is None:
-        stdout.write(json.dumps({"armed": False, "reason": "no drain script after the recipe"}) + "\n")
-        stdout.flush()
+        say(stdout, {"ready": False, "reason": "no drain script after the recipe"})
         return 2
     write_bytes(os.path.join(where, "drain.py"), drain_script)
     pruned = prune_runs(os.path.join(root, "rollout", "runs"), keep=os.path.basename(where))
     earlier = lock_wait(os.path.join(root, "rollout", "guard.lock"), wait)
     if earlier is None:  # an earlier guard is still taking over: the controller must not act
-        stdout.write(json.dumps({"armed": False, "reason": "an earlier guard is still taking over"}) + "\n")
-        stdout.flush()
+        say(stdout, {"ready": False, "reason": "an earlier guard is still taking over"})
         return 1
     os.close(earlier)
     me = str(os.getpid())
@@ -645,23 +715,45 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     state_path = os.path.join(where, f"state.{me}.json")
     fd = os.open(tether, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    state: dict[str, Any] = {"phase": "untouched", "guard": me}
+    state: dict[str, Any] = {"phase": "untouched", "guard": me, "armed": False}
     write_json(state_path, state)
     events = Events(os.path.join(where, "guard.jsonl"), recipe, me)
     detach(watcher(recipe, tether, state_path, events), os.path.join(where, "guard.log"))
-    stdout.write(json.dumps({"armed": True, "guard": me, "events": events.path,
-                             "pruned": pruned}) + "\n")
-    stdout.flush()
+    if not say(stdout, {"ready": True, "guard": me, "events": events.path, "pruned": pruned}):
+        return 0  # the controller is gone already: never armed, the watcher does nothing
     for raw in iter(stdin.readline, b""):
-        word, _, arg = raw.decode("utf-8", "replace").strip().partition(" ")
-        if word == "phase" and arg in PHASES:
-            state["phase"] = arg
-        elif word == "settled":
-            state["settled"] = True
-        else:
+        if not follow(state, raw.decode("utf-8", "replace").strip()):
             continue
         write_json(state_path, state)
+        if state.get("armed") and raw.startswith(b"arm ") and not say(stdout, {"armed": True}):
+            break  # the channel is gone: the tether drops, armed
     return 0  # EOF: the tether drops as this process ends
+
+
+def follow(state: dict[str, Any], line: str) -> bool:
+    """Apply one line of the controller to the guard's state; True when it changed it.
+    `arm PHASE`: the host is about to leave untouched (its first stop, switch or start);
+    only an armed guard may ever act. `phase PHASE` once armed; `settled`: done."""
+    word, _, arg = line.partition(" ")
+    if word == "arm" and arg in PHASES[1:]:
+        state.update(armed=True, phase=arg)
+    elif word == "phase" and arg in PHASES and state.get("armed"):
+        state["phase"] = arg
+    elif word == "settled":
+        state["settled"] = True
+    else:
+        return False
+    return True
+
+
+def say(stdout: Any, answer: dict[str, Any]) -> bool:
+    """One answer line to the controller; False when its channel is gone."""
+    try:
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+    except OSError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- report
@@ -690,6 +782,55 @@ def report(root: str, run_id: str, wait: float) -> dict[str, Any]:
     return {"guards": states, "events": events, "pending": len(pending)}
 
 
+def busy_runs(runs: str) -> list[str]:
+    """The runs with a guard still at it: its tether held, neither settled nor ended."""
+    busy = []
+    for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        where = os.path.join(runs, name)
+        if not RUN_ID.match(name) or os.path.islink(where) or not os.path.isdir(where):
+            continue
+        for entry in os.listdir(where):
+            m = re.match(r"^state\.(\d+)\.json$", entry)
+            if not m:
+                continue
+            state = read_json(os.path.join(where, entry))
+            if not (state.get("settled") or state.get("ended")) and tethered(where, m.group(1)):
+                busy.append(name)
+                break
+    return busy
+
+
+def acted(guards: list[dict[str, Any]]) -> bool:
+    """Whether a run's guards did something to report: took over, or yielded to a run."""
+    return any(not g.get("settled") and g.get("ended") != "inert" for g in guards)
+
+
+def left(root: str, wait: float, mark: bool) -> dict[str, Any]:
+    """Before a command touches the host: wait (up to `wait`) until no guard is at it, then
+    what every guard that acted did, for the runs not yet shown; `mark`: shown from now on."""
+    runs = os.path.join(root, "rollout", "runs")
+    end = time.monotonic() + wait
+    busy = busy_runs(runs)
+    while busy and time.monotonic() < end:
+        time.sleep(POLL)
+        busy = busy_runs(runs)
+    found = []
+    for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        where = os.path.join(runs, name)
+        if not RUN_ID.match(name) or os.path.islink(where) or not os.path.isdir(where) \
+                or os.path.exists(os.path.join(where, "shown")):
+            continue
+        got = report(root, name, 0)
+        if not acted(got["guards"]):
+            continue
+        found.append({"run": name, "time": last_change(where), **got})
+        if mark and name not in busy:
+            with open(os.path.join(where, "shown"), "w") as f:
+                f.write(f"{time.time()}\n")
+    found.sort(key=lambda r: r["time"])
+    return {"busy": busy, "runs": found}
+
+
 def tethered(where: str, guard: str) -> bool:
     """True while a guard's tether is held: by its foreground (a controller attached), or by
     its detached part taking over. A guard whose processes are all gone holds nothing."""
@@ -711,12 +852,17 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--arm", action="store_true", help="read a recipe line from stdin and stand guard")
     p.add_argument("--report", action="store_true")
+    p.add_argument("--left", action="store_true", help="what guards left on the host did")
+    p.add_argument("--mark", action="store_true", help="--left: shown from now on")
     p.add_argument("--root", default="/data")
     p.add_argument("--run", default="")
     p.add_argument("--wait", type=float, default=600.0)
     args = p.parse_args(argv)
     if args.arm:
         return arm(sys.stdin.buffer, sys.stdout, args.wait)
+    if args.left:
+        print(json.dumps(left(args.root, args.wait, args.mark), sort_keys=True))
+        return 0
     print(json.dumps(report(args.root, args.run, args.wait), sort_keys=True))
     return 0
 
