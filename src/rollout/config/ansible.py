@@ -1,20 +1,29 @@
 """Ansible inventories (INI and YAML) read as rollout inventories.
 
-What is read: hosts, groups, `children` groups, host vars, group vars and `all` vars, merged
-the way Ansible merges them (all, then groups from the shallowest to the deepest, siblings
-by name, then the host's own vars). Connection vars: ansible_host, ansible_port,
-ansible_user, ansible_ssh_private_key_file (and their old ansible_ssh_* names); rollout's
-own SSH settings come from rollout_known_hosts, rollout_host_key_policy and
-rollout_connect_timeout. Every other var is a template var, as it is in fleet.yaml.
+What is read: hosts, groups, `children` groups, host vars, group vars and `all` vars, and
+the `group_vars/` and `host_vars/` folders beside the inventory file (ansible_vars.py),
+merged the way Ansible merges them (lowest first): the inventory's `all` vars, its groups'
+vars (shallowest first, then `ansible_group_priority`, then by name), group_vars/all,
+group_vars/GROUP in the same order, the host's inventory vars, host_vars/HOST.
 
-What is refused (exit 2, naming the file, line and key): host ranges (`web[01:10]`),
-inventory plugins and scripts, Vault-encrypted values, a connection other than ssh, and
-anything Ansible itself would refuse (an undefined group in `:vars` or `:children`, a
-cycle of children). Values are data: nothing is templated, imported or run.
+Connection vars: ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file
+(and their old ansible_ssh_* names), and a ProxyJump in ansible_ssh_common_args or
+ansible_ssh_extra_args (`-J HOST`, `-o ProxyJump=HOST`); rollout's own SSH settings come
+from rollout_known_hosts, rollout_host_key_policy and rollout_connect_timeout. Every other
+var is a template var, as it is in fleet.yaml.
+
+Ignored (documented, kept as template vars, no effect on how rollout connects):
+IGNORED_VARS below. Refused (exit 2, naming the file, line and var): REFUSED_VARS below,
+any other ssh option in ansible_ssh_common_args/extra_args, `ansible_become` when true,
+host ranges (`web[01:10]`), inventory plugins and scripts, Vault-encrypted values, a
+connection other than ssh, and anything Ansible itself would refuse (an undefined group
+in `:vars` or `:children`, a cycle of children). Values are data: nothing is templated,
+imported or run.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +43,54 @@ CONNECTION_VARS = {
     "host_key_policy": ("rollout_host_key_policy",),
     "connect_timeout": ("rollout_connect_timeout",),
 }
+SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 SSH_CONNECTIONS = {"ssh", "paramiko", "smart"}
-NOT_TEMPLATE_VARS = {"ansible_connection"} | {n for ns in CONNECTION_VARS.values() for n in ns}
+NOT_TEMPLATE_VARS = {"ansible_connection", *SSH_ARGS_VARS} | {
+    n for ns in CONNECTION_VARS.values() for n in ns
+}
+PASSWORDS = (
+    "password logins are not supported: rollout logs in with keys (the SSH agent or "
+    "ansible_ssh_private_key_file)"
+)
+REFUSED_VARS = {
+    "ansible_password": PASSWORDS,
+    "ansible_ssh_pass": PASSWORDS,
+    "ansible_ssh_password": PASSWORDS,
+    "ansible_ssh_executable": "rollout's SSH client is built in (paramiko); it runs no ssh "
+    "executable",
+}
+BECOME = "ansible_become"
+BECOME_WHY = (
+    "become (sudo/su) is not supported: rollout runs commands as ansible_user; "
+    "connect as the user that runs the daemon"
+)
+IGNORED_VARS = {
+    "ansible_python_interpreter": "host scripts run with the host's python3",
+    "ansible_shell_type": "rollout runs no remote shell of Ansible's",
+    "ansible_shell_executable": "rollout runs no remote shell of Ansible's",
+    "ansible_pipelining": "rollout keeps one connection per host",
+    "ansible_ssh_pipelining": "rollout keeps one connection per host",
+    "ansible_sftp_extra_args": "files travel over rollout's own SSH connection",
+    "ansible_scp_extra_args": "files travel over rollout's own SSH connection",
+    "ansible_ssh_transfer_method": "files travel over rollout's own SSH connection",
+    "ansible_become_user": "used only with ansible_become, which is refused when true",
+    "ansible_become_method": "used only with ansible_become, which is refused when true",
+    "ansible_become_password": "used only with ansible_become, which is refused when true",
+    "ansible_become_pass": "used only with ansible_become, which is refused when true",
+    "ansible_become_exe": "used only with ansible_become, which is refused when true",
+    "ansible_become_flags": "used only with ansible_become, which is refused when true",
+}
+TRUE_WORDS = {"y", "yes", "on", "1", "true", "t"}
+DEFAULT_PRIORITY = 1  # Ansible's Group.priority
 
 
 @dataclass(frozen=True)
 class Value:
-    """A var's value and where it was set (for errors)."""
+    """A var's value and where it was set: `file` None is the inventory file itself."""
 
     value: Any
     line: int | None
+    file: Path | None = None
 
 
 @dataclass
@@ -53,6 +100,7 @@ class Group:
     vars: dict[str, Value] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass
@@ -64,11 +112,14 @@ class HostDecl:
 
 @dataclass
 class Parsed:
-    """What an INI or YAML inventory said, before Ansible's merge rules."""
+    """What an INI or YAML inventory said, before Ansible's merge rules; `group_files` and
+    `host_files` hold what group_vars/ and host_vars/ say (ansible_vars.py fills them)."""
 
     file: Path
     groups: dict[str, Group] = field(default_factory=dict)
     hosts: dict[str, HostDecl] = field(default_factory=dict)
+    group_files: dict[str, dict[str, Value]] = field(default_factory=dict)
+    host_files: dict[str, dict[str, Value]] = field(default_factory=dict)
 
     def group(self, name: str, line: int | None) -> Group:
         if name not in self.groups:
@@ -84,23 +135,154 @@ class Parsed:
             members.append(name)
         return self.hosts[name]
 
+    def set_group_var(self, group: str, key: str, value: Value) -> None:
+        """As Ansible's Group.set_variable: `ansible_group_priority` is the group's priority
+        (an integer), not a var."""
+        if key != "ansible_group_priority":
+            self.groups[group].vars[key] = value
+            return
+        try:
+            self.groups[group].priority = int(value.value)
+        except (TypeError, ValueError):
+            raise self.error(f"ansible_group_priority {value.value!r} is not an integer",
+                             value.line, key) from None  # fmt: skip
+
     def error(self, message: str, line: int | None, key: str | None = None) -> ConfigError:
         return ConfigError(message, Location(str(self.file), line, key))
+
+    def where(self, value: Value, key: str) -> Location:
+        return Location(str(value.file or self.file), value.line, key)
+
+
+def split_port(parsed: Parsed, token: str, line: int | None) -> tuple[str, int | None]:
+    """`name:port` as Ansible reads a host pattern; an IPv6 address (more than one `:`)
+    has no port suffix here."""
+    if token.count(":") != 1:
+        return token, None
+    name, port = token.split(":")
+    if not port.isdigit():
+        raise parsed.error(f"port {port!r} of host {name!r} is not a number", line, name)
+    return name, int(port)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """One host as Ansible sees it: its groups (Ansible's order, without `all`) and its
+    vars merged, each with where it was set."""
+
+    name: str
+    groups: list[str]
+    vars: dict[str, Value]
+
+
+def merge(parsed: Parsed) -> list[Merged]:
+    """Every host's groups and merged vars, in the order hosts were declared."""
+    depth = _depths(parsed)
+    member_of = _memberships(parsed)
+    out = []
+    for name, decl in parsed.hosts.items():
+        groups = sorted(member_of[name] - {"all"},
+                        key=lambda g: (depth[g], parsed.groups[g].priority, g))  # fmt: skip
+        merged: dict[str, Value] = dict(parsed.groups["all"].vars)
+        for group in groups:
+            merged.update(parsed.groups[group].vars)
+        for group in ("all", *groups):
+            merged.update(parsed.group_files.get(group, {}))
+        merged.update(decl.vars)
+        merged.update(parsed.host_files.get(name, {}))
+        out.append(Merged(name, groups, merged))
+    return out
 
 
 def host_entries(parsed: Parsed) -> list[HostEntry]:
     """One validated fleet.yaml-style entry per host, in the order hosts were declared."""
-    depth = _depths(parsed)
-    member_of = _memberships(parsed)
-    entries = []
-    for name, decl in parsed.hosts.items():
-        groups = sorted(member_of[name] - {"all"}, key=lambda g: (depth[g], g))
-        merged: dict[str, Value] = dict(parsed.groups["all"].vars)
-        for group in groups:
-            merged.update(parsed.groups[group].vars)
-        merged.update(decl.vars)
-        entries.append(_entry(parsed, decl, [g for g in groups if g != "ungrouped"], merged))
-    return entries
+    return [_entry(parsed, host) for host in merge(parsed)]
+
+
+def _entry(parsed: Parsed, host: Merged) -> HostEntry:
+    merged = host.vars
+    _refuse(parsed, merged)
+    fields: dict[str, Any] = {"name": host.name, "address": host.name,
+                              "groups": [g for g in host.groups if g != "ungrouped"]}  # fmt: skip
+    decl_line = parsed.hosts[host.name].line
+    origin: dict[str, tuple[str, Value | None]] = {"name": ("host", None)}
+    for key, names in CONNECTION_VARS.items():
+        var = next((n for n in names if n in merged), None)
+        if var is not None:
+            fields[key] = merged[var].value
+            origin[key] = (var, merged[var])
+    jump = proxy_jump(parsed, merged)
+    if jump is not None:
+        fields["proxy_jump"], origin["proxy_jump"] = jump[0], (jump[1], merged[jump[1]])
+    fields["vars"] = {k: v.value for k, v in merged.items() if k not in NOT_TEMPLATE_VARS}
+    try:
+        return HostEntry.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = str(err["loc"][0]) if err["loc"] else "host"
+        var, value = origin.get(key, ("host", None))
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if value is None:
+            raise parsed.error(message, decl_line, host.name) from None
+        raise ConfigError(message, parsed.where(value, f"{host.name}: {var}")) from None
+
+
+def _refuse(parsed: Parsed, merged: dict[str, Value]) -> None:
+    """The connection vars rollout cannot honour, refused by name (never dropped)."""
+    connection = merged.get("ansible_connection")
+    if connection is not None and str(connection.value) not in SSH_CONNECTIONS:
+        raise ConfigError(f"ansible_connection {connection.value!r} is not supported; "
+                          "rollout reaches hosts over SSH",
+                          parsed.where(connection, "ansible_connection"))  # fmt: skip
+    for var, why in REFUSED_VARS.items():
+        if var in merged:
+            raise ConfigError(f"{var}: {why}", parsed.where(merged[var], var))
+    become = merged.get(BECOME)
+    if become is not None and str(become.value).lower() in TRUE_WORDS:
+        raise ConfigError(f"{BECOME}: {BECOME_WHY}", parsed.where(become, BECOME))
+
+
+def proxy_jump(parsed: Parsed, merged: dict[str, Value]) -> tuple[str, str] | None:
+    """The ProxyJump that ansible_ssh_common_args / ansible_ssh_extra_args give, and the var
+    that gave it; any other ssh option in them is refused by name."""
+    found: tuple[str, str] | None = None
+    for var in SSH_ARGS_VARS:
+        if var not in merged or merged[var].value in (None, ""):
+            continue
+        jump = _jump_in(parsed, merged[var], var)
+        if jump is not None and found is not None and jump != found[0]:
+            raise ConfigError(f"a second ProxyJump {jump!r} (after {found[0]!r} in {found[1]})",
+                              parsed.where(merged[var], var))  # fmt: skip
+        found = found or (None if jump is None else (jump, var))
+    return found
+
+
+def _jump_in(parsed: Parsed, value: Value, var: str) -> str | None:
+    where = parsed.where(value, var)
+    try:
+        words = shlex.split(str(value.value))
+    except ValueError as exc:
+        raise ConfigError(f"cannot split the ssh arguments: {exc}", where) from None
+    jump = None
+    while words:
+        word = words.pop(0)
+        if word in ("-J", "-o") and not words:
+            raise ConfigError(f"{word} without a value", where)
+        if word == "-J" or (word.startswith("-J") and len(word) > 2):
+            jump = words.pop(0) if word == "-J" else word[2:]
+            continue
+        option = (words.pop(0) if word == "-o" else word[2:]) if word.startswith("-o") else None
+        if option is None:
+            raise ConfigError(f"ssh argument {word!r} is not supported (rollout reads only "
+                              "a ProxyJump here: -J HOST or -o ProxyJump=HOST)", where)  # fmt: skip
+        name, _, rest = option.replace("=", " ", 1).partition(" ")
+        if name.lower() != "proxyjump":
+            raise ConfigError(f"ssh option {name!r} is not supported (rollout reads only "
+                              "ProxyJump here; ProxyCommand: use ProxyJump)", where)  # fmt: skip
+        jump = rest.strip() or (words.pop(0) if words else "")
+        if not jump:
+            raise ConfigError("ProxyJump without a value", where)
+    return jump
 
 
 def _depths(parsed: Parsed) -> dict[str, int]:
@@ -140,31 +322,6 @@ def _memberships(parsed: Parsed) -> dict[str, set[str]]:
         for host in collect(group, frozenset({group})):
             out[host].add(group)
     return out
-
-
-def _entry(parsed: Parsed, decl: HostDecl, groups: list[str],
-           merged: dict[str, Value]) -> HostEntry:  # fmt: skip
-    connection = merged.get("ansible_connection")
-    if connection is not None and str(connection.value) not in SSH_CONNECTIONS:
-        raise parsed.error(f"ansible_connection {connection.value!r} is not supported; "
-                           "rollout reaches hosts over SSH", connection.line,
-                           "ansible_connection")  # fmt: skip
-    fields: dict[str, Any] = {"name": decl.name, "address": decl.name, "groups": groups}
-    origin: dict[str, tuple[str, int | None]] = {"name": ("host", decl.line)}
-    for key, names in CONNECTION_VARS.items():
-        var = next((n for n in names if n in merged), None)
-        if var is not None:
-            fields[key] = merged[var].value
-            origin[key] = (var, merged[var].line)
-    fields["vars"] = {k: v.value for k, v in merged.items() if k not in NOT_TEMPLATE_VARS}
-    try:
-        return HostEntry.model_validate(fields)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        key = str(err["loc"][0]) if err["loc"] else "host"
-        var, line = origin.get(key, ("host", decl.line))
-        shown = f"{decl.name}: {var}" if var != "host" else decl.name
-        raise parsed.error(str(err["msg"]).removeprefix("Value error, "), line, shown) from None
 
 
 def finish(parsed: Parsed) -> Parsed:

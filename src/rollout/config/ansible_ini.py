@@ -1,18 +1,24 @@
 """Ansible's INI inventory format, strictly: `[group]`, `[group:vars]`, `[group:children]`,
-host lines `NAME[:PORT] key=value ...`, `#` and `;` comments. Values are read as Ansible
-reads them (a Python literal when it is one, else a string) and stay data."""
+host lines `NAME[:PORT] key=value ...`, `#` and `;` comment lines. Values are read as
+ansible-core 2.19 reads them (a Python literal when it is one, else the text) and stay data.
+
+Inline comments, as Ansible: on a host line, ` # ...` ends the line (shlex); in a
+`[group:vars]` line the value is everything after the first `=`, so `x=eu # note` is the
+text "eu # note", while `x=1 # note` is the number 1 (a Python comment after a literal).
+`rollout inventory` points such values out."""
 
 from __future__ import annotations
 
 import ast
 import re
 import shlex
+import warnings
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import ConfigError, Location
 
-from .ansible import Parsed, Value, finish
+from .ansible import Parsed, Value, finish, split_port
 
 SECTION = re.compile(r"\[([^\[\]:\s]+)(?::(vars|children|[^\]]*))?\]")
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -20,14 +26,30 @@ RANGE = re.compile(r"\[[^\]]*:[^\]]*\]")
 
 
 def literal(text: str) -> Any:
-    """Ansible's rule: a Python literal (number, string, list, dict, bool, None) when the
-    text is one and has no `#`, else the text. ast.literal_eval never runs code."""
-    if "#" in text:
-        return text
+    """Ansible's `_parse_value`: a Python literal (number, string, list, dict, bool, None)
+    when the text is one, else the text; tuples and sets become lists, bytes text, `...`
+    and complex numbers their text. ast.literal_eval never runs code."""
     try:
-        return ast.literal_eval(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return text
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, complex):
+        return str(value)
+    return value
 
 
 def parse_ini(file: Path, text: str) -> Parsed:
@@ -50,7 +72,7 @@ def parse_ini(file: Path, text: str) -> Parsed:
             _host_line(parsed, group, line, number)
         elif kind == "vars":
             key, value = _assignment(parsed, line, number)
-            parsed.groups[group].vars[key] = Value(literal(value.strip()), number)
+            parsed.set_group_var(group, key, Value(literal(value.strip()), number))
         else:
             _child_line(parsed, group, line, number, pending)
     for name, number, why in pending:
@@ -83,23 +105,13 @@ def _host_line(parsed: Parsed, group: str, line: str, number: int) -> None:
     if RANGE.search(first):
         raise parsed.error(f"host ranges ({first}) are not supported: list each host",
                            number, first)  # fmt: skip
-    name, port = _name_and_port(parsed, first, number)
+    name, port = split_port(parsed, first, number)
     host = parsed.host(name, number, group)
     if port is not None:
         host.vars["ansible_port"] = Value(port, number)
     for token in assignments:
         key, value = _assignment(parsed, token, number, name)
         host.vars[key] = Value(literal(value), number)
-
-
-def _name_and_port(parsed: Parsed, token: str, number: int) -> tuple[str, int | None]:
-    """`name:port`; an IPv6 address (more than one `:`) has no port suffix here."""
-    if token.count(":") != 1:
-        return token, None
-    name, port = token.split(":")
-    if not port.isdigit():
-        raise parsed.error(f"port {port!r} of host {name!r} is not a number", number, name)
-    return name, int(port)
 
 
 def _assignment(parsed: Parsed, token: str, number: int,

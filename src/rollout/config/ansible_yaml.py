@@ -1,14 +1,18 @@
 """Ansible's YAML inventory format: top-level groups (usually `all`), each with `hosts`
-(name: vars or null), `vars` and `children` (groups, recursively)."""
+(name: vars or null; `name:port` sets the SSH port, as Ansible reads a host pattern),
+`vars` and `children` (groups, recursively)."""
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from .ansible import Parsed, Value, finish
-from .yamlfile import KeyPath, YamlDoc, dotted_key
+from rollout.errors import ConfigError
+
+from .ansible import Parsed, Value, finish, split_port
+from .yamlfile import KeyPath, YamlDoc
 
 GROUP_KEYS = {"hosts", "vars", "children"}
 PLAIN: tuple[type[Any], ...] = (bool, int, float, str)
@@ -41,11 +45,11 @@ def parse_yaml(doc: YamlDoc) -> Parsed:
     return finish(parsed)
 
 
-def _error(parsed: Parsed, doc: YamlDoc, path: KeyPath, message: str) -> Exception:
-    return parsed.error(message, doc.line_of(path), dotted_key(path) or None)
+def _error(parsed: Parsed | None, doc: YamlDoc, path: KeyPath, message: str) -> Exception:
+    return ConfigError(message, doc.location(path))
 
 
-def _mapping(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> Mapping[Any, Any]:
+def _mapping(parsed: Parsed | None, doc: YamlDoc, node: Any, path: KeyPath) -> Mapping[Any, Any]:
     if node is None:
         return {}
     if not isinstance(node, Mapping):
@@ -64,9 +68,14 @@ def _group(parsed: Parsed, doc: YamlDoc, name: str, body: Any, path: KeyPath) ->
         where = (*path, "hosts", host)
         if "[" in str(host):
             raise _error(parsed, doc, where, "host ranges are not supported: list each host")
-        decl = parsed.host(str(host), doc.line_of(where), name)
+        line = doc.line_of(where)
+        host_name, port = split_port(parsed, str(host), line)
+        decl = parsed.host(host_name, line, name)
+        if port is not None:
+            decl.vars["ansible_port"] = Value(port, line)
         decl.vars.update(_vars(parsed, doc, host_vars, where))
-    group.vars.update(_vars(parsed, doc, node.get("vars"), (*path, "vars")))
+    for key, value in _vars(parsed, doc, node.get("vars"), (*path, "vars")).items():
+        parsed.set_group_var(group.name, key, value)
     for child, child_body in _mapping(parsed, doc, node.get("children"),
                                       (*path, "children")).items():  # fmt: skip
         if str(child) not in group.children:
@@ -74,27 +83,35 @@ def _group(parsed: Parsed, doc: YamlDoc, name: str, body: Any, path: KeyPath) ->
         _group(parsed, doc, str(child), child_body, (*path, "children", child))
 
 
-def _vars(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> dict[str, Value]:
+def _vars(parsed: Parsed | None, doc: YamlDoc, node: Any, path: KeyPath,
+          file: Path | None = None) -> dict[str, Value]:  # fmt: skip
+    """The vars mapping at `path`, each value plain data with its line (and `file`)."""
     out = {}
     for key, value in _mapping(parsed, doc, node, path).items():
-        out[str(key)] = Value(_plain(parsed, doc, value, (*path, key)), doc.line_of((*path, key)))
+        out[str(key)] = Value(plain(parsed, doc, value, (*path, key)),
+                              doc.line_of((*path, key)), file)  # fmt: skip
     return out
 
 
-def _plain(parsed: Parsed, doc: YamlDoc, node: Any, path: KeyPath) -> Any:
+def vars_file(doc: YamlDoc) -> dict[str, Value]:
+    """A group_vars/host_vars file: a mapping of vars (empty: none), each from `doc.path`."""
+    return _vars(None, doc, doc.root, (), doc.path)
+
+
+def plain(parsed: Parsed | None, doc: YamlDoc, node: Any, path: KeyPath) -> Any:
     """Plain data; a tagged value (`!vault`, `!unsafe`, ...) is refused, not interpreted."""
     if isinstance(node, Mapping):
-        return {str(k): _plain(parsed, doc, v, (*path, k)) for k, v in node.items()}
+        return {str(k): plain(parsed, doc, v, (*path, k)) for k, v in node.items()}
     if isinstance(node, list):
-        return [_plain(parsed, doc, v, (*path, i)) for i, v in enumerate(node)]
+        return [plain(parsed, doc, v, (*path, i)) for i, v in enumerate(node)]
     if getattr(node, "tag", None) is not None and getattr(node.tag, "value", None):
         raise _error(parsed, doc, path, f"tagged values ({node.tag.value}) are not supported "
                      "(Ansible Vault values included): give the plain value")  # fmt: skip
     if node is None:
         return None
-    for plain in PLAIN:
-        if isinstance(node, plain):
-            return plain(node)
+    for kind in PLAIN:
+        if isinstance(node, kind):
+            return kind(node)
     if isinstance(node, datetime.date):  # YAML reads 2026-01-01 as a date; keep the text
         return node.isoformat()
     raise _error(parsed, doc, path, f"unsupported value of type {type(node).__name__}")

@@ -1,0 +1,387 @@
+"""A vast.ai fleet as an inventory: the account's instances, read through the `vastai`
+package (rollout's optional extra `vastai`), become hosts.
+
+`--hosts vastai:LABEL`, or `vastai: {label: LABEL}` in fleet.yaml, takes the running
+instances whose label is LABEL (or matches it as a glob); the others are listed as
+skipped, each with its reason. An instance's SSH address changes when vast.ai recreates
+it, so it is read at every load, never written down.
+
+Everything the API answers is hostile data: each page is bounded in size, validated with
+pydantic, and a host's name, address and port are checked before they are used; text
+from the answer appears in messages only escaped and cut short.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+
+from rollout.errors import ConfigError, EnvironmentProblem, Location, UserError
+from rollout.secrets import redact, register
+
+PREFIX = "vastai:"
+KEY_ENV = "VAST_API_KEY"
+PIP_FIX = "pip install vastai==1.9.1 (rollout's optional extra `vastai`)"
+INSTANCES_PATH = "/api/v1/instances/"
+PAGE_LIMIT = 25  # rows per page, as the package's own show_instances asks
+MAX_PAGES = 200
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+MAX_KEY_BYTES = 4096
+REQUEST_TIMEOUT = 30.0
+NAME_MAX = 63
+
+AddressMode = Literal["proxy", "direct"]
+GroupName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$")]
+Text = Annotated[str, StringConstraints(max_length=1024)]
+ShortText = Annotated[str, StringConstraints(max_length=256)]
+
+
+class VastaiSource(BaseModel):
+    """The instances of a vast.ai account, as hosts (needs `pip install vastai==1.9.1`;
+    the API key comes from $VAST_API_KEY or vastai's key file). Only running instances
+    whose label matches are hosts, each as root with the vars `gpu_count`, `gpu_model`,
+    `vast_id` and `vast_label`; `defaults` apply to them as to any host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str = Field(
+        min_length=1,
+        max_length=256,
+        description="The instances' label: exact, or a glob (`prover-*`; `*`: every instance).",
+    )
+    address: AddressMode = Field(
+        default="proxy",
+        description="`proxy`: vast.ai's SSH proxy (`sshN.vast.ai` and its port). `direct`: "
+        "the instance's public IP and the host port mapped to its 22/tcp.",
+    )
+    groups: list[GroupName] = Field(
+        default_factory=lambda: ["vastai"],
+        description="Groups of these hosts (for --limit).",
+    )
+
+
+class _Binding(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    HostIp: ShortText | None = None  # noqa: N815 (the API's own name)
+    HostPort: ShortText | StrictInt | None = None  # noqa: N815
+
+
+class Instance(BaseModel):
+    """The fields of one row of GET /api/v1/instances/ that make a host; others ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: StrictInt = Field(ge=0)
+    label: Text | None = None
+    actual_status: ShortText | None = None
+    intended_status: ShortText | None = None
+    ssh_host: ShortText | None = None
+    ssh_port: StrictInt | None = None
+    public_ipaddr: ShortText | None = None
+    ports: dict[ShortText, list[_Binding] | None] | None = Field(default=None, max_length=512)
+    image_runtype: ShortText | None = None
+    num_gpus: StrictInt | None = Field(default=None, ge=0, le=4096)
+    gpu_name: ShortText | None = None
+
+
+class _Page(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    instances: list[Instance] | None = Field(default=None, max_length=1000)
+    next_token: ShortText | StrictInt | None = None
+
+
+@dataclass(frozen=True)
+class VastHost:
+    """An instance made a host: plain data for the inventory's HostEntry."""
+
+    name: str
+    address: str
+    port: int
+    groups: tuple[str, ...]
+    vars: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class VastFleet:
+    hosts: list[VastHost]
+    skipped: list[str]  # one line per matching instance left out, with its reason
+
+
+PageGetter = Callable[[dict[str, Any]], tuple[int, bytes]]
+"""One GET of INSTANCES_PATH with these query args: (HTTP status, body)."""
+
+
+def parse_ref(ref: str) -> VastaiSource:
+    """`vastai:LABEL` (the form --hosts takes) as a source; a bad one is a UserError."""
+    label = ref.removeprefix(PREFIX)
+    try:
+        return VastaiSource(label=label)
+    except ValidationError:
+        raise UserError(
+            f"--hosts {_shown(ref)}: expected vastai:LABEL with a label of 1 to 256 "
+            "characters (exact, or a glob such as vastai:prover-*)"
+        ) from None
+
+
+def is_ref(hosts: str) -> bool:
+    return hosts.startswith(PREFIX)
+
+
+def load_fleet(source: VastaiSource, where: Location) -> VastFleet:
+    """The hosts of `source`, read from the API now. No key: UserError; no package, an
+    API that cannot be reached or answers nonsense: EnvironmentProblem; no running
+    instance matches: ConfigError at `where`."""
+    rows = fetch_instances(open_api(api_key()))
+    fleet = select(rows, source)
+    if not fleet.hosts:
+        listed = "; ".join(fleet.skipped) or "none has that label"
+        raise ConfigError(
+            f"no running vast.ai instance is labelled {_shown(source.label)} "
+            f"({len(rows)} instances listed; {listed})",
+            where,
+        )
+    return fleet
+
+
+# --- the API key -------------------------------------------------------------------
+
+
+def key_files() -> list[Path]:
+    """Where the vastai package (1.9.1, `_base._resolve_api_key`) keeps the key, in order."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(config) / "vastai" / "vast_api_key", Path.home() / ".vast_api_key"]
+
+
+def api_key() -> str:
+    """$VAST_API_KEY, else vastai's key files; registered as a secret (masked in output)."""
+    key = os.environ.get(KEY_ENV, "").strip()
+    for path in [] if key else key_files():
+        key = _read_key(path)
+        if key:
+            break
+    if not key:
+        files = " or ".join(str(p) for p in key_files())
+        raise UserError(
+            f"no vast.ai API key: set {KEY_ENV}, or save the key to {files} "
+            "(`vastai set api-key KEY` does)"
+        )
+    register(key)
+    return key
+
+
+def _read_key(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_KEY_BYTES + 1)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise UserError(f"cannot read the vast.ai API key file {path}: {exc.strerror}") from None
+    if len(data) > MAX_KEY_BYTES or not data.strip():
+        raise UserError(f"the vast.ai API key file {path} does not hold a key")
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise UserError(f"the vast.ai API key file {path} does not hold a key") from None
+
+
+# --- the API -----------------------------------------------------------------------
+
+
+def open_api(key: str) -> PageGetter:
+    """A page getter on the vastai package's HTTP client (its auth header, retries on
+    429/5xx, redirects kept within vast.ai). The package missing is an EnvironmentProblem."""
+    try:
+        from vastai import VastAI
+    except ImportError:
+        raise EnvironmentProblem(
+            f"reading a vast.ai fleet needs the vastai package: {PIP_FIX}"
+        ) from None
+    client = VastAI(api_key=key, retry=3).client
+
+    def get(query: dict[str, Any]) -> tuple[int, bytes]:
+        response = client.get(INSTANCES_PATH, query_args=query, timeout=REQUEST_TIMEOUT)
+        return int(response.status_code), bytes(response.content[: MAX_PAGE_BYTES + 1])
+
+    return get
+
+
+def fetch_instances(get: PageGetter) -> list[Instance]:
+    """Every instance of the account, page by page (at most MAX_PAGES), validated."""
+    query: dict[str, Any] = {
+        "select_filters": {},
+        "order_by": [{"col": "id", "dir": "asc"}],
+        "limit": PAGE_LIMIT,
+    }
+    rows: list[Instance] = []
+    seen: set[str] = set()
+    for _ in range(MAX_PAGES):
+        page = _page(_get(get, query))
+        rows += page.instances or []
+        token = page.next_token
+        if token is None or token == "":
+            return rows
+        if str(token) in seen:
+            raise _malformed("next_token repeats an earlier page's")
+        seen.add(str(token))
+        query = {**query, "after_token": token}
+    raise _malformed(f"more than {MAX_PAGES} pages of {PAGE_LIMIT} instances")
+
+
+def _get(get: PageGetter, query: dict[str, Any]) -> bytes:
+    try:
+        status, body = get(query)
+    except EnvironmentProblem:
+        raise
+    except Exception as exc:  # requests' errors, or the package's own: never a traceback
+        raise EnvironmentProblem(
+            f"the vast.ai API could not be asked for the instances: "
+            f"{type(exc).__name__}: {_shown(str(redact(str(exc))), 200)}"
+        ) from None
+    if status in (401, 403):
+        raise UserError(
+            f"the vast.ai API refused the key (HTTP {status}): check {KEY_ENV} or "
+            "vastai's key file"
+        )
+    if status != 200:
+        raise EnvironmentProblem(
+            f"the vast.ai API answered HTTP {status}: "
+            f"{_shown(redact(body.decode('utf-8', 'replace')))}"
+        )
+    if len(body) > MAX_PAGE_BYTES:
+        raise _malformed(f"a page is larger than {MAX_PAGE_BYTES} bytes")
+    return body
+
+
+def _page(body: bytes) -> _Page:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise _malformed("not JSON") from None
+    if not isinstance(data, dict):
+        raise _malformed(f"a JSON {type(data).__name__}, not an object")
+    try:
+        return _Page.model_validate(data)
+    except ValidationError as exc:
+        raise _malformed(_first_problem(exc)) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    where = "".join(f"[{seg}]" if isinstance(seg, int) else f".{seg}" for seg in err["loc"])
+    return f"{where.lstrip('.')}: {err['msg']}"
+
+
+def _malformed(what: str) -> EnvironmentProblem:
+    return EnvironmentProblem(f"the vast.ai API's list of instances is malformed: {what}")
+
+
+# --- instances -> hosts ------------------------------------------------------------
+
+
+def select(rows: list[Instance], source: VastaiSource) -> VastFleet:
+    """The running instances whose label matches, as hosts; the other matching ones
+    skipped with a reason. Pure: no I/O."""
+    matching = [row for row in rows if label_matches(row.label, source.label)]
+    names = host_names(matching)
+    hosts: list[VastHost] = []
+    skipped: list[str] = []
+    for row in matching:
+        reason, address, port = _why_not(row, source.address)
+        if reason:
+            skipped.append(f"{names[row.id]} (instance {row.id}): {reason}")
+            continue
+        hosts.append(VastHost(names[row.id], address, port, tuple(source.groups), _vars(row)))
+    return VastFleet(hosts, skipped)
+
+
+def label_matches(label: str | None, pattern: str) -> bool:
+    value = label or ""
+    return value == pattern or fnmatchcase(value, pattern)
+
+
+def host_names(rows: list[Instance]) -> dict[int, str]:
+    """A name per instance from its label ([A-Za-z0-9._-], at most 63 characters); a
+    label that is missing, or that two instances share, also gets the instance id."""
+    safe = {row.id: _safe_name(row.label or "") for row in rows}
+    counts = Counter(safe.values())
+    out: dict[int, str] = {}
+    for row in rows:
+        base = safe[row.id]
+        if base and counts[base] == 1:
+            out[row.id] = base
+        else:
+            out[row.id] = f"{(base or 'vast')[: NAME_MAX - 12]}-{row.id}"
+    return out
+
+
+def _safe_name(label: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")
+    return name[:NAME_MAX]
+
+
+def _why_not(row: Instance, mode: AddressMode) -> tuple[str, str, int]:
+    """(reason it is skipped, or ""; its SSH address; its SSH port)."""
+    if row.actual_status != "running":
+        return f"not running (actual_status {_shown(row.actual_status)})", "", 0
+    address, port = _direct(row) if mode == "direct" else _proxy(row)
+    if mode == "direct" and not port:
+        return "no direct SSH port (no host port mapped to 22/tcp)", "", 0
+    if not address or not _is_host(address):
+        return f"no usable {mode} SSH address ({_shown(address)})", "", 0
+    if not 1 <= port <= 65535:
+        return f"no usable {mode} SSH port ({port})", "", 0
+    return "", address, port
+
+
+def _proxy(row: Instance) -> tuple[str | None, int]:
+    """sshN.vast.ai and ssh_port; a Jupyter-runtime instance's SSH is one port above
+    (as `vastai ssh-url` computes it)."""
+    port = row.ssh_port or 0
+    if port and "jupyter" in (row.image_runtype or ""):
+        port += 1
+    return row.ssh_host, port
+
+
+def _direct(row: Instance) -> tuple[str | None, int]:
+    bindings = (row.ports or {}).get("22/tcp") or []
+    raw = bindings[0].HostPort if bindings else None
+    text = str(raw) if raw is not None else ""
+    return row.public_ipaddr, int(text) if text.isdigit() and len(text) <= 5 else 0
+
+
+def _is_host(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+        return True
+    except ValueError:
+        return re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*", address) \
+            is not None and len(address) <= 253
+
+
+def _vars(row: Instance) -> dict[str, Any]:
+    return {
+        "gpu_count": row.num_gpus or 0,
+        "gpu_model": row.gpu_name or "",
+        "vast_id": row.id,
+        "vast_label": row.label or "",
+    }
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """A value from outside, escaped (ascii(): no control or non-ASCII characters) and
+    cut short."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
