@@ -24,7 +24,7 @@ KEYS = {
     "registered", "validated",
     "releases", "disk", "root_writable",
     "last_exit", "restarts_last_hour", "exits_last_hour", "exit_counts_complete", "last_start",
-    "errors",
+    "restarts_total", "errors",
 }
 
 
@@ -115,7 +115,7 @@ def test_shape_on_fake_tree(tree: tuple[Path, Path, subprocess.Popen[bytes]]) ->
     assert not [p for p in os.listdir(root) if p.startswith(".rollout-write-test")]
     assert out["last_exit"]["pid"] == 4 and out["last_exit"]["signal"] == "SIGKILL"
     assert out["restarts_last_hour"] == 2 and out["exits_last_hour"] == 3
-    assert out["exit_counts_complete"] is True
+    assert out["exit_counts_complete"] is True and out["restarts_total"] == 3
     assert out["last_start"]["pid"] == daemon.pid
     assert out["python"].count(".") == 2 and out["hostname"]
 
@@ -195,3 +195,4 @@ def test_big_exits_file_is_read_from_the_end(tmp_path: Path) -> None:
     f.dir = str(tmp_path)
     ex = f.exits()
     assert ex["last_exit"]["pid"] == 77 and ex["count_complete"] is False
+    assert ex["restarts_total"] == 20001  # the whole file counted, past the tail read

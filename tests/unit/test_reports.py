@@ -109,7 +109,8 @@ def test_prom_metrics_parse_with_hostile_labels(tmp_path: Path) -> None:
     rows = [
         {"host": 'h"1\n\\', "state": "running", "serving": True, "restarts_last_hour": 2,
          "uptime_secs": 5.5, "memory_used": 100, "memory_limit": 1000,
-         "last_exit": {"signal": "SIGKILL", "time": 1.7e9}, "last_exit_cause": 'oom "x"'},
+         "last_exit": {"signal": "SIGKILL", "time": 1.7e9}, "last_exit_cause": 'oom "x"',
+         "last_exit_how": "SIGKILL"},
         {"host": "h2", "state": "unreachable", "serving": False, "error": "refused"},
     ]
     out = tmp_path / "rollout.prom"

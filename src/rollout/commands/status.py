@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.commands.app import load_fleet
-from rollout.commands.diagnose import HostEvidence, classify, collect
+from rollout.commands.diagnose import HostEvidence, classify, collect, whole_tree_kill
 from rollout.engine.plan import Plan
 from rollout.errors import UserError
 from rollout.host.facts import HostFacts
@@ -41,10 +41,21 @@ def daemon_state(facts: HostFacts) -> str:
 def _last_exit_text(rec: Any, now: float) -> str | None:
     if not isinstance(rec, dict):
         return None
-    how = rec.get("signal") or f"code {rec.get('exit_code')}"
     t = rec.get("time")
     ago = f" {format_duration(now - float(t))} ago" if isinstance(t, (int, float)) else ""
-    return f"{how}{ago}"
+    if rec.get("recorded") is False:
+        return f"unrecorded (last heartbeat{ago})" if ago else "unrecorded"
+    return f"{exit_how(rec)}{ago}"
+
+
+def exit_how(rec: dict[str, Any]) -> str:
+    """How an exit record says the daemon ended: its signal, its exit code, or unrecorded."""
+    if rec.get("recorded") is False:
+        return "unrecorded"
+    if rec.get("signal"):
+        return str(rec["signal"])
+    code = rec.get("exit_code")
+    return f"code {code}" if code is not None else "unknown"
 
 
 def format_duration(secs: float | None) -> str:
@@ -68,13 +79,24 @@ def supervisor_state(facts: HostFacts) -> str | None:
     return supervisor.state if supervisor.alive else None
 
 
+def unrecorded_exit(diag: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's death when its supervisor died with it (no exit record): no status, and
+    for a time the supervisor's last heartbeat, the last moment both were seen alive."""
+    state = diag.get("supervisor_state")
+    beat = state.get("updated") if isinstance(state, dict) else None
+    return {"recorded": False, "signal": None, "exit_code": None,
+            "time": beat if isinstance(beat, (int, float)) else None}
+
+
 def host_row(ev: HostEvidence) -> dict[str, Any]:
     """The status of one host as plain data (the JSON output is a list of these)."""
     if not ev.reachable:
         return {"host": ev.host, "state": "unreachable", "serving": False, "error": ev.error}
     facts, diag = ev.facts, ev.diag
     release = diag.get("release") if isinstance(diag.get("release"), dict) else {}
-    verdict = classify(facts, diag)
+    tree = whole_tree_kill(facts, diag)  # a death after the last exit record
+    verdict = tree or classify(facts, diag)
+    last_exit = unrecorded_exit(diag) if tree else facts.last_exit
     state = daemon_state(facts)
     return {
         "host": ev.host, "state": state, "serving": state == SERVING, "pid": facts.daemon.pid,
@@ -82,13 +104,15 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "uptime_secs": facts.daemon.uptime_secs,
         "restarts_last_hour": facts.restarts_last_hour,
         "restart_count_complete": facts.exit_counts_complete,
+        "restarts_total": facts.restarts_total,
         "memory_used": facts.memory.usage, "memory_limit": facts.memory.limit,
         "supervisor": supervisor_state(facts),
         "supervisor_reason": facts.supervisor.reason if facts.supervisor.alive else None,
         "supervisor_registered": facts.registered or "none",
-        "last_exit": facts.last_exit,
-        "last_exit_cause": verdict.cause if facts.last_exit else None,
-        "last_exit_summary": verdict.summary if facts.last_exit else None,
+        "last_exit": last_exit,  # the death the cause names, never an earlier one
+        "last_exit_how": exit_how(last_exit) if last_exit else None,
+        "last_exit_cause": verdict.cause if last_exit else None,
+        "last_exit_summary": verdict.summary if last_exit else None,
         "time": facts.time,
     }
 

@@ -231,6 +231,7 @@ class HostFacts:
     restarts_last_hour: int | None = None
     exits_last_hour: int | None = None
     exit_counts_complete: bool | None = None
+    restarts_total: int | None = None  # unheld exits since exits.jsonl began (a counter)
     digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
     validated: ValidatedFacts | None = None  # which daemon passed which release's validation
     registered: str | None = None  # how a restart brings the supervisor back (none: nothing)
@@ -263,6 +264,7 @@ class HostFacts:
             restarts_last_hour=_int(d.get("restarts_last_hour")),
             exits_last_hour=_int(d.get("exits_last_hour")),
             exit_counts_complete=complete if isinstance(complete, bool) else None,
+            restarts_total=_int(d.get("restarts_total")),
             digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
             validated=ValidatedFacts.parse(d.get("validated")),
             registered=_str(d.get("registered")),

@@ -1,6 +1,8 @@
 """`rollout status --prom FILE`: the fleet status as Prometheus text-format metrics, for
 node_exporter's textfile collector (which reads *.prom files; the file is replaced
-atomically, so it never reads half of one)."""
+atomically, so it never reads half of one). Every name starts with `rollout_`, carries its
+unit (`_seconds`, `_bytes`) and no timestamp; the counter ends in `_total`, the info
+metric in `_info`, as the collector and `promtool check metrics` expect."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-STATES = ("running", "zombie", "stopped", "held", "crash-looping", "unreachable")
+# Every state `rollout status` names (commands/status.py: daemon_state, and unreachable):
+# each one its own series per host, the host's current state at 1 and the others at 0.
+STATES = ("running", "zombie", "stopped", "held", "blocked", "crash-looping", "dead",
+          "unreachable")
+Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
 
 
 def _number(value: Any) -> float | None:
@@ -23,46 +29,63 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ("host",)) -> GaugeMet
     return GaugeMetricFamily(f"rollout_{name}", doc, labels=list(labels))
 
 
+def _states(row: dict[str, Any]) -> tuple[str, ...]:
+    """STATES, and the row's own state should a newer rollout name one this does not know."""
+    state = str(row.get("state"))
+    return STATES if state in STATES else (*STATES, state)
+
+
 class StatusCollector(Collector):
-    """The rows of `rollout status --json` as gauges, one series per host."""
+    """The rows of `rollout status --json` as metrics, one series per host."""
 
     def __init__(self, rows: list[dict[str, Any]], now: float) -> None:
         self.rows = rows
         self.now = now
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Family]:
         up = _gauge("host_up", "1 when the host answered over SSH")
         serving = _gauge("daemon_serving", "1 when the daemon runs and is not held")
-        state = _gauge("daemon_state", "1 for the daemon's current state", ("host", "state"))
-        restarts = _gauge("daemon_restarts_last_hour", "daemon restarts in the last hour")
+        state = _gauge("daemon_state", "1 for the daemon's current state, 0 for every other "
+                       "state (" + ", ".join(STATES) + ")", ("host", "state"))
+        info = InfoMetricFamily("rollout_release", "the release current on the host (value "
+                                "always 1)", labels=["host"])
+        restarts = CounterMetricFamily(
+            "rollout_daemon_restarts", "daemon exits rollout did not ask for (each one a "
+            "restart by the supervisor) since the host's exits.jsonl began", labels=["host"])
+        hour = _gauge("daemon_restarts_last_hour", "daemon restarts in the last hour")
         uptime = _gauge("daemon_uptime_seconds", "seconds since the daemon started")
         used = _gauge("memory_used_bytes", "memory charged to the host's cgroup")
         limit = _gauge("memory_limit_bytes", "the host's cgroup memory limit")
         last_exit = _gauge("daemon_last_exit_timestamp_seconds",
-                           "when the daemon last exited, with the cause rollout names",
-                           ("host", "cause", "how"))
+                           "when the daemon last exited (unix time), how (its signal, exit code, "
+                           "or unrecorded: then the supervisor's last heartbeat before it) and "
+                           "the cause rollout names for that same exit", ("host", "cause", "how"))
         for row in self.rows:
             host = str(row.get("host"))
             up.add_metric([host], 0.0 if row.get("state") == "unreachable" else 1.0)
             serving.add_metric([host], 1.0 if row.get("serving") else 0.0)
-            for name in STATES:
+            for name in _states(row):
                 state.add_metric([host, name], 1.0 if row.get("state") == name else 0.0)
-            for family, key in ((restarts, "restarts_last_hour"), (uptime, "uptime_secs"),
-                                (used, "memory_used"), (limit, "memory_limit")):
+            if row.get("release"):
+                info.add_metric([host], {"release": str(row["release"]),
+                                         "version": str(row.get("version") or "")})
+            for family, key in ((restarts, "restarts_total"), (hour, "restarts_last_hour"),
+                                (uptime, "uptime_secs"), (used, "memory_used"),
+                                (limit, "memory_limit")):
                 value = _number(row.get(key))
                 if value is not None:
                     family.add_metric([host], value)
             self._last_exit(last_exit, host, row)
-        yield from (up, serving, state, restarts, uptime, used, limit, last_exit)
+        yield from (up, serving, state, info, restarts, hour, uptime, used, limit, last_exit)
         yield from self._fleet()
 
     def _last_exit(self, family: GaugeMetricFamily, host: str, row: dict[str, Any]) -> None:
-        rec = row.get("last_exit")
-        if not isinstance(rec, dict):
+        """One series, its labels from the one exit the row describes (commands/status.py)."""
+        when = _number((row.get("last_exit") or {}).get("time"))
+        if not isinstance(row.get("last_exit"), dict) or when is None:
             return
-        how = str(rec.get("signal") or f"code {rec.get('exit_code')}")
-        family.add_metric([host, str(row.get("last_exit_cause") or "unknown"), how],
-                          _number(rec.get("time")) or 0.0)
+        family.add_metric([host, str(row.get("last_exit_cause") or "unknown"),
+                           str(row.get("last_exit_how") or "unknown")], when)
 
     def _fleet(self) -> Iterator[GaugeMetricFamily]:
         hosts = GaugeMetricFamily("rollout_fleet_hosts", "hosts in the inventory selection")

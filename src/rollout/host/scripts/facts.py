@@ -67,6 +67,15 @@ def tail_lines(path: str, max_bytes: int = TAIL_BYTES) -> tuple[list[str], bool]
     return [ln for ln in lines if ln.strip()], start == 0
 
 
+def restarts_total(path: str) -> int:
+    """Exits rollout did not ask for (no hold set; each one a restart by the supervisor)
+    since exits.jsonl began: one pass over the whole records, none parsed (the supervisor
+    writes `"held": true` for the others); a torn or foreign line is not one."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.startswith(b"{") and line.rstrip().endswith(b"}")
+                   and b'"held": true' not in line)
+
+
 def records(lines: list[str]) -> list[dict[str, Any]]:
     return [r for r in parse_jsonl(lines) if isinstance(r, dict)]
 
@@ -220,7 +229,7 @@ class Facts(Collector):
         path = os.path.join(self.dir, "exits.jsonl")
         if not os.path.exists(path):
             return {"last_exit": None, "restarts_last_hour": 0, "exits_last_hour": 0,
-                    "count_complete": True}
+                    "count_complete": True, "restarts_total": 0}
         lines, whole = tail_lines(path)
         recs = records(lines)
         hour = [r for r in recs if isinstance(r.get("time"), (int, float))
@@ -232,6 +241,7 @@ class Facts(Collector):
             "exits_last_hour": len(hour),
             # the bounded read may not reach back an hour: then the counts are lower bounds
             "count_complete": whole or not oldest_in_hour,
+            "restarts_total": restarts_total(path),
         }
 
     def last_start(self) -> Any:
@@ -268,6 +278,7 @@ class Facts(Collector):
         out["restarts_last_hour"] = ex.get("restarts_last_hour")
         out["exits_last_hour"] = ex.get("exits_last_hour")
         out["exit_counts_complete"] = ex.get("count_complete")
+        out["restarts_total"] = ex.get("restarts_total")
         out["last_start"] = self.safe("last_start", self.last_start)
         out["errors"] = self.errors
         return out
