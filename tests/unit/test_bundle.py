@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from rollout.bundle.local import open_bundle, read_manifest, write_bundle
 from rollout.bundle.manifest import MANIFEST, manifest_for, parse_manifest
 from rollout.bundle.publish import publish
 from rollout.bundle.source import is_url, load_release, sets_with_version
+from rollout.config.playbook import parse_set_options
 from rollout.errors import UserError
 from rollout.steps.base import Artifact, Release
 from rollout.steps.manifest import release_id_of
@@ -100,7 +102,9 @@ def test_not_a_bundle(tmp_path: Path) -> None:
 
 def test_version_comes_from_the_bundle(bundle: Path) -> None:
     release = open_bundle(bundle)
-    assert sets_with_version(("a=1",), release) == ("a=1", 'version="v7"')
+    assert sets_with_version(("a=1",), release) == ("a=1", "version=v7")  # a string as given
+    assert parse_set_options(sets_with_version((), replace(release, version="1.10"))) == {
+        "version": "1.10"}
     assert sets_with_version(("version=v7",), release) == ("version=v7",)
     with pytest.raises(UserError, match="bundle .* is version v7"):
         sets_with_version(("version=v8",), release)

@@ -108,12 +108,17 @@ def test_runtime_template_error_names_location(tmp_path: Path) -> None:
     assert where(info.value) == (16, "validate.command")
 
 
-def test_overrides_win_and_keep_yaml_types(tmp_path: Path) -> None:
+def test_overrides_win_as_strings(tmp_path: Path) -> None:
     overrides = parse_set_options(["version=v2", "pool=64"])
-    assert overrides == {"version": "v2", "pool": 64}
-    playbook = load_playbook(write(tmp_path, PLAYBOOK), overrides)
+    assert overrides == {"version": "v2", "pool": "64"}  # strings, like Ansible's -e
+    typed = PLAYBOOK.replace('timeout: "{{ pool }}"', 'timeout: "{{ pool | int }}"')
+    playbook = load_playbook(write(tmp_path, typed), overrides)
     assert playbook.build.tag == "lab/prover:v2"  # vars that use version see the override
     assert playbook.step("validate").params["timeout"] == 64
+    with pytest.raises(ConfigError, match="valid number"):  # a step's seconds: numbers only
+        load_playbook(write(tmp_path, PLAYBOOK), overrides)
+    assert load_playbook(write(tmp_path, PLAYBOOK), {"pool": 64}).step("validate").params == {
+        "timeout": 64, "success_pattern": "pool-64"}  # typed, as from a vars file
 
 
 def test_for_host_merges_host_vars_between_vars_and_overrides(tmp_path: Path) -> None:
@@ -135,11 +140,17 @@ def test_for_host_error_names_the_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        (["a=1"], {"a": 1}),
-        (["a=1.5", "b=true", "c=hello"], {"a": 1.5, "b": True, "c": "hello"}),
+        (["a=1"], {"a": "1"}),
+        (["a=1.5", "b=true", "c=hello"], {"a": "1.5", "b": "true", "c": "hello"}),
+        (["version=1.10", "v=010", "n=null", "d=2024-01-01"],
+         {"version": "1.10", "v": "010", "n": "null", "d": "2024-01-01"}),
         (["a="], {"a": ""}),
         (["a=x=y"], {"a": "x=y"}),
         (["a=[1, 2]"], {"a": [1, 2]}),
+        (["a= [1, 2]"], {"a": [1, 2]}),
+        (['a={"b": 1, "c": [true, null]}'], {"a": {"b": 1, "c": [True, None]}}),
+        (["a={b: 2024-01-01}"], {"a": {"b": "2024-01-01"}}),  # a date stays its text
+        (["a=1", "a=2"], {"a": "2"}),
         (["a=: bad"], {"a": ": bad"}),
     ],
 )
@@ -147,7 +158,11 @@ def test_parse_set_options(options: list[str], expected: dict[str, object]) -> N
     assert parse_set_options(options) == expected
 
 
-@pytest.mark.parametrize("option", ["novalue", "bad name=1", "host=x"])
+@pytest.mark.parametrize(
+    "option",
+    ["novalue", "bad name=1", "host=x", "a=[1", "a={b: [}", "a=" + "[" * 100_000,
+     "a=" + "[" * 33 + "]" * 33, "a=" + "{b: " * 40 + "1" + "}" * 40],
+)
 def test_parse_set_options_errors(option: str) -> None:
     with pytest.raises(UserError):
         parse_set_options([option])

@@ -82,7 +82,7 @@ def test_default_playbook_image_paths_are_where_the_dockerfile_installs(tmp_path
 def test_a_users_inventory_plans_the_real_cuzk_build(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(USER_INVENTORY)
-    plan = load_fleet(str(fleet), sets=(f"curio_dir={tmp_path}",))
+    plan = load_fleet(str(fleet), sets=(f"curio_dir={tmp_path}",), builds=True)
     build = plan.playbook.build
     assert build.dockerfile.name == "cuzk.Dockerfile"
     assert "rollout-lab" not in build.tag and "lab" not in str(build.dockerfile.name)
@@ -96,13 +96,13 @@ def test_the_lab_inventory_names_the_lab_playbook(
     monkeypatch.setenv("ROLLOUT_LAB_PREFIX", "rl-unit")
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(inventory_text([LabHost("lab-1", 22001, "512m")]))
-    plan = load_fleet(str(fleet))
+    plan = load_fleet(str(fleet), builds=True)
     assert plan.playbook.path == LAB_PLAYBOOK
     assert plan.playbook.build.dockerfile.name == "lab-prover.Dockerfile"
     assert plan.playbook.preflight.host_marker == HOST_MARKER
     assert plan.playbook.daemon.safety_margin == "64MiB"  # lowered from cuzk's 5GiB
     explicit = load_fleet(  # --playbook wins
-        str(fleet), playbook=str(DEFAULT_PLAYBOOK), sets=(f"curio_dir={tmp_path}",)
+        str(fleet), playbook=str(DEFAULT_PLAYBOOK), sets=(f"curio_dir={tmp_path}",), builds=True
     )
     assert explicit.playbook.build.dockerfile.name == "cuzk.Dockerfile"
 

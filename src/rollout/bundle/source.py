@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -36,7 +35,7 @@ def sets_with_version(sets: tuple[str, ...], release: Release) -> tuple[str, ...
     error rather than a release that says it is something it is not."""
     given = parse_set_options(sets).get("version")
     if given is None:
-        return (*sets, f"version={json.dumps(release.version)}")
+        return (*sets, f"version={release.version}")  # --set values are strings
     if str(given) != release.version:
         raise UserError(
             f"--set version={given} but the bundle {release.id} is version {release.version}"

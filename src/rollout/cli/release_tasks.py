@@ -18,7 +18,9 @@ from rollout.errors import UserError
     help={
         "out": "Folder to write the bundle to (the executables and manifest.json).",
         "playbook": PLAYBOOK_HELP,
-        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e.",
+        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e: "
+        "the value is a string (1.10 stays 1.10); one starting with { or [ is JSON/YAML; "
+        "@FILE reads a YAML/JSON file of variables, typed as written.",
     },
 )
 @reports_errors

@@ -50,7 +50,9 @@ def hosts_file(hosts: str | None) -> str:
     help={
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
-        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e.",
+        "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e: "
+        "the value is a string (1.10 stays 1.10); one starting with { or [ is JSON/YAML; "
+        "@FILE reads a YAML/JSON file of variables, typed as written.",
         "limit": "Only these hosts: comma-separated names, groups or globs.",
         "dry_run": "Read facts and print each host's plan; change nothing.",
         **RUN_OUTPUT_HELP,
@@ -61,8 +63,8 @@ def hosts_file(hosts: str | None) -> str:
         "resume": "Continue the run RUN_ID (runs/RUN_ID.jsonl) whose controller died.",
         "release": "Deploy this release bundle (a folder from `rollout build`, or the URL "
         "`rollout publish` put it at) instead of building: no Docker engine needed.",
-        "adopt": "Take over cuzk daemons rollout's supervisor did not start: the same as "
-        "--set adopt=true (the playbook's preflight.adopt; docs/adopt.md).",
+        "adopt": "Take over cuzk daemons rollout's supervisor did not start: sets the "
+        "playbook's preflight.adopt, whatever the playbook says (docs/adopt.md).",
     },
 )
 @reports_errors
@@ -89,7 +91,7 @@ def rollout(
     request = app.RolloutRequest(
         inventory,
         playbook,
-        (*(set_ or ()), *(("adopt=true",) if adopt else ())),
+        tuple(set_ or ()),
         limit,
         dry_run,
         json_,
@@ -99,6 +101,7 @@ def rollout(
         resume,
         app.Outputs(junit, summary, quiet),
         release,
+        adopt,
     )
     result = app.run_rollout(request)
     if result.exit_code:

@@ -73,6 +73,11 @@ class RolloutRequest:
     resume: str | None = None
     outputs: Outputs = field(default_factory=Outputs)
     release: str | None = None  # a bundle (folder or URL) built elsewhere: no build here
+    adopt: bool = False  # --adopt: the setting preflight.adopt, whatever the playbook says
+
+    def settings(self) -> dict[str, Any]:
+        """The playbook settings the flags set (dotted keys), over the playbook's own."""
+        return {"preflight.adopt": True} if self.adopt else {}
 
     def replayable(self) -> dict[str, Any]:
         """What a resumed run needs to rebuild the same plan."""
@@ -82,6 +87,7 @@ class RolloutRequest:
             "playbook": str(Path(self.playbook).resolve()) if self.playbook else None,
             "sets": list(self.sets),
             "release": _absolute_unless_url(self.release),
+            "adopt": self.adopt,
         }
 
 
@@ -97,20 +103,26 @@ def load_fleet(
     limit: str | None = None,
     sets: tuple[str, ...] = (),
     run_id: str | None = None,
+    settings: dict[str, Any] | None = None,
+    builds: bool = False,
 ) -> Plan:
-    """Inventory and playbook, validated and rendered for each selected host."""
+    """Inventory and playbook, validated and rendered for each selected host. The build
+    section is read and checked only when `builds` (a command that builds); `settings`
+    are the dotted playbook keys that flags set."""
     inventory = load_inventory(hosts_file)
     for skipped in inventory.skipped:
         print(f"warning: skipped {skipped}", file=sys.stderr)
     chosen = playbook or inventory.playbook or default_playbook()
-    loaded = load_playbook(chosen, parse_set_options(sets))
+    loaded = load_playbook(chosen, parse_set_options(sets), settings, builds)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return make_plan(loaded, inventory, limit, run_id)
 
 
-def load_plan(req: RolloutRequest, run_id: str | None = None) -> Plan:
-    return load_fleet(req.hosts, req.playbook, req.limit, req.sets, run_id)
+def load_plan(req: RolloutRequest, run_id: str | None = None, builds: bool = False) -> Plan:
+    return load_fleet(
+        req.hosts, req.playbook, req.limit, req.sets, run_id, req.settings(), builds
+    )
 
 
 def step_spec(plan: Plan, kind: str) -> StepSpec:
@@ -182,7 +194,7 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
 
         release = load_release(req.release)
         req = replace(req, sets=sets_with_version(req.sets, release))
-    plan = load_plan(req, req.resume)
+    plan = load_plan(req, req.resume, builds=release is None)
     if req.dry_run:
         from rollout.commands.dryrun import dry_run
 
@@ -240,6 +252,7 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
         sets=tuple(old["sets"]),
         limit=old["limit"],
         release=old.get("release"),
+        adopt=req.adopt or bool(old.get("adopt", False)),
     )
     return resumed, done
 

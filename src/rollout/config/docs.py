@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from .inventory import InventoryFile
 from .playbook import RUNTIME_TEMPLATES, Playbook
+from .sections import RETIRED_KEYS
 from .steps import PARAMS
 
 _INTRO = """\
@@ -30,7 +31,8 @@ the file, the line and the key.
 
 _PLAYBOOK_NOTES = f"""\
 Every string value is a Jinja2 template, rendered at load time with the variables
-(in increasing precedence: playbook `vars`, inventory host vars, `--set KEY=VALUE`).
+(in increasing precedence: playbook `vars`, inventory host vars, `--set KEY=VALUE`;
+`--set` values are strings, JSON/YAML when they start with `{{` or `[`).
 A string that is a single `{{{{ expression }}}}` keeps the expression's type.
 Runtime templates are rendered by the engine once `host`, `release_dir`,
 `release_id` and the sections (`daemon`, `release`, `build`, `rolling`, `validate`)
@@ -48,7 +50,20 @@ def options_markdown() -> str:
     parts += _file_section("Inventory (fleet.yaml)", InventoryFile, "")
     parts += _file_section("Playbook", Playbook, _PLAYBOOK_NOTES)
     parts += _params_section()
+    parts += _retired_section()
     return "\n".join(parts)
+
+
+def _retired_section() -> list[str]:
+    """Keys an earlier release had: they still load, with a warning."""
+    lines = ["## Retired playbook keys", "",
+             "A playbook that still has one of these loads, with a warning naming what "
+             "replaced it. A renamed key's value moves to its new key; a removed key's "
+             "value is ignored.", "", "| Key | Now | Why |", "| --- | --- | --- |"]
+    for entry in RETIRED_KEYS:
+        now = f"renamed `{entry.replaced_by}`" if entry.replaced_by else "removed"
+        lines.append(f"| `{entry.key}` | {now} | {_cell(entry.why)} |")
+    return [*lines, ""]
 
 
 def _params_section() -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from .playbook_checks import (
     unused_overrides,
 )
 from .render import render_tree, resolve_vars
+from .retired import retire_keys
 from .sections import (
     BuildSpec,
     DaemonSpec,
@@ -85,7 +86,12 @@ class Playbook(Section):
     )
     rolling: RollingSpec = Field(default_factory=RollingSpec, description="Batches and aborts.")
     release: ReleaseSpec = Field(default_factory=ReleaseSpec, description="Releases on hosts.")
-    build: BuildSpec = Field(description="How the release is built.")
+    build_section: BuildSpec | None = Field(
+        default=None,
+        alias="build",
+        description="How the release is built. Required by the commands that build "
+        "(`rollout` without --release, `rollout build`); the others do not read it.",
+    )
     daemon: DaemonSpec = Field(default_factory=DaemonSpec, description="The cuzk daemon.")
     preflight: PreflightSpec = Field(
         default_factory=PreflightSpec, description="What a host must offer before it is touched."
@@ -106,6 +112,15 @@ class Playbook(Section):
     def warnings(self) -> list[str]:
         """Load-time warnings (a --set name no template uses)."""
         return list(self._warnings)
+
+    @property
+    def build(self) -> BuildSpec:
+        """The build section (loaded only for the commands that build)."""
+        if self.build_section is None:
+            raise ConfigError(
+                "this command loaded the playbook without its build section", self.location()
+            )
+        return self.build_section
 
     @property
     def path(self) -> Path | None:
@@ -154,6 +169,13 @@ class PlaybookSource:
 
     doc: YamlDoc
     overrides: Mapping[str, Any]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Dotted keys set by flags (`--adopt`: `preflight.adopt`), over whatever the playbook
+    and its variables say."""
+    builds: bool = True
+    """Whether the build section is read and checked (only for commands that build)."""
+    retired: tuple[str, ...] = ()
+    """Warnings about retired keys (`retired.retire_keys`)."""
 
     def render(
         self, host_vars: Mapping[str, Any] | None = None, host: str | None = None
@@ -167,7 +189,8 @@ class PlaybookSource:
         playbook._source, playbook._host = self, host
         if host is None:
             template = config_template_text(playbook, self.doc)
-            playbook._warnings = unused_overrides(self.doc, self.overrides, template)
+            unused = unused_overrides(self.doc, self.overrides, template)
+            playbook._warnings = [*self.retired, *unused]
         return playbook
 
     def _render(self, fixed_vars: Mapping[str, Any], for_host: bool = False) -> Playbook:
@@ -175,14 +198,18 @@ class PlaybookSource:
         if not isinstance(root, Mapping):
             raise ConfigError("a playbook must be a mapping of keys", self.doc.location(()))
         variables = resolve_vars(self._raw_vars(root), fixed_vars, self.doc.location)
+        skip = {"vars"} if self.builds else {"vars", "build"}
         data = {
             key: render_tree(node, variables, self.doc.location, _is_runtime, (key,))
             for key, node in ((to_plain(k), v) for k, v in root.items())
-            if key != "vars"
+            if key not in skip
         }
+        if self.builds and "build" not in data:
+            raise ConfigError("missing required key", self.doc.location(("build",)))
         data["vars"] = variables
+        apply_settings(data, self.settings)
         playbook = validate(Playbook, data, self.doc, base_dir=self.doc.base_dir)
-        _check_playbook(playbook, self.doc)
+        _check_playbook(playbook, self.doc, self.builds)
         known = {*variables, *RESERVED_NAMES} if for_host else None
         check_runtime_templates(playbook, self.doc, known)
         return playbook
@@ -200,34 +227,137 @@ class PlaybookSource:
 
 
 def load_playbook(
-    path: Path | str = DEFAULT_PLAYBOOK, overrides: Mapping[str, Any] | None = None
+    path: Path | str = DEFAULT_PLAYBOOK,
+    overrides: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    builds: bool = True,
 ) -> Playbook:
-    """Read, render (playbook vars + overrides) and validate a playbook."""
-    return PlaybookSource(load_yaml(path, "playbook"), dict(overrides or {})).render()
+    """Read, render (playbook vars + overrides) and validate a playbook. `settings` (dotted
+    keys a flag sets) win over the playbook; `builds=False` leaves the build section
+    unread (commands that only look at hosts)."""
+    doc = load_yaml(path, "playbook")
+    retired = tuple(retire_keys(doc))
+    source = PlaybookSource(doc, dict(overrides or {}), dict(settings or {}), builds, retired)
+    return source.render()
+
+
+def apply_settings(data: dict[str, Any], settings: Mapping[str, Any]) -> None:
+    """Set each dotted key (`preflight.adopt`) in rendered playbook data, in place."""
+    for dotted, value in settings.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            child = node.get(key)
+            node[key] = child = dict(child) if isinstance(child, Mapping) else {}
+            node = child
+        node[last] = value
+
+
+MAX_VALUE_DEPTH = 32
+"""How deeply a --set value or a vars file may nest lists and mappings."""
+MAX_VALUE_NODES = 100_000
+"""How many values (at any depth) a --set value or a vars file may hold."""
 
 
 def parse_set_options(options: Iterable[str]) -> dict[str, Any]:
-    """`["pool=64", "version=v2"]` -> `{"pool": 64, "version": "v2"}` (values are YAML)."""
+    """`--set` values, like Ansible's `-e`: `["pool=64", "version=1.10"]` ->
+    `{"pool": "64", "version": "1.10"}` (strings, never guessed types). A value that starts
+    with `{` or `[` is JSON/YAML (`--set 'gpus=[0, 1]'`); `@FILE` reads a YAML/JSON
+    mapping of vars from FILE (typed as written there). Later options win."""
     out: dict[str, Any] = {}
     for option in options:
+        if option.startswith("@"):
+            out |= load_vars_file(option[1:])
+            continue
         name, sep, value = option.partition("=")
         if not sep:
-            raise UserError(f"--set {option!r}: expected KEY=VALUE")
+            raise UserError(f"--set {option!r}: expected KEY=VALUE, or @FILE (a YAML vars file)")
         _check_var_name(name.strip(), Location(f"--set {option}"))
-        out[name.strip()] = _yaml_scalar(value)
+        out[name.strip()] = _set_value(value, f"--set {name.strip()}")
     return out
 
 
-def _yaml_scalar(text: str) -> Any:
-    if not text.strip():
+def _set_value(text: str, what: str) -> Any:
+    """The text itself; parsed as YAML (JSON is YAML) when it starts with `{` or `[`
+    (but not `{{`, `{%`, `{#`: text that looks like a template, kept as inert text)."""
+    start = text.lstrip()
+    if start[:1] not in ("{", "[") or start[:2] in ("{{", "{%", "{#"):
         return text
+    if _bracket_depth(text) > MAX_VALUE_DEPTH:
+        raise UserError(f"{what}: nested deeper than {MAX_VALUE_DEPTH} levels")
     try:
         value = YAML(typ="safe", pure=True).load(text)
-    except YAMLError:
-        return text
-    if isinstance(value, list | dict):
-        return value if text.lstrip()[0] in "[{" else text
-    return value if isinstance(value, str | int | float | bool) else text
+    except YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "not valid JSON/YAML"
+        raise UserError(
+            f"{what}: a value starting with {text.lstrip()[0]!r} is read as JSON/YAML: "
+            f"{problem} (quote it in YAML, or use @FILE)"
+        ) from None
+    return plain_value(value, what)
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside quotes (checked before a parser recurses)."""
+    depth = deepest = 0
+    quote = ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def plain_value(value: Any, what: str) -> Any:
+    """Parsed YAML as plain data (str/int/float/bool/None, lists, mappings with string
+    keys); a date or any other type becomes its text. Deeper than MAX_VALUE_DEPTH, or more
+    than MAX_VALUE_NODES values (YAML aliases repeat a node), is an error."""
+    budget = [MAX_VALUE_NODES]
+
+    def plain(node: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if depth > MAX_VALUE_DEPTH or budget[0] < 0:
+            limit = f"nested deeper than {MAX_VALUE_DEPTH} levels" if budget[0] >= 0 else (
+                f"more than {MAX_VALUE_NODES} values")
+            raise UserError(f"{what}: {limit}")
+        if isinstance(node, Mapping):
+            return {str(k): plain(v, depth + 1) for k, v in node.items()}
+        if isinstance(node, list):
+            return [plain(v, depth + 1) for v in node]
+        if node is None or isinstance(node, bool):
+            return node
+        for kind in (int, float, str):
+            if isinstance(node, kind):
+                return kind(node)
+        return str(node)
+
+    return plain(value, 0)
+
+
+def load_vars_file(path: str) -> dict[str, Any]:
+    """`--set @vars.yaml`: a YAML (or JSON) mapping of variable names to values."""
+    try:
+        doc = load_yaml(path, "vars")
+    except RecursionError:
+        raise ConfigError(
+            f"nested deeper than {MAX_VALUE_DEPTH} levels", Location(path)
+        ) from None
+    if not isinstance(doc.root, Mapping):
+        raise ConfigError("a vars file must be a mapping of names to values", doc.location(()))
+    out = {}
+    for name, value in doc.root.items():
+        where = doc.location((str(name),))
+        _check_var_name(str(name), where)
+        try:
+            out[str(name)] = plain_value(value, str(where))
+        except UserError as exc:
+            raise ConfigError(exc.message.removeprefix(f"{where}: "), where) from None
+    return out
 
 
 def _check_var_name(name: str, where: Location) -> None:
@@ -254,7 +384,7 @@ def _check_params(playbook: Playbook, doc: YamlDoc) -> None:
             raise config_error(exc, model, step.params, doc, ("steps", index, "params")) from None
 
 
-def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
+def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
     check_unique_names(doc, "steps", [step.name for step in playbook.steps], "step")
     _check_params(playbook, doc)
     scopes = [step.scope for step in playbook.steps]
@@ -265,6 +395,8 @@ def _check_playbook(playbook: Playbook, doc: YamlDoc) -> None:
             doc.location(("steps", index, "kind")),
         )
     check_files(playbook, doc)
+    if not builds:
+        return
     missing = [n for n in playbook.release.executables if n not in playbook.build.image_paths]
     if missing:
         raise ConfigError(

@@ -64,7 +64,7 @@ def _why(exc: Exception) -> str:
 
 
 def _named_files(playbook: Playbook) -> Iterator[tuple[Path | None, bool, KeyPath]]:
-    if any(step.kind == "build" for step in playbook.steps):
+    if playbook.build_section is not None and any(s.kind == "build" for s in playbook.steps):
         yield playbook.build.dockerfile, False, ("build", "dockerfile")
         yield playbook.build.context, True, ("build", "context")
     yield playbook.daemon.config_template, False, ("daemon", "config_template")

@@ -408,3 +408,49 @@ class ValidateSpec(Section):
         "host is rolled back.",
     )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")
+
+
+class Retired(BaseModel):
+    """A playbook key that a release renamed or removed: a playbook that still has it loads,
+    with a warning naming what replaced it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str = Field(description="Its dotted key, like `daemon.drain.memory_threshold`.")
+    replaced_by: str | None = Field(
+        default=None,
+        description="A renamed key with the same meaning: the value moves there (unless the "
+        "playbook sets that key too). None: removed, the value is ignored.",
+    )
+    why: str = Field(description="What does its job now, for the warning.")
+
+
+RETIRED_KEYS: tuple[Retired, ...] = (
+    Retired(
+        key="daemon.drain.memory_threshold",
+        why="the drain now waits until the headroom under the limit fits the new daemon's "
+        "budget (daemon.total_budget) or the working set is back to its baseline; "
+        "daemon.drain.plateau fails a drain whose memory stops falling",
+    ),
+    Retired(
+        key="daemon.drain.poll_interval",
+        why="the drain samples memory on the host at a fixed rate; daemon.drain.deadline and "
+        "daemon.drain.plateau bound it",
+    ),
+    Retired(
+        key="daemon.log_file",
+        why="the supervisor writes the daemon's output to rollout/daemon.log under "
+        "release.root",
+    ),
+    Retired(
+        key="daemon.log_level",
+        why="rollout no longer passes --log-level to the daemon; set its logging in its "
+        "config (daemon.extra_config) or with the supervise step's launcher",
+    ),
+    Retired(
+        key="validate.failure_pattern",
+        why="success is validate.success_pattern matching the output; anything else fails",
+    ),
+)
+"""Retired playbook keys, declared once next to the options: a playbook from an earlier
+release loads with a warning (a renamed key keeps its meaning for at least one release)."""

@@ -41,8 +41,61 @@ def check_syntax(text: str, where: Location | None, kind: Kind) -> None:
         raise template_error(exc, where) from exc
 
 
+GUARD_FILTERS = frozenset({"default", "d"})
+"""Filters that give a value for an undefined name: `{{ x | default(1) }}`."""
+
+
+def _each(node: nodes.Node, kind: type[nodes.Node]) -> Iterator[Any]:
+    """`node` itself when of this kind, then every such node under it."""
+    if isinstance(node, kind):
+        yield node
+    yield from node.find_all(kind)
+
+
+def _tested(node: nodes.Node, how: str = "defined") -> set[str]:
+    """Names `node` tests with `is defined` (or `how`): a branch it guards may use them."""
+    return {
+        test.node.name
+        for test in _each(node, nodes.Test)
+        if test.name == how and isinstance(test.node, nodes.Name)
+    }
+
+
+def _guarded(tree: nodes.Template) -> set[int]:
+    """The Name nodes (by id) that cannot fail when undefined: `x | default(..)`,
+    `x is defined`, `x is undefined`, and uses in a branch under `x is defined`
+    (`{% if x is defined %}`, `a if x is defined else b`, `x is defined and x`,
+    `x is undefined or x`)."""
+    out: set[int] = set()
+    for node in tree.find_all((nodes.Filter, nodes.Test)):
+        guards = GUARD_FILTERS if isinstance(node, nodes.Filter) else {"defined", "undefined"}
+        if node.name in guards and isinstance(node.node, nodes.Name):
+            out.add(id(node.node))
+    branches: list[tuple[nodes.Node, list[nodes.Node]]] = []
+    for cond in tree.find_all(nodes.If):
+        branches.append((cond.test, list(cond.body)))
+    for expr in tree.find_all(nodes.CondExpr):
+        branches.append((expr.test, [expr.expr1]))
+    for both in tree.find_all(nodes.And):
+        branches.append((both.left, [both.right]))
+    for test, body in branches:
+        names = _tested(test)
+        out |= {id(n) for part in body for n in _each(part, nodes.Name) if n.name in names}
+    for either in tree.find_all(nodes.Or):
+        names = _tested(either.left, "undefined")
+        out |= {id(n) for n in _each(either.right, nodes.Name) if n.name in names}
+    return out
+
+
 def _undeclared(tree: nodes.Template) -> set[str]:
-    return set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
+    """Names the template needs from its context: those used without a guard
+    (`default`, `is defined`)."""
+    undeclared = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
+    guarded = _guarded(tree)
+    unguarded = {
+        n.name for n in tree.find_all(nodes.Name) if n.ctx == "load" and id(n) not in guarded
+    }
+    return undeclared & unguarded
 
 
 def _first_line(trees: Iterable[nodes.Template], name: str) -> int | None:

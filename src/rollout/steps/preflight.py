@@ -106,7 +106,8 @@ def check_cpu(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]
     if missing:
         return [
             f"the CPU lacks {', '.join(missing)}, which the build needs (preflight.cpu_flags; "
-            "build with cuzk's portable feature for such hosts)"
+            "build with cuzk's portable feature for such hosts, and set preflight.cpu_flags "
+            "to [] to turn the check off: the default playbook's var cpu_flags)"
         ]
     notes.append(f"CPU has {', '.join(want)}")
     return []
@@ -122,6 +123,12 @@ def gpu_indexes(text: str) -> list[int]:
     return out
 
 
+GPU_CHECK_OFF = (
+    "; a host without GPUs: set preflight.gpus false (in the default playbook, "
+    "the host var has_gpu: false)"
+)
+
+
 def check_gpus(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     if not ctx.settings.preflight.gpus:
         notes.append("no GPU check (the host's vars say it has none)")
@@ -130,13 +137,14 @@ def check_gpus(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str
     r = ctx.sh("nvidia-smi --query-gpu=index,name --format=csv,noheader 2>&1", timeout=60)
     if not r.ok:
         why = (r.stdout or r.stderr).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
-        return [f"nvidia-smi failed on the host: {why[0]}"]
+        return [f"nvidia-smi failed on the host: {why[0]}{GPU_CHECK_OFF}"]
     listed = gpu_indexes(r.stdout)
     missing = [d for d in want if d not in listed]
     if missing:
-        return [f"GPU {missing} not listed by nvidia-smi (it lists {listed or 'none'})"]
+        return [f"GPU {missing} not listed by nvidia-smi (it lists {listed or 'none'}; "
+                f"daemon.gpu_devices names them){GPU_CHECK_OFF}"]
     if not listed:
-        return ["nvidia-smi lists no GPU"]
+        return [f"nvidia-smi lists no GPU{GPU_CHECK_OFF}"]
     notes.append(f"GPUs {want or listed} present")
     return []
 
@@ -222,7 +230,7 @@ def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> l
     if not ctx.sh(f"test -f {q(marker)}").ok:
         return [
             f"{ctx.name} is not a host this playbook may run on: {marker} is missing "
-            "(the lab playbook runs only on lab hosts)"
+            "(preflight.host_marker: the lab playbook runs only on lab hosts)"
         ]
     notes.append(f"{marker} present")
     return []
