@@ -29,6 +29,7 @@ PORT = 8080
 ROOT = "/srv/www"
 LOG = "/srv/requests.jsonl"
 HOLD = "/srv/hold"
+RATE = "/srv/rate"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,13 @@ class WebServer:
 
     def release_hold(self) -> None:
         self.sh(f"rm -f {HOLD}")
+
+    def throttle(self, bytes_per_second: int) -> None:
+        """Every GET sends its body at about `bytes_per_second` until `unthrottle()`."""
+        self.sh(f"echo {int(bytes_per_second)} > {RATE}.new && mv {RATE}.new {RATE}")
+
+    def unthrottle(self) -> None:
+        self.sh(f"rm -f {RATE}")
 
     def path(self, name: str) -> str:
         return f"{ROOT}/{name.lstrip('/')}"
@@ -104,7 +112,7 @@ def start_web_server() -> WebServer:
         ensure_host_image(client), name=name, labels={LABEL: lab_prefix()}, detach=True,
         network=lab_prefix(), ports={f"{PORT}/tcp": (ADDRESS, port)},
         entrypoint=["python3", "/srv/webserver.py", "--root", ROOT, "--log", LOG,
-                    "--hold", HOLD, "--port", str(PORT)],
+                    "--hold", HOLD, "--rate", RATE, "--port", str(PORT)],
     )  # fmt: skip
     container.put_archive("/", _script_tar())
     container.start()

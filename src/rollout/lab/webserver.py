@@ -4,7 +4,9 @@ publish`), one JSON line per request in the log (method, path, range, status, by
 
 A hold, for tests that cut a download midway: while the file HOLD holds a number N, every
 GET stops after sending N bytes of its body and waits until HOLD is removed, then goes on.
-Run: python3 webserver.py --root DIR --log FILE --hold FILE --port 8080
+A throttle, for tests that watch a download's progress: while the file RATE holds a number
+N, every GET sends its body at about N bytes a second.
+Run: python3 webserver.py --root DIR --log FILE --hold FILE [--rate FILE] --port 8080
 """
 
 from __future__ import annotations
@@ -76,12 +78,16 @@ class Handler(BaseHTTPRequestHandler):
         self._record(status, sent)
 
     def _send(self, local: str, start: int, length: int) -> int:
-        sent = 0
+        sent, began = 0, time.monotonic()
         with open(local, "rb") as f:
             f.seek(start)
             while sent < length:
                 self._wait_for_hold(sent)
-                chunk = f.read(min(CHUNK, length - sent, self._room(sent)))
+                rate = self._rate()
+                if rate:  # a tenth of a second's worth, once its time has come
+                    time.sleep(max(0.0, began + sent / rate - time.monotonic()))
+                room = max(1, rate // 10) if rate else CHUNK
+                chunk = f.read(min(CHUNK, length - sent, self._room(sent), room))
                 if not chunk:
                     break
                 try:
@@ -98,6 +104,14 @@ class Handler(BaseHTTPRequestHandler):
                 return int(f.read().strip() or 0)
         except (OSError, ValueError):
             return None
+
+    def _rate(self) -> int:
+        path = getattr(self.opts, "rate", None)
+        try:
+            with open(path or "") as f:
+                return max(0, int(f.read().strip() or 0))
+        except (OSError, ValueError):
+            return 0
 
     def _room(self, sent: int) -> int:
         at = self._hold_at()
@@ -142,6 +156,7 @@ def main() -> None:
     p.add_argument("--root", required=True)
     p.add_argument("--log", required=True)
     p.add_argument("--hold", required=True)
+    p.add_argument("--rate", default="")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--bind", default="0.0.0.0")
     Handler.opts = p.parse_args()
