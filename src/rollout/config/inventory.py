@@ -221,20 +221,22 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 def load_inventory(path: Path | str) -> Inventory:
     """Read, validate and resolve an inventory file: fleet.yaml, or an Ansible inventory
-    (INI when the name does not end in .yaml/.yml, as Ansible decides). Errors raise
+    (INI when the name does not end in .yaml/.yml, as Ansible decides, with the group_vars/
+    and host_vars/ folders beside it). Errors raise
     ConfigError naming the file, line and key."""
     from .ansible import host_entries
     from .ansible_ini import read_ini
+    from .ansible_vars import with_vars_dirs
     from .ansible_yaml import looks_like_ansible, parse_yaml
 
     if isinstance(path, str) and path.startswith("vastai:"):
         return _from_vastai(path)
     file = Path(path)
     if file.suffix not in YAML_SUFFIXES:
-        return _from_entries(file, host_entries(read_ini(file)))
+        return _from_entries(file, host_entries(with_vars_dirs(read_ini(file))))
     doc = load_yaml(file, "inventory")
     if looks_like_ansible(doc.root):
-        return _from_entries(file, host_entries(parse_yaml(doc)))
+        return _from_entries(file, host_entries(with_vars_dirs(parse_yaml(doc))))
     spec = validate(InventoryFile, to_plain(doc.root), doc)
     check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
     ssh = _ssh_config(spec.defaults, doc.base_dir, doc.location(("defaults", "ssh_config")))
