@@ -86,9 +86,54 @@ def test_html_has_a_bar_per_step_and_a_curve_per_drain() -> None:
 def test_drain_curve_reads_unix_times_and_seconds() -> None:
     first, second = drain_curves(_record())
     assert first.points == [(0.0, 300.0), (1.0, 200.0), (2.0, 10.0)]
-    assert first.line == 100.0 and first.line_label == "drained below"
+    assert first.line == 100.0 and first.line_label == "drained below 100B"
     assert second.points[-1] == (0.5, 5.0) and second.limit == 1000
-    assert second.line == 100 and second.line_label == "budget 900B fits below"
+    assert second.line == 100
+    assert second.line_label == "new daemon fits below 100B (limit - its budget 900B)"
+
+
+def _drain_record(samples: list[list[float]], **data: Any) -> Any:
+    bus = EventBus("run-4")
+    bus.emit("run_start", data={"version": "v2", "batches": [["h1"]]})
+    bus.emit("step_start", host="h1", step="drain", data={"kind": "drain"})
+    bus.emit("step_end", host="h1", step="drain", status="ok", reason="drained",
+             data={"duration": 0.2, "attempts": 1, "samples": samples, "outcome": "drained",
+                   "budget": 400 << 20, "memory": {"limit": 512 << 20}, **data})
+    bus.emit("run_end", status="ok", reason="done", data={})
+    return fold(bus.history)
+
+
+def _curve_xs(page: str) -> list[float]:
+    points = page.split('<polyline class="curve"', 1)[1].split('points="', 1)[1].split('"')[0]
+    return [float(p.split(",")[0]) for p in points.split()]
+
+
+def test_a_drain_under_a_second_draws_its_curve() -> None:
+    # What a lab drain records when the memory is back at the first look: one sample.
+    record = _drain_record([[0.001, 41717760]], started=1000.0, ended=1000.032)
+    (curve,) = drain_curves(record)
+    assert curve.points == [(0.001, 41717760.0), (0.032, 41717760.0)]
+    page = html.render(record)
+    xs = _curve_xs(page)
+    assert len(xs) == 2 and xs[1] - xs[0] > 300  # a line across the chart, not a dot
+    assert ">32 ms</text>" in page  # the time axis ends where the drain did, in ms
+    # No started/ended (an older journal): held for the step's duration.
+    (old,) = drain_curves(_drain_record([[0.0, 300.0]]))
+    assert old.points == [(0.0, 300.0), (0.2, 300.0)]
+    # Several samples within a second are drawn as recorded.
+    (quick,) = drain_curves(_drain_record([[0.0, 9.0], [0.25, 5.0], [0.5, 1.0]], ended=0.0))
+    assert quick.points == [(0.0, 9.0), (0.25, 5.0), (0.5, 1.0)]
+
+
+def test_html_labels_say_what_they_mean() -> None:
+    page = html.render(_drain_record([[0.0, 500 << 20], [0.4, 50 << 20]]))
+    for label in ("working set (bytes)", "seconds since the drain began", "seconds from start",
+                  "cgroup memory limit 512.0MiB",
+                  "new daemon fits below 112.0MiB (limit - its budget 400.0MiB)",
+                  "<th>took</th>", "<th>release id</th>", "<th>steps that changed the host</th>",
+                  "h1, step drain: drained", " · took "):
+        assert label in page, label
+    assert "fits below</text>" not in page and ">400 ms</text>" in page
 
 
 def test_sinks_write_when_the_run_ends(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from rollout.reports.summary import secs
 from rollout.units import format_size
 
 LABEL_W, PLOT_W, ROW_H, BAR_H, AXIS_H = 130, 860, 34, 18, 24
-CURVE_W, CURVE_H, PAD = 420, 170, 44
+CURVE_W, CURVE_H, PAD = 440, 200, 64
 
 CSS = """
 body{font:14px system-ui,sans-serif;margin:24px;color:#1d232b;background:#fff}
@@ -31,7 +31,7 @@ svg text{font:12px system-ui,sans-serif;fill:#1d232b}
 .curve{fill:none;stroke:#1971c2;stroke-width:2}
 .budget{stroke:#d92d20;stroke-width:1.5;stroke-dasharray:6 3}.limit{stroke:#868e96}
 figure.memory{display:inline-block;margin:0 16px 16px 0}
-.last-sample{fill:#1971c2}
+.last-sample{fill:#1971c2}.axis-title,.y-title,.x-title{fill:#555}
 table{border-collapse:collapse}td:nth-child(-n+4){white-space:nowrap}
 th,td{border:1px solid #dee2e6;padding:4px 8px;text-align:left}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-2px}
@@ -92,7 +92,8 @@ def _axis(span: float, scale: float, height: int) -> str:
         ticks.append(f'<line class="grid" x1="{x:.1f}" y1="{AXIS_H - 6}" x2="{x:.1f}" '
                      f'y2="{height}"/><text x="{x + 2:.1f}" y="{AXIS_H - 10}">{secs(t)}</text>')
         t += step
-    return "".join(ticks)
+    title = f'<text class="axis-title" x="4" y="{AXIS_H - 10}">seconds from start</text>'
+    return title + "".join(ticks)
 
 
 def timeline(record: RunRecord) -> str:
@@ -105,38 +106,58 @@ def timeline(record: RunRecord) -> str:
     height = AXIS_H + ROW_H * len(hosts) + 8
     rows = "".join(_host_row(h, i, t0, scale) for i, h in enumerate(hosts))
     return (f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" '
-            f'width="{LABEL_W + PLOT_W + 20}" height="{height}" role="img" '
-            f'aria-label="timeline per host">'
+            f'width="{LABEL_W + PLOT_W + 40}" height="{height}" role="img" '
+            f'aria-label="each host\'s steps over seconds from the first step">'
             f"{_axis(span, scale, height)}{rows}</svg>")
+
+
+def seconds(value: float) -> str:
+    """A time for an axis: milliseconds below a second, else as the tables write it."""
+    return f"{value * 1000:.0f} ms" if value < 1 else secs(value)
+
+
+def _curve_axes(top: float, span: float) -> list[str]:
+    """Both axes with their units: memory (working set) up, seconds since the drain began
+    along."""
+    bottom, right = CURVE_H - 34, CURVE_W - 8
+    return [f'<line class="axis" x1="{PAD}" y1="{bottom}" x2="{right}" y2="{bottom}"/>'
+            f'<line class="axis" x1="{PAD}" y1="20" x2="{PAD}" y2="{bottom}"/>',
+            f'<text class="y-title" x="2" y="12">working set (bytes)</text>'
+            f'<text class="y-tick" x="{PAD - 4}" y="24" text-anchor="end">'
+            f"{escape(format_size(int(top)))}</text>"
+            f'<text class="y-tick" x="{PAD - 4}" y="{bottom}" text-anchor="end">0</text>',
+            f'<text class="x-tick" x="{PAD}" y="{bottom + 14}">0</text>'
+            f'<text class="x-tick" x="{right}" y="{bottom + 14}" text-anchor="end">'
+            f"{seconds(span)}</text>"
+            f'<text class="x-title" x="{(PAD + right) / 2:.0f}" y="{CURVE_H - 4}" '
+            f'text-anchor="middle">seconds since the drain began</text>']
 
 
 def _curve_svg(curve: Curve) -> str:
     top = 1.1 * max([b for _, b in curve.points] + [curve.line or 0, 1])
-    span = max([t for t, _ in curve.points] + [0.1])
+    span = max([t for t, _ in curve.points] + [0.001])
+    bottom = CURVE_H - 34
 
     def xy(t: float, b: float) -> str:
         x = PAD + t / span * (CURVE_W - PAD - 8)
-        return f"{x:.1f},{CURVE_H - 20 - b / top * (CURVE_H - 30):.1f}"
+        return f"{x:.1f},{bottom - b / top * (bottom - 20):.1f}"
 
     points = " ".join(xy(t, b) for t, b in curve.points)
-    parts = [f'<line class="axis" x1="{PAD}" y1="{CURVE_H - 20}" x2="{CURVE_W - 8}" '
-             f'y2="{CURVE_H - 20}"/>',
-             f'<text x="{PAD}" y="{CURVE_H - 4}">0s</text>'
-             f'<text x="{CURVE_W - 50}" y="{CURVE_H - 4}">{secs(span)}</text>',
-             f'<text x="2" y="14">{escape(format_size(int(top)))}</text>']
-    for cls, value, label in (("limit", curve.limit, "limit"),
+    parts = _curve_axes(top, span)
+    for cls, value, label in (("limit", curve.limit, "cgroup memory limit "
+                               + format_size(int(curve.limit or 0))),
                               ("budget", curve.line, curve.line_label)):
         if value and value <= top:
             y = xy(0, value).split(",")[1]
             parts.append(f'<line class="{cls}" x1="{PAD}" y1="{y}" x2="{CURVE_W - 8}" y2="{y}"/>'
                          f'<text x="{CURVE_W - 8}" y="{float(y) - 3:.1f}" '
-                         f'text-anchor="end">{escape(label)} '
-                         f"{escape(format_size(int(value)))}</text>")
+                         f'text-anchor="end">{escape(label)}</text>')
     parts.append(f'<polyline class="curve" data-host="{_attr(curve.host)}" '
                  f'data-step="{_attr(curve.step)}" points="{points}"/>')
     last_x, last_y = xy(*curve.points[-1]).split(",")
     parts.append(f'<circle class="last-sample" cx="{last_x}" cy="{last_y}" r="3"/>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{CURVE_W}" height="{CURVE_H}">'
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{CURVE_W}" height="{CURVE_H}" '
+            f'role="img" aria-label="working set in bytes over seconds since the drain began">'
             + "".join(parts) + "</svg>")
 
 
@@ -146,7 +167,8 @@ def memory_section(record: RunRecord) -> str:
         return "<p>No drain recorded memory samples in this run.</p>"
     return "".join(
         f'<figure class="memory" data-host="{_attr(c.host)}" data-step="{_attr(c.step)}">'
-        f"<figcaption>{escape(c.host)}: {escape(c.step)} ({escape(c.outcome)})</figcaption>"
+        f"<figcaption>{escape(c.host)}, step {escape(c.step)}: {escape(c.outcome)}"
+        f"</figcaption>"
         f"{_curve_svg(c)}</figure>"
         for c in curves
     )
@@ -160,8 +182,8 @@ def results_table(record: RunRecord) -> str:
                     f'<td class="{_attr(h.status)}">{escape(h.status)}</td>'
                     f"<td>{escape((h.release or '-')[:12])}</td><td>{secs(h.duration)}</td>"
                     f"<td>{escape(changed)}</td><td>{escape(h.reason)}</td></tr>")
-    head = "".join(f"<th>{c}</th>" for c in ("host", "result", "release", "duration",
-                                              "changed", "reason"))
+    head = "".join(f"<th>{c}</th>" for c in ("host", "result", "release id", "took",
+                                              "steps that changed the host", "reason"))
     return f'<table class="results"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
@@ -172,6 +194,12 @@ LEGEND = ('<p class="legend"><span class="status-ok" style="background:#2f9e44">
           '<span style="border:2px dashed #5f3dc4"></span>rollback step</p>')
 
 
+DRAIN_NOTE = ('<p class="meta">The working set (the cgroup\'s memory less the page cache '
+              "it can drop), sampled while the old daemon stopped; the dashed line is the level "
+              "it had to fall below before the new release started; the dot is the last "
+              "sample.</p>")
+
+
 def render(record: RunRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.start))
     aborted = f'<p class="aborted">aborted: {escape(record.aborted)}</p>' if record.aborted else ""
@@ -180,7 +208,8 @@ def render(record: RunRecord) -> str:
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
             f"<h1>{escape(title)}</h1><p class=\"meta\">{what} {escape(record.version or '-')}"
-            f" · started {when} · {secs(record.duration)}</p>{aborted}"
-            f"<h2>Timeline</h2>{LEGEND}{timeline(record)}"
-            f"<h2>Drain memory</h2>{memory_section(record)}"
+            f" · started {when} · took {secs(record.duration)}</p>{aborted}"
+            f"<h2>Timeline: each host's steps, from the first step</h2>{LEGEND}"
+            f"{timeline(record)}<h2>Drain memory: the old daemon's memory as it drained</h2>"
+            f"{DRAIN_NOTE}{memory_section(record)}"
             f"<h2>Results</h2>{results_table(record)}</body></html>\n")
