@@ -89,6 +89,11 @@ def test_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixtur
     assert err.startswith("error: ") and "Traceback" not in err
 
 
+def test_a_flag_without_its_value_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_rollout("rollout", "--hosts") == 2
+    assert "Flag --hosts needed value" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [USAGE_ERRORS["unknown option"],
                                   USAGE_ERRORS["missing argument"]])  # fmt: skip
 def test_the_installed_command_exits_2_on_usage_errors(argv: tuple[str, ...]) -> None:

@@ -40,6 +40,9 @@ class CheckedArgument(Argument):
     argument never takes a word that starts with `-` (`drain --bogus`: an unknown option,
     not a host named `--bogus`)."""
 
+    def __repr__(self) -> str:  # how invoke's parser names it: "Flag --hosts needed value"
+        return _flag(self)
+
     def set_value(self, value: Any, cast: bool = True) -> None:
         if self.positional and cast and str(value).startswith("-"):
             raise Exit(f"error: no option {value} here, and {str(self.name).upper()} cannot "
