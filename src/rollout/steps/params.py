@@ -14,6 +14,7 @@ from typing import Any
 from rollout.errors import StepFailed
 from rollout.host.layout import q
 from rollout.steps.base import HostContext
+from rollout.steps.transfer import put_file, run_watched
 from rollout.units import format_size, parse_size
 
 _URL = re.compile(r"^https?://")
@@ -124,19 +125,20 @@ def _stage(ctx: HostContext, name: str, partial_size: int | None) -> str:
     ctx.sh(f"mkdir -p -- {q(cache)}").check()
     want = entry.sha256
     if _URL.match(source):
-        r = ctx.sh(f"curl -fsSL --retry 3 -C - -o {q(partial)} -- {q(source)}")
-        if r.exit_code == 33:  # the server cannot resume (no byte ranges): from the start
-            r = ctx.sh(f"rm -f -- {q(partial)} && curl -fsSL --retry 3 -o {q(partial)} -- "
-                       f"{q(source)}")
-        if not r.ok:
-            raise StepFailed(f"staging {name} from {source}: curl exit {r.exit_code}",
-                             output=r.stderr[-1000:])
+        curl = f"curl -fsSL --retry 3 -o {q(partial)} -- {q(source)}"
+        resume = f"curl -fsSL --retry 3 -C - -o {q(partial)} -- {q(source)}"
+        code, said = run_watched(ctx, resume, partial, entry.size, "params")
+        if code == 33:  # the server cannot resume (no byte ranges): from the start
+            code, said = run_watched(ctx, f"rm -f -- {q(partial)} && {curl}", partial,
+                                     entry.size, "params")
+        if code != 0:
+            raise StepFailed(f"staging {name} from {source}: curl exit {code}", output=said)
     else:
         local = Path(source)
         if not local.is_file():
             raise StepFailed(f"params.source has no file {local}", retryable=False)
         want = want or _local_sha256(local)
-        ctx.transport.put(str(local), partial, resume=True)
+        put_file(ctx, str(local), partial, "params")
     _verify(ctx, partial, entry.size, want)
     ctx.sh(f"mv -T -- {q(partial)} {q(target)}").check()
     resumed = f", resumed at {partial_size} bytes" if partial_size else ""

@@ -21,11 +21,11 @@ from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.secrets import tail
 from rollout.steps.base import HostContext, Release
 from rollout.steps.release import install_partial, push_into
+from rollout.steps.transfer import follow_lines
 from rollout.transport.base import Stream
 
 CONNECT_TIMEOUT = 10.0  # seconds the URL's server has to accept the host's connection
 PROGRESS_EVERY = 1.0  # seconds between two progress lines of the host's download
-READ_WAIT = 5.0  # seconds between two looks at the step's deadline while the host downloads
 MAX_REPORT = 1 << 16  # characters of the final report line; a longer one is not it
 
 
@@ -67,24 +67,19 @@ def follow(ctx: HostContext, stream: Stream, release: Release) -> dict[str, Any]
     names = {a.name for a in release.artifacts}
     tracker = tracker_for(ctx.emit, "upload", "pull", sum(a.size for a in release.artifacts))
     done: dict[str, int] = {}
-    last_look = False
-    while True:
-        ctx.tether()
-        left = ctx.remaining()
-        line = stream.readline(min(left, READ_WAIT) if left is not None else READ_WAIT)
-        sample = parse_host_progress(line, names) if line else None
-        if sample is not None:
-            done[sample[0]] = sample[1]
-            if tracker is not None:
-                tracker.update(sum(done.values()))
-            continue
-        report = parse_report(line) if line else None
-        if report is not None:
-            return report
-        if not line and stream.ended:
-            if last_look:
-                break
-            last_look = True
+
+    def on_line(line: str) -> dict[str, Any] | None:
+        sample = parse_host_progress(line, names)
+        if sample is None:
+            return parse_report(line)
+        done[sample[0]] = sample[1]
+        if tracker is not None:
+            tracker.update(sum(done.values()))
+        return None
+
+    report = follow_lines(ctx, stream, on_line)
+    if report is not None:
+        return report
     said = bytes(getattr(stream, "stderr", b"") or b"").decode("utf-8", "replace")
     raise StepFailed(f"the download on the host ended without its report: {tail(said, 400)}")
 

@@ -20,6 +20,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.identity import check_ports, then_ports
+from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
 
 
@@ -72,7 +73,7 @@ def ensure_input(ctx: HostContext, seen: str | None = None) -> str:
         )
     partial = f"{spec.path}.partial"
     ctx.sh(f"mkdir -p -- {q(spec.path.rsplit('/', 1)[0])}").check()
-    ctx.transport.put(str(source), partial, resume=True)
+    put_file(ctx, str(source), partial, "input")
     if _sha256_on_host(ctx, partial) != want:
         ctx.sh(f"rm -f -- {q(partial)}")
         raise StepFailed(f"staged validation input {spec.path}: sha256 mismatch")

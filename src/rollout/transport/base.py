@@ -76,8 +76,10 @@ class Transport(ABC):
         return self.run(script_command(args, before), timeout=timeout, stdin=source)
 
     @abstractmethod
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
-        """Copy a local file to the host. `resume`: append to what a partial copy left."""
+    def put(self, local_path: str, remote_path: str, resume: bool = False,
+            progress: Progress | None = None) -> None:
+        """Copy a local file to the host. `resume`: append to what a partial copy left.
+        `progress`: told the bytes of the file on the host so far, as they go."""
 
     def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:

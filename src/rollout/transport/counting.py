@@ -41,9 +41,12 @@ class CountingTransport(Transport):
         self.sent.add(self.name, size)
         return self.inner.run_script(source, args, timeout=timeout, before=before)
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+    def put(self, local_path: str, remote_path: str, resume: bool = False,
+            progress: Progress | None = None) -> None:
         self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
-        self.inner.put(local_path, remote_path, resume)
+        if progress is None:
+            return self.inner.put(local_path, remote_path, resume)
+        return self.inner.put(local_path, remote_path, resume, progress)
 
     def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:

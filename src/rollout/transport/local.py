@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 
-from rollout.transport.base import RunResult, Stream, Transport
+from rollout.transport.base import Progress, RunResult, Stream, Transport
 
 
 def resume_offset(local_path: str, remote_path: str, resume: bool) -> int:
@@ -83,11 +83,17 @@ class LocalTransport(Transport):
             return RunResult(command, 124, out, "(timed out)")
         return RunResult(command, p.returncode, p.stdout, p.stderr)
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+    def put(self, local_path: str, remote_path: str, resume: bool = False,
+            progress: Progress | None = None) -> None:
         start = resume_offset(local_path, remote_path, resume)
         with open(local_path, "rb") as src, open(remote_path, "ab" if start else "wb") as dst:
             src.seek(start)
-            shutil.copyfileobj(src, dst, 1 << 20)
+            if progress is None:
+                return shutil.copyfileobj(src, dst, 1 << 20)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+                start += len(chunk)
+                progress(start)
 
     def get(self, remote_path: str, local_path: str) -> None:
         shutil.copyfile(remote_path, local_path)

@@ -134,6 +134,11 @@ def _counted(chunks: Iterator[bytes], progress: Progress | None) -> Iterator[byt
             progress(sent)
 
 
+def _from(start: int, progress: Progress) -> Progress:
+    """`progress` told the bytes on the host: what was there before, and what was sent."""
+    return lambda sent: progress(start + sent)
+
+
 class SshTransport(Transport):
     def __init__(self, target: SshTarget) -> None:
         self.name = target.name
@@ -267,14 +272,16 @@ class SshTransport(Transport):
             self._drop()
             raise TransportError(f"{self.name}: connection lost: {e}") from e
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+    def put(self, local_path: str, remote_path: str, resume: bool = False,
+            progress: Progress | None = None) -> None:
         start = self._remote_size(remote_path) if resume else 0
         if start > os.path.getsize(local_path):
             start = 0
         redirect = ">>" if start else ">"
         folder = shlex.quote(posixpath.dirname(remote_path) or "/")
+        told = None if progress is None else _from(start, progress)
         self._upload(local_path, start, f"mkdir -p -- {folder} && cat {redirect} "
-                                        f"{shlex.quote(remote_path)}").check()
+                                        f"{shlex.quote(remote_path)}", told).check()
 
     def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:

@@ -1,0 +1,124 @@
+"""Progress of the staging transfers (issue 19): a params file or the validation input put
+from the controller, and a params file the host downloads itself with curl, watched while
+it runs. Against this machine (LocalTransport) and the lab's web server on loopback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rollout.lab.webserver import Handler
+from rollout.steps.base import HostContext
+from rollout.steps.transfer import put_file, run_watched
+from rollout.transport.base import Stream
+from rollout.transport.local import LocalTransport
+
+DATA = bytes(range(256)) * 4000  # 1 024 000 bytes
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.data: list[dict[str, Any]] = []
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        assert kind == "progress"
+        self.data.append(fields["data"])
+
+
+def context(emit: Recorder, transport: LocalTransport | None = None) -> HostContext:
+    return HostContext(SimpleNamespace(name="h", vars={}), transport or LocalTransport("h"),
+                       None, settings=None, emit=emit)  # type: ignore[arg-type]
+
+
+def test_a_put_reports_the_bytes_on_the_host_resumed_ones_included(tmp_path: Path) -> None:
+    local, remote = tmp_path / "src", tmp_path / "dst"
+    local.write_bytes(DATA * 3)
+    remote.write_bytes(DATA[:100_000])  # an earlier try stopped there
+    emit = Recorder()
+    put_file(context(emit), str(local), str(remote), "params")
+    assert remote.read_bytes() == DATA * 3
+    assert emit.data[0]["what"] == "params" and emit.data[0]["total"] == len(DATA) * 3
+    assert emit.data[0]["bytes"] > 100_000  # counted from what was there
+    assert emit.data[-1]["bytes"] == len(DATA) * 3
+
+
+@pytest.fixture
+def slow_server(tmp_path: Path) -> Iterator[str]:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f").write_bytes(DATA)
+    (tmp_path / "rate").write_text(str(len(DATA) // 3))  # about 3 s
+    Handler.opts = SimpleNamespace(root=str(root), log=str(tmp_path / "log.jsonl"),
+                                   hold=str(tmp_path / "hold"), rate=str(tmp_path / "rate"))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_host_download_is_watched_while_it_runs(slow_server: str, tmp_path: Path) -> None:
+    emit = Recorder()
+    target = tmp_path / "dl"
+    code, said = run_watched(context(emit), f"curl -fsSL -o {target} -- {slow_server}/f",
+                             str(target), len(DATA), "params")
+    assert code == 0, said
+    assert target.read_bytes() == DATA
+    during = [d for d in emit.data if 0 < d["bytes"] < len(DATA)]
+    assert during and all(d["what"] == "params" for d in emit.data), emit.data
+
+
+def test_a_failed_download_says_why(slow_server: str, tmp_path: Path) -> None:
+    code, said = run_watched(context(Recorder()),
+                             f"curl -fsSL -o {tmp_path / 'x'} -- {slow_server}/missing",
+                             str(tmp_path / "x"), 10, "params")
+    assert code == 22 and "404" in said
+
+
+class Lines(Stream):
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+
+    def readline(self, timeout: float) -> str:
+        return self.lines.pop(0) if self.lines else ""
+
+    def write(self, text: str) -> bool:
+        return True
+
+    @property
+    def ended(self) -> bool:
+        return not self.lines
+
+    def close(self) -> None:
+        self.lines = []
+
+
+class Says(LocalTransport):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("h")
+        self.lines = lines
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream:
+        return Lines(self.lines)
+
+
+def test_hostile_lines_are_no_progress_and_no_exit() -> None:
+    emit = Recorder()
+    lines = ["size 10", "size -5", "size 1e9", "size 99999999999999999999999", " size 20",
+             "exit 0; rm -rf /", "exit", "exit 1234", "\x1b[2J", "size 40", "exit 7"]
+    code, said = run_watched(context(emit, Says(lines)), "true", "/x", 100, "params")
+    assert code == 7
+    assert [d["bytes"] for d in emit.data] == [10]  # 40 came within the second
+    assert "exit 0; rm -rf /" in said and "size -5" in said
+
+
+def test_a_stream_that_ends_without_its_status_is_a_failure() -> None:
+    code, _ = run_watched(context(Recorder(), Says(["size 1"])), "true", "/x", 100, "params")
+    assert code == 255
