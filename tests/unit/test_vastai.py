@@ -247,6 +247,14 @@ def test_names_are_safe_and_unique() -> None:
             enumerate(["a b", "a-b", "", "x" * 300, "../..", "ok"])]
     got = vastai.host_names(rows)
     assert got == {0: "a-b-0", 1: "a-b-1", 2: "vast-2", 3: "x" * 63, 4: "vast-4", 5: "ok"}
+    spelled = [vastai.Instance(id=5, label="a"), vastai.Instance(id=6, label="a"),
+               vastai.Instance(id=7, label="a-5")]
+    assert vastai.host_names(spelled) == {5: "vast-5", 6: "a-6", 7: "vast-7"}
+    clash = [vastai.Instance(id=5, label="a", actual_status="running", ssh_host="h",
+                             ssh_port=22 + i) for i in range(2)]
+    fleet = vastai.select(clash, vastai.VastaiSource(label="a"))  # one id twice: malformed
+    assert [h.name for h in fleet.hosts] == ["a"]
+    assert fleet.skipped == ["a (instance 5): another instance has its name"]
 
 
 def test_a_bad_ref_is_a_user_error(api: Callable[..., list[str]]) -> None:

@@ -300,6 +300,8 @@ def select(rows: list[Instance], source: VastaiSource) -> VastFleet:
     skipped: list[str] = []
     for row in matching:
         reason, address, port = _why_not(row, source.address)
+        if not reason and names[row.id] in {host.name for host in hosts}:
+            reason = "another instance has its name"
         if reason:
             skipped.append(f"{names[row.id]} (instance {row.id}): {reason}")
             continue
@@ -324,7 +326,8 @@ def host_names(rows: list[Instance]) -> dict[int, str]:
             out[row.id] = base
         else:
             out[row.id] = f"{(base or 'vast')[: NAME_MAX - 12]}-{row.id}"
-    return out
+    taken = Counter(out.values())  # a label can spell another's name-id: then vast-ID
+    return {id_: f"vast-{id_}" if taken[name] > 1 else name for id_, name in out.items()}
 
 
 def _safe_name(label: str) -> str:
