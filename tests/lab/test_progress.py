@@ -5,16 +5,24 @@ pushed to before the push begins."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollout import lab
+from rollout.config.inventory import load_inventory
+from rollout.host.layout import Layout
 from rollout.lab.web import WebServer, start_web_server, stop_web_server
+from rollout.steps.base import HostContext
+from rollout.steps.pull import fetch_command
+from rollout.steps.transfer import run_watched
+from rollout.transport.ssh import SshTransport
 
 from .conftest import LabFleet
-from .rollout_helpers import FAST_KNOBS, REPO, CliRun, assert_serving, fresh_fleet, run_cli
+from .rollout_helpers import FAST_KNOBS, REPO, CliRun, assert_serving, fresh_fleet, run_cli, sh
 
 pytestmark = pytest.mark.lab
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
@@ -100,3 +108,68 @@ def test_the_fallback_is_announced_before_the_push_begins(
     assert events[pushes[-1]]["data"]["bytes"] == size
     assert any(" fallback " in line for line in run.stderr.splitlines()), run.stderr[-2000:]
     assert assert_serving("lab-2") == "g2"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.data: list[dict[str, Any]] = []
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self.data.append(fields["data"])
+
+
+def _context(fleet: LabFleet, name: str, emit: Recorder) -> HostContext:
+    host = load_inventory(fleet.fleet_path).get(name)
+    return HostContext(host, SshTransport(host), Layout("/data"), None, emit=emit)
+
+
+def _big_file(web: WebServer, name: str, size: int) -> str:
+    """A file of `size` random bytes on the web server; its sha256."""
+    web.sh(f"mkdir -p {web.path('big')} && head -c {size} /dev/urandom > {web.path(name)}")
+    return web.sh(f"sha256sum {web.path(name)}").split()[0]
+
+
+def test_a_download_by_curl_on_the_host_is_watched_over_ssh(
+    fleet: LabFleet, web: WebServer
+) -> None:
+    size = 3 << 20
+    digest = _big_file(web, "big/params", size)
+    emit = Recorder()
+    ctx = _context(fleet, "lab-1", emit)
+    web.throttle(size // 3)  # about 3 s
+    try:
+        code, said = run_watched(ctx, f"curl -fsSL -o /tmp/h-params -- {web.url}/big/params",
+                                 "/tmp/h-params", size, "params")
+    finally:
+        web.unthrottle()
+        ctx.transport.close()
+    assert code == 0, said
+    assert sh("lab-1", "sha256sum /tmp/h-params; rm -f /tmp/h-params").split()[0] == digest
+    assert [d for d in emit.data if 0 < d["bytes"] < size and d["rate"]], emit.data
+
+
+def test_the_host_download_stops_when_the_controller_closes_its_channel(
+    fleet: LabFleet, web: WebServer
+) -> None:
+    size = 1 << 20
+    digest = _big_file(web, "big/held", size)
+    folder = "/tmp/h-prg-held-pull"
+    ctx = _context(fleet, "lab-2", Recorder())
+    web.hold_after(5000)
+    try:
+        args = ["--dir", folder, "--file", "held", f"{web.url}/big/held", digest, str(size)]
+        stream = ctx.transport.open_stream(*fetch_command(args))
+        assert stream is not None
+        line = json.loads(stream.readline(60))
+        assert line["progress"]["file"] == "held"
+        running = lab.exec_on("lab-2", "pgrep -f '[h]-prg-held-pull'")[0]
+        assert running == 0  # a process of its own, named by what it fetches
+        stream.close()
+        deadline = time.monotonic() + 30  # a bound, not the thing tested
+        while lab.exec_on("lab-2", "pgrep -f '[h]-prg-held-pull'")[0] == 0:
+            assert time.monotonic() < deadline, "the download outlived its channel"
+            time.sleep(0.1)
+    finally:
+        web.release_hold()
+        ctx.transport.close()
+        sh("lab-2", f"rm -rf {folder}")
