@@ -95,6 +95,9 @@ def test_plain_lines_every_ten_seconds_or_quarter_whichever_first() -> None:
     assert lines.due(key, 13.0, 80.0, False)  # crossed 50 and 75 %: one line
     assert lines.due(key, 13.5, 100.0, True)  # the last, always
     assert lines.due(("lab-2", "pull"), 13.5, 1.0, False)  # per host
+    assert not lines.due(("lab-2", "pull"), 14.0, 2.0, False)
+    lines.forget("lab-2")  # its step ended (failed): a retry's first line is shown
+    assert lines.due(("lab-2", "pull"), 14.5, 0.0, False)
 
 
 def _progress_event(host: str, done: int, total: int, at: float, **extra: Any) -> Event:
@@ -208,7 +211,7 @@ def test_follow_turns_host_lines_into_events_and_ignores_the_hostile_ones() -> N
     emit = Recorder()
     report = {"files": {"cuzk-daemon": {"received": 300}}, "error": None}
     lines = [
-        '{"progress": {"file": "cuzk-daemon", "bytes": 100}}',
+        '{"progress": {"file": "cuzk-daemon", "bytes": 300000000}}',  # past its size
         "Traceback (most recent call last): garbage \x00\xff",
         '{"progress": {"file": "evil", "bytes": 99999}}',
         '{"progress": {"file": "cuzk-daemon", "bytes": 300}}',
@@ -217,9 +220,9 @@ def test_follow_turns_host_lines_into_events_and_ignores_the_hostile_ones() -> N
     ]
     assert follow(_ctx(emit), Lines(lines), RELEASE) == report
     sent = emit.data
-    assert sent[0]["bytes"] == 100 and sent[0]["total"] == 400 and sent[0]["what"] == "pull"
+    # a file counts up to its own size, never for the others: 300 of 400, not all of it
+    assert sent[0]["bytes"] == 300 and sent[0]["total"] == 400 and sent[0]["what"] == "pull"
     assert sent[-1]["bytes"] == 400  # the last one always, however soon
-    assert all(d["bytes"] <= 400 for d in sent)
 
 
 def test_a_download_that_ends_without_its_report_fails_the_step() -> None:

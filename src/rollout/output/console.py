@@ -76,6 +76,7 @@ class ConsoleSink:
             return self._progress(event)
         if event.kind in ("step_end", "host_end"):
             self._end_live(event.host or "")
+            self.plain.forget(event.host or "")
         line = self._line(event)
         if line:
             self.console.print(line)

@@ -120,6 +120,11 @@ class PlainLines:
         self.interval, self.step = interval, step
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
 
+    def forget(self, host: str) -> None:
+        """The host's step ended: its next transfer starts afresh (its first line shown)."""
+        for key in [k for k in self._last if k[0] == host]:
+            del self._last[key]
+
     def due(self, key: tuple[str, str], now: float, percent: float, finished: bool) -> bool:
         bucket = int(percent // self.step)
         last = self._last.get(key)

@@ -64,15 +64,15 @@ def parse_report(line: str) -> dict[str, Any] | None:
 def follow(ctx: HostContext, stream: Stream, release: Release) -> dict[str, Any]:
     """Read the download's lines until its report, each progress line an event (at most one
     a second); the step's deadline and the guard are checked between lines."""
-    names = {a.name for a in release.artifacts}
+    sizes = {a.name: a.size for a in release.artifacts}
     tracker = tracker_for(ctx.emit, "upload", "pull", sum(a.size for a in release.artifacts))
     done: dict[str, int] = {}
 
     def on_line(line: str) -> dict[str, Any] | None:
-        sample = parse_host_progress(line, names)
+        sample = parse_host_progress(line, set(sizes))
         if sample is None:
             return parse_report(line)
-        done[sample[0]] = sample[1]
+        done[sample[0]] = min(sample[1], sizes[sample[0]])  # no file counts past its size
         if tracker is not None:
             tracker.update(sum(done.values()))
         return None
