@@ -198,11 +198,11 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     params: ValidateParams = action.params
     spec = ctx.settings.validation
     seen = probe(ctx)
-    staged = ensure_input(ctx, seen.input_seen)
+    check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
+    staged = ensure_input(ctx, seen.input_seen)  # (never staged for a daemon not running)
     command = ctx.render_command(params.command or spec.command)
     pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
     seconds = float(spec.timeout if params.timeout is None else params.timeout)
-    check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
     counters = (seen.status or {}).get("counters")
     before = counters if isinstance(counters, dict) else None
     record, evidence = evidence_doc(ctx)
