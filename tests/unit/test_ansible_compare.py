@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollout.commands.inventory_view import as_graph, describe
 from rollout.config.ansible import NOT_TEMPLATE_VARS, SSH_ARGS_VARS, merge
 from rollout.config.ansible_vars import read_ansible
 from rollout.config.inventory import load_inventory
@@ -72,13 +74,40 @@ def ansible_groups(listing: dict[str, Any]) -> dict[str, set[str]]:
     return out
 
 
+def ansible_graph(listing: dict[str, Any]) -> str:
+    """The tree `ansible-inventory --graph` draws, from its --list output (same order)."""
+    lines = ["@all:"]
+
+    def walk(group: str, depth: int) -> None:
+        body = listing.get(group, {})
+        for child in body.get("children", []):
+            lines.append("  |" * depth + f"--@{child}:")
+            walk(child, depth + 1)
+        if group != "all":
+            lines.extend("  |" * depth + f"--{host}" for host in body.get("hosts", []))
+
+    walk("all", 1)
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def listings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """ansible-inventory's reading of every case, run side by side (one process each)."""
+    names = cases(refused=False)
+    tmps = [tmp_path_factory.mktemp(name) for name in names]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        found = pool.map(ansible_inventory, [inventory_of(CASES / n) for n in names], tmps)
+        return dict(zip(names, found, strict=True))
+
+
 @pytest.mark.parametrize("case", cases(refused=False))
 def test_rollout_reads_it_as_ansible_inventory_does(
-    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    listings: dict[str, dict[str, Any]],
+) -> None:  # fmt: skip
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/config of this machine
     file = inventory_of(CASES / case)
-    listing = ansible_inventory(file, tmp_path)
+    listing = listings[case]
     hostvars: dict[str, dict[str, Any]] = listing["_meta"]["hostvars"]
     for name in ansible_groups(listing):
         hostvars.setdefault(name, {})
@@ -86,6 +115,7 @@ def test_rollout_reads_it_as_ansible_inventory_does(
     assert parsed is not None
     merged = {host.name: {k: v.value for k, v in host.vars.items()} for host in merge(parsed)}
     assert merged == hostvars
+    assert as_graph(describe(str(file))) == ansible_graph(listing)
     hosts = {h.name: h for h in load_inventory(file).hosts}
     assert list(hosts) == list(merged)  # declaration order
     groups = ansible_groups(listing)

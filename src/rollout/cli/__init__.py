@@ -8,7 +8,7 @@ from __future__ import annotations
 from invoke.collection import Collection
 
 from rollout import __version__
-from rollout.cli import bench_tasks, lab_tasks, release_tasks, rollout_tasks
+from rollout.cli import bench_tasks, inventory_tasks, lab_tasks, release_tasks, rollout_tasks
 from rollout.cli.program import RolloutProgram
 
 namespace = Collection(
@@ -23,6 +23,7 @@ namespace = Collection(
     rollout_tasks.diagnose,
     rollout_tasks.docs,
     rollout_tasks.report,
+    inventory_tasks.inventory,
     release_tasks.build,
     release_tasks.publish,
     bench_tasks.bench,

@@ -1,0 +1,33 @@
+"""`rollout inventory`: what rollout made of an inventory (hosts, groups, each host's
+connection settings and vars, and where each value came from). Reads files only."""
+
+from __future__ import annotations
+
+from invoke.context import Context
+
+from rollout.cli.errors import reports_errors
+from rollout.cli.rollout_tasks import HOSTS_HELP, hosts_file
+from rollout.cli.taskdef import task
+from rollout.errors import UserError
+
+
+@task(
+    help={
+        "hosts": HOSTS_HELP,
+        "graph": "Print a tree of groups and hosts, as `ansible-inventory --graph` does.",
+        "list_": "Print JSON in ansible-inventory's --list shape: each group's hosts and "
+        "children; under _meta.hostvars each host's address, port, user, key, proxy_jump, "
+        "groups and vars, and `sources`: the file and line each value came from (the default).",
+    },
+)
+@reports_errors
+def inventory(
+    c: Context, hosts: str | None = None, graph: bool = False, list_: bool = False
+) -> None:
+    """Show what rollout made of an inventory: --list (JSON, with sources) or --graph."""
+    if graph and list_:
+        raise UserError("rollout inventory takes --graph or --list, not both")
+    from rollout.commands.inventory_view import as_graph, as_json, describe
+
+    view = describe(hosts_file(hosts))
+    print(as_graph(view) if graph else as_json(view))
