@@ -20,6 +20,7 @@ import paramiko
 from rollout.transport.base import Stream
 
 _CHUNK = 1 << 16
+_STDERR_KEPT = 1 << 16  # bytes of a stream's stderr kept: a host may print without end
 
 
 @dataclass
@@ -140,8 +141,8 @@ class ChannelStream(Stream):
     def readline(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
-            if self.channel.recv_stderr_ready():
-                self.stderr += self.channel.recv_stderr(_CHUNK)
+            if self.channel.recv_stderr_ready():  # kept for a message: its tail only
+                self.stderr = (self.stderr + self.channel.recv_stderr(_CHUNK))[-_STDERR_KEPT:]
             if self.channel.recv_ready():
                 self._buf += self.channel.recv(_CHUNK)
                 continue
