@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollout.errors import ConfigError
+from rollout.errors import ConfigError, Location
 
 from .ansible import Parsed, Value, finish, split_port
 from .yamlfile import KeyPath, YamlDoc
@@ -95,6 +95,9 @@ def _vars(parsed: Parsed | None, doc: YamlDoc, node: Any, path: KeyPath,
 
 def vars_file(doc: YamlDoc) -> dict[str, Value]:
     """A group_vars/host_vars file: a mapping of vars (empty: none), each from `doc.path`."""
+    if not isinstance(doc.root, Mapping):
+        kind = "a list" if isinstance(doc.root, list) else f"the value {str(doc.root)[:40]!r}"
+        raise ConfigError(f"expected a mapping of vars, got {kind}", Location(str(doc.path), 1))
     return _vars(None, doc, doc.root, (), doc.path)
 
 
