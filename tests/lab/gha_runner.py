@@ -7,8 +7,10 @@ share nothing but artifacts, as on GitHub). Expressions `${{ secrets.X }}`, `${{
 `${{ env.X }}` and `${{ github.X }}` are filled in; any other expression is an error, so an
 example cannot use what the runner does not understand. `uses:` steps: checkout and
 setup-python are already done here; upload-artifact and download-artifact copy folders
-through a local store. `if: always()` runs a step after a failure; steps with an `id` in
-`skip_ids` (installing rollout, which the test's environment already has) are skipped.
+through a local store. `if: always()` runs a step after a failure. With `fresh_python`,
+setup-python gives the job a virtual environment of its own (as a hosted runner's fresh
+Python: nothing installed), first on the job's PATH; steps with an `id` in `skip_ids` are
+skipped (none by default: the install step runs as written).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,8 @@ class Runner:
     secrets: dict[str, str] = field(default_factory=dict)
     github: dict[str, str] = field(default_factory=dict)
     job_env: dict[str, dict[str, str]] = field(default_factory=dict)
-    skip_ids: frozenset[str] = frozenset({"install"})
+    skip_ids: frozenset[str] = frozenset()
+    fresh_python: bool = True
     runs: list[StepRun] = field(default_factory=list)
 
     def load(self) -> dict[str, Any]:
@@ -87,10 +91,21 @@ class Runner:
             condition = str(step.get("if", "success()"))
             if (not ok and "always()" not in condition) or step.get("id") in self.skip_ids:
                 continue
+            if self.fresh_python and str(step.get("uses", "")).startswith(
+                    "actions/setup-python"):
+                base["PATH"] = f"{self._python(name)}:{base.get('PATH', '')}"
             step_env = {**base, **{k: self._fill(str(v), base)
                                    for k, v in (step.get("env") or {}).items()}}
             ok = self._step(name, step, workspace, step_env) and ok
         return ok
+
+    def _python(self, job: str) -> Path:
+        """A fresh virtual environment for one job; its bin folder."""
+        venv = self.work / "pythons" / job
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300,
+                       env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+        return venv / "bin"
 
     def _fill(self, text: str, env: dict[str, str]) -> str:
         def value(m: re.Match[str]) -> str:

@@ -1,11 +1,13 @@
 """The GitHub example pipeline (examples/ci/github-release.yml), run as written on the lab:
-build once, then deploy the bundle to the canary fleet (lab-1) and the production fleet
-(lab-2, lab-3) with no Docker engine reachable, credentials from the "secret store"."""
+install rollout from the checkout into each job's fresh Python, build once, then deploy
+the bundle to the canary fleet (lab-1) and the production fleet (lab-2, lab-3) with no
+Docker engine reachable, credentials from the "secret store"."""
 
 from __future__ import annotations
 
 import json
-import sys
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,27 @@ FLEETS = {"canary": ["lab-1"], "production": ["lab-2", "lab-3"]}
 NO_DOCKER = "unix:///nonexistent/docker.sock"
 
 
+def _source(root: Path) -> None:
+    """rollout's own files, as this working tree has them, git-ignored ones left out (the
+    pipeline installs rollout from its checkout)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source, copy = REPO / name, root / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # playbooks/ and dockerfiles/ point into the package
+            copy.symlink_to(source.readlink())
+        elif source.is_file():
+            shutil.copy2(source, copy)
+
+
 def _checkout(fleet_path: Path, root: Path) -> Path:
-    """What the pipeline's repository holds: one inventory per fleet, its playbook, no
-    credentials."""
+    """What the pipeline's repository holds: rollout's source, one inventory per fleet, its
+    playbook, no credentials."""
     yaml = YAML(typ="safe", pure=True)
     lab = yaml.load(fleet_path.read_text())
+    _source(root)
     (root / "fleets").mkdir(parents=True)
     for fleet, names in FLEETS.items():
         inventory = {
@@ -40,7 +58,6 @@ def _checkout(fleet_path: Path, root: Path) -> Path:
     text = (REPO / "playbooks" / "lab.yaml").read_text()
     text = text.replace("../dockerfiles", str(REPO / "dockerfiles"))
     text = text.replace(" files/", f" {REPO}/playbooks/files/")
-    (root / "playbooks").mkdir()
     (root / "playbooks" / "rollout.yaml").write_text(text)
     return root
 
@@ -51,7 +68,7 @@ def test_github_example_builds_once_and_deploys_canary_first(
     for host in lab_fleet.hosts:
         reset_host(host.name)
     lab_dir = lab_fleet.fleet_path.parent
-    path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    path = "/usr/local/bin:/usr/bin:/bin"  # not the test's Python: setup-python gives a fresh one
     runner = Runner(
         WORKFLOW,
         _checkout(lab_fleet.fleet_path, tmp_path / "checkout"),
@@ -69,6 +86,14 @@ def test_github_example_builds_once_and_deploys_canary_first(
         failed[0].output[-3000:] if failed else results)
     assert [r.job for r in runner.runs if r.command.startswith("rollout ")] == [
         "build", "deploy-canary", "deploy-production"]  # built once, canary first
+    installs = [r for r in runner.runs if r.name == "Install rollout"]
+    assert [r.job for r in installs] == ["build", "deploy-canary", "deploy-production"]
+    for job in ("build", "deploy-canary", "deploy-production"):  # each job's own rollout
+        venv = tmp_path / "pythons" / job
+        shown = subprocess.run([venv / "bin" / "python", "-m", "pip", "show", "cuzk-rollout"],
+                               capture_output=True, text=True)
+        assert shown.returncode == 0 and "Name: cuzk-rollout" in shown.stdout, shown.stderr
+        assert (venv / "bin" / "rollout").exists()
 
     release = json.loads((tmp_path / "artifacts/release/dist/release/manifest.json").read_text())
     for host in ("lab-1", "lab-2", "lab-3"):

@@ -3,6 +3,9 @@ on the lab: tests/lab/test_ci_example.py)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +48,41 @@ def test_gitlab_pipeline() -> None:
     deploy = doc[".deploy"]
     assert "--release dist/release" in " ".join(deploy["script"])
     assert deploy["artifacts"]["reports"]["junit"] == "reports/junit.xml"
+
+
+REPO = EXAMPLES.parents[1]
+# "rollout" on PyPI is an unrelated 2011 Django package: nothing may tell anyone to install it.
+FOREIGN = re.compile(
+    r"""rollout==|pip install(?:\s+--?[\w-]+)*\s+['"]?rollout(?:\[|['"]?(?:\s|$))""",
+    re.MULTILINE)
+
+
+def test_the_distribution_has_a_name_of_its_own() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "cuzk-rollout"
+    assert project["scripts"] == {"rollout": "rollout.cli:main"}  # the command stays
+
+
+def test_examples_install_this_project_from_the_checkout() -> None:
+    github = _load("github-release.yml")
+    assert github["env"]["ROLLOUT_PACKAGE"] == "./"
+    for name, job in github["jobs"].items():
+        runs = [str(s.get("run", "")) for s in job["steps"]]
+        assert 'python -m pip install --quiet "$ROLLOUT_PACKAGE"' in runs, name
+    gitlab = _load("gitlab-ci.yml")
+    assert gitlab["variables"]["ROLLOUT_PACKAGE"] == "./"
+    installs = [*gitlab["default"]["before_script"], *gitlab["build"]["before_script"]]
+    assert sum('install --quiet' in line and '"$ROLLOUT_PACKAGE"' in line
+               for line in installs) == 2
+
+
+def test_no_file_installs_the_foreign_rollout_package() -> None:
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    texts = {name: (REPO / name).read_text(errors="replace") for name in listed
+             if name.endswith((".md", ".yml", ".yaml", ".py", ".toml", ".sh"))
+             and (REPO / name).is_file() and name != "tests/unit/test_ci_examples.py"}
+    assert [n for n, text in texts.items() if FOREIGN.search(text)] == []
+    assert FOREIGN.search('pip install "rollout==0.1.0"') and FOREIGN.search(
+        "pip install --quiet 'rollout[s3]'") and FOREIGN.search("pip install rollout\n")
+    assert not FOREIGN.search("pip install './[s3]' in rollout's checkout")

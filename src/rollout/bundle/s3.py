@@ -1,4 +1,4 @@
-"""Bundles in an S3-compatible bucket, through boto3 (the optional extra `rollout[s3]`).
+"""Bundles in an S3-compatible bucket, through boto3 (rollout's optional extra `s3`).
 
 `s3://BUCKET/PREFIX` names the bundle's folder. Credentials and the endpoint come from
 boto3's own chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for MinIO,
@@ -24,7 +24,8 @@ def _client() -> Any:
         import boto3
     except ImportError as e:
         raise EnvironmentProblem(
-            "s3:// needs boto3: pip install 'rollout[s3]' (or use an https:// location)"
+            "s3:// needs boto3: install rollout with its s3 extra (pip install './[s3]' in "
+            "rollout's checkout; the distribution is cuzk-rollout), or use an https:// location"
         ) from e
     return boto3.client("s3")
 
