@@ -175,6 +175,7 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
     assert resumed.code == 0, resumed.stderr[-3000:]
     [report] = [e for e in resumed.events if e["kind"] == "guard_report"]
     assert report["host"] == HOST and report["status"] == "validated", report
+    assert report["reason"] in resumed.stderr, resumed.stderr[-3000:]  # on the console too
     if phase in BACK:
         assert report["reason"] == (f"controller lost in phase {want_phase}; the host's guard "
                                     f"rolled back to {old_release}, validated"), report

@@ -1,25 +1,34 @@
-"""rollout guard: a controller's death never leaves this host stopped.
+"""rollout guard: a controller's death never leaves this host stopped, and a guard never
+touches a host its controller did not change.
 
-The controller starts it over a channel of its own, right before the host's first stop:
+The controller starts it over a channel of its own (ahead, while upload and preflight run):
 
     python3 -c BOOTSTRAP --arm   (stdin: the script's length, this script, a recipe line)
 
 The recipe is JSON data, never code: the release being rolled out and the previous one, the
-layout's paths, the daemon's ports, the validation command (already rendered and quoted by
-the controller; run with sh -c as the validate step runs it) and timeouts.
+layout's paths, the daemon's ports, the validation command of each release (already rendered
+and quoted by the controller; run with sh -c as the validate step runs it) and timeouts.
 
-The foreground part holds an flock on a tether file while its stdin stays open; it records
-each "phase NAME" line the controller sends, and a "settled" line when the controller is done
-with the host. A detached part (setsid, double fork, stdio to a log) blocks on that flock.
-When the tether drops without "settled" (the controller was killed, or its connection is
-gone), it takes over: stop the new daemon, point current back at the previous release with
-its config, release the hold, wait until that daemon is ready and validate it; or, with no
-previous release, start and validate the new one. Each step checks before it acts and is one
-JSON event line in <root>/rollout/runs/<run_id>/guard.jsonl, with the controller's fields.
+The foreground part holds an flock on a tether file while its stdin stays open and answers
+{"ready": true}. Started, it is inert: only an "arm PHASE" line (the host is about to leave
+untouched) arms it, answered {"armed": true}; then it records each "phase NAME" line, and a
+"settled" line when the controller is done with the host. A detached part (setsid, double
+fork, stdio to a log) blocks on that flock. When the tether drops, a guard never armed (or
+settled) exits doing nothing. An armed one takes over, only while <root>/rollout/lock names
+its run (checked again before every step): stop the new daemon, point current back at the
+previous release with its config, release the hold, wait until that daemon is ready and
+validate it with its own bench; or, with no previous release, start and validate the new
+one. Each step checks before it acts and is one JSON event line in
+<root>/rollout/runs/<run_id>/guard.jsonl, with the controller's fields.
 
     python3 - --report --root /data --run RUN_ID --wait 600 < guard.py
 
-waits until every guard of that run is settled or has ended, then prints what they did.
+waits until every guard of that run is settled or has ended, then prints what they did;
+
+    python3 - --left --root /data --wait 900 [--mark] < guard.py
+
+waits until no guard of any run is at the host, then prints what the guards that acted did,
+for the runs not yet shown (--mark: shown from now on).
 Standard library only; python3 >= 3.9.
 """
 
