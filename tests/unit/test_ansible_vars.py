@@ -184,3 +184,11 @@ def test_ignored_vars_stay_template_vars_and_become_false_is_fine(tmp_path: Path
                           "ansible_python_interpreter=/usr/bin/python3\n"})  # fmt: skip
     (host,) = load_inventory(inv).hosts
     assert host.vars["ansible_python_interpreter"] == "/usr/bin/python3"
+
+
+def test_yaml_words_are_booleans_as_in_ansibles_yaml_1_1(tmp_path: Path) -> None:
+    inv = tree(tmp_path, {"inv.yml": "all:\n  hosts:\n    h1:\n      a: yes\n      b: 'yes'\n"
+                          "      c: [Off, \"off\"]\n      d: |\n        no\n",
+                          "group_vars/all.yml": "enabled: no\nquoted: \"no\"\n"})  # fmt: skip
+    assert hosts(inv)["h1"].vars == {"enabled": False, "quoted": "no", "a": True, "b": "yes",
+                                     "c": [False, "off"], "d": "no\n"}  # fmt: skip

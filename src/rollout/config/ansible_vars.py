@@ -78,7 +78,7 @@ def _read(path: Path) -> dict[str, Value]:
     if head == VAULT_HEADER:
         raise ConfigError("Vault-encrypted vars files are not supported: give the plain "
                           "values", Location(str(path), 1))  # fmt: skip
-    doc = load_yaml(path, "vars")
+    doc = load_yaml(path, "vars", quotes=True)
     return vars_file(doc)
 
 

@@ -1,6 +1,10 @@
 """Ansible's YAML inventory format: top-level groups (usually `all`), each with `hosts`
 (name: vars or null; `name:port` sets the SSH port, as Ansible reads a host pattern),
-`vars` and `children` (groups, recursively)."""
+`vars` and `children` (groups, recursively).
+
+Ansible reads YAML 1.1 (PyYAML), rollout YAML 1.2 (ruamel): plain yes/no/on/off (any case
+Ansible accepts) are made booleans as Ansible makes them; octal `0755` and sexagesimal
+`12:30` are not (Ansible: 493 and 750; rollout: 755 and "12:30"): quote such values."""
 
 from __future__ import annotations
 
@@ -12,10 +16,18 @@ from typing import Any
 from rollout.errors import ConfigError, Location
 
 from .ansible import Parsed, Value, finish, split_port
-from .yamlfile import KeyPath, YamlDoc
+from .yamlfile import KeyPath, YamlDoc, load_yaml
 
 GROUP_KEYS = {"hosts", "vars", "children"}
 PLAIN: tuple[type[Any], ...] = (bool, int, float, str)
+# Ansible reads YAML as YAML 1.1 (PyYAML): these plain words are booleans there, while
+# ruamel reads YAML 1.2, where they are strings (`enabled: no` would be a truthy "no").
+YAML11_BOOLS = {
+    word: value
+    for words, value in (("yes true on", True), ("no false off", False))
+    for base in words.split()
+    for word in (base, base.capitalize(), base.upper())
+}
 
 
 def looks_like_ansible(root: Any) -> bool:
@@ -34,6 +46,7 @@ def looks_like_ansible(root: Any) -> bool:
 
 
 def parse_yaml(doc: YamlDoc) -> Parsed:
+    doc = load_yaml(doc.path, "inventory", quotes=True)  # plain `yes` and quoted "yes" differ
     parsed = Parsed(doc.path)
     if not isinstance(doc.root, Mapping):
         raise _error(parsed, doc, (), "an Ansible YAML inventory is a mapping of groups")
@@ -112,6 +125,8 @@ def plain(parsed: Parsed | None, doc: YamlDoc, node: Any, path: KeyPath) -> Any:
                      "(Ansible Vault values included): give the plain value")  # fmt: skip
     if node is None:
         return None
+    if type(node) is str and node in YAML11_BOOLS:  # plain, not quoted, as PyYAML reads it
+        return YAML11_BOOLS[node]
     for kind in PLAIN:
         if isinstance(node, kind):
             return kind(node)

@@ -51,8 +51,9 @@ class YamlDoc:
         return Location(str(self.path), self.line_of(path), dotted_key(path) or None)
 
 
-def load_yaml(path: Path | str, what: str) -> YamlDoc:
-    """Parse `path`; a missing file or bad YAML raises ConfigError (with the line)."""
+def load_yaml(path: Path | str, what: str, quotes: bool = False) -> YamlDoc:
+    """Parse `path`; a missing file or bad YAML raises ConfigError (with the line).
+    `quotes`: a quoted string stays a ruamel ScalarString, a plain one a str."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -61,7 +62,9 @@ def load_yaml(path: Path | str, what: str) -> YamlDoc:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} file: {exc}", Location(str(file))) from None
     try:
-        root = YAML(typ="rt").load(text)
+        yaml = YAML(typ="rt")
+        yaml.preserve_quotes = quotes
+        root = yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -69,6 +72,8 @@ def load_yaml(path: Path | str, what: str) -> YamlDoc:
         raise ConfigError(f"invalid YAML: {problem}", Location(str(file), line)) from None
     except YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", Location(str(file))) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", Location(str(file))) from None
     return YamlDoc(file, CommentedMap() if root is None else root)
 
 
