@@ -5,6 +5,7 @@ rollout refuses by name (file, line, var)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,18 @@ def test_yaml_words_are_booleans_as_in_ansibles_yaml_1_1(tmp_path: Path) -> None
                           "group_vars/all.yml": "enabled: no\nquoted: \"no\"\n"})  # fmt: skip
     assert hosts(inv)["h1"].vars == {"enabled": False, "quoted": "no", "a": True, "b": "yes",
                                      "c": [False, "off"], "d": "no\n"}  # fmt: skip
+
+
+def test_a_symlink_loop_in_a_vars_folder_is_a_clean_error(tmp_path: Path) -> None:
+    inv = tree(tmp_path, {"hosts": "h1\n", "group_vars/all/a.yml": "a: 1\n"})
+    (tmp_path / "group_vars/all/loop").symlink_to(tmp_path / "group_vars/all")
+    with pytest.raises(ConfigError, match="symlink loop") as caught:
+        load_inventory(inv)
+    assert str(caught.value).startswith(f"{tmp_path}/group_vars/all/loop")
+
+
+def test_a_fifo_as_vars_file_is_refused_not_read(tmp_path: Path) -> None:
+    inv = tree(tmp_path, {"hosts": "h1\n", "host_vars/other.yml": "a: 1\n"})
+    os.mkfifo(tmp_path / "host_vars/h1")
+    with pytest.raises(ConfigError, match="not a file nor a folder"):
+        load_inventory(inv)

@@ -43,18 +43,24 @@ def find_vars_files(folder: Path, name: str) -> list[Path]:
         if path.is_dir():
             return _files_in(path)
         if path.exists():
+            if not path.is_file():  # a fifo or a device would block the read
+                raise ConfigError("not a file nor a folder", Location(str(path)))
             return [path]
     return []
 
 
-def _files_in(folder: Path) -> list[Path]:
+def _files_in(folder: Path, seen: frozenset[str] = frozenset()) -> list[Path]:
+    real = os.path.realpath(folder)
+    if real in seen:  # a symlink back up the tree: Ansible would recurse until it fails
+        raise ConfigError("a folder that contains itself (a symlink loop)",
+                          Location(str(folder)))  # fmt: skip
     found = []
     for entry in sorted(os.listdir(folder)):
         if entry.startswith(".") or entry.endswith("~"):
             continue
         path, ext = folder / entry, os.path.splitext(entry)[1]
         if path.is_dir() and not ext:
-            found.extend(_files_in(path))
+            found.extend(_files_in(path, seen | {real}))
         elif path.is_file() and (not ext or ext in EXTENSIONS):
             found.append(path)
     return found
