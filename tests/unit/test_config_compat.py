@@ -4,6 +4,8 @@ a preflight check that fails names the setting that turns it off."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -167,7 +169,7 @@ def test_a_vars_file_gives_typed_values(tmp_path: Path) -> None:
         ("a: 1\nbad name: 2\n", 2, "not an identifier"),
         ("a: 1\nhost: 2\n", 2, "reserved"),
         ("a: 1\nb: " + "[" * 40 + "]" * 40 + "\n", 2, "nested deeper"),
-        ("a: 1\nb: " + "[" * 5000 + "]" * 5000 + "\n", None, "nested deeper"),
+        ("a: 1\nb: " + "[" * 5000 + "]" * 5000 + "\n", None, "nested too deeply"),
         ("a: &x [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
             f"{n}: &{n}x [{', '.join([f'*{p}x' if p != 'a' else '*x'] * 10)}]\n"
             for p, n in zip("abcdef", "bcdefg", strict=True)), 5, "more than"),
@@ -287,3 +289,22 @@ def test_a_failing_cpu_check_names_the_setting_that_turns_it_off() -> None:
                           sh=lambda *a, **k: RunResult("grep", 0, "flags : fpu sse\n", ""))
     (message,) = preflight.check_cpu(ctx, None, [])  # type: ignore[arg-type]
     assert "lacks adx" in message and "preflight.cpu_flags" in message and "[]" in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a=" + "[" * 50_000, 'a=[x"y, ' + "[" * 20_000 + "]" * 20_001, "@DEEP", "@MISSING"],
+)
+def test_hostile_set_values_exit_2_through_the_cli(tmp_path: Path, value: str) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(INVENTORY)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: 1\nb: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    value = value.replace("@DEEP", f"@{deep}").replace("@MISSING", f"@{tmp_path}/none.yaml")
+    p = subprocess.run(
+        [sys.executable, "-m", "rollout", "rollout", "--hosts", str(fleet), "--set", value],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+    assert "nested" in p.stderr or "not found" in p.stderr

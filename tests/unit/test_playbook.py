@@ -161,11 +161,20 @@ def test_parse_set_options(options: list[str], expected: dict[str, object]) -> N
 @pytest.mark.parametrize(
     "option",
     ["novalue", "bad name=1", "host=x", "a=[1", "a={b: [}", "a=" + "[" * 100_000,
-     "a=" + "[" * 33 + "]" * 33, "a=" + "{b: " * 40 + "1" + "}" * 40],
-)
+     "a=" + "[" * 33 + "]" * 33, "a=" + "{b: " * 40 + "1" + "}" * 40,
+     'a=["x\\"", ' + "[" * 5000, 'a=[x"y, ' + "[" * 5000 + "]" * 5001],  # quotes the scan
+)  # reads otherwise: the parser's own recursion is caught too
 def test_parse_set_options_errors(option: str) -> None:
     with pytest.raises(UserError):
         parse_set_options([option])
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["a={{ x }}", "a={% if 1 %}{% endif %}", "a={# c #}"],
+)
+def test_a_set_value_that_looks_like_a_template_is_text(option: str) -> None:
+    assert parse_set_options([option]) == {"a": option[2:]}
 
 
 def test_unknown_key(tmp_path: Path) -> None:

@@ -287,6 +287,8 @@ def _set_value(text: str, what: str) -> Any:
         raise UserError(f"{what}: nested deeper than {MAX_VALUE_DEPTH} levels")
     try:
         value = YAML(typ="safe", pure=True).load(text)
+    except RecursionError:  # nesting the scan did not see (quotes it read otherwise)
+        raise UserError(f"{what}: nested deeper than {MAX_VALUE_DEPTH} levels") from None
     except YAMLError as exc:
         problem = getattr(exc, "problem", None) or "not valid JSON/YAML"
         raise UserError(
@@ -300,9 +302,15 @@ def _bracket_depth(text: str) -> int:
     """The deepest nesting of [ and { outside quotes (checked before a parser recurses)."""
     depth = deepest = 0
     quote = ""
+    escaped = False
     for char in text:
         if quote:
-            quote = "" if char == quote else quote
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = ""
         elif char in "\"'":
             quote = char
         elif char in "[{":
@@ -341,12 +349,7 @@ def plain_value(value: Any, what: str) -> Any:
 
 def load_vars_file(path: str) -> dict[str, Any]:
     """`--set @vars.yaml`: a YAML (or JSON) mapping of variable names to values."""
-    try:
-        doc = load_yaml(path, "vars")
-    except RecursionError:
-        raise ConfigError(
-            f"nested deeper than {MAX_VALUE_DEPTH} levels", Location(path)
-        ) from None
+    doc = load_yaml(path, "vars")
     if not isinstance(doc.root, Mapping):
         raise ConfigError("a vars file must be a mapping of names to values", doc.location(()))
     out = {}
