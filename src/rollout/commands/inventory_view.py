@@ -93,8 +93,8 @@ def _ansible_sources(parsed: Parsed, host: Merged) -> dict[str, str]:
     for key, names in CONNECTION_VARS.items():
         var = next((n for n in names if n in host.vars), None)
         sources[key] = UNSET if var is None else _where(parsed, host.vars[var], var)
-    if "address" not in sources or sources["address"] == UNSET:
-        sources["address"] = "the host's name"
+    if sources["address"] == UNSET:
+        sources["address"] = "the host's name (or ssh_config's HostName for it)"
     jump = proxy_jump(parsed, host.vars)
     sources["proxy_jump"] = UNSET if jump is None else _where(parsed, host.vars[jump[1]], jump[1])
     for key, value in host.vars.items():
