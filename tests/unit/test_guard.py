@@ -651,3 +651,25 @@ def test_summary_leaves_out_guards_that_never_acted() -> None:
     report = {"guards": [{"guard": "1", "phase": "untouched", "ended": "inert"},
                          {"guard": "2", "settled": True}], "events": []}
     assert summarize(report) == []
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"guards": "x", "events": 7},
+        {"guards": [{"guard": "1", "phase": ["x"]}], "events": [{"kind": "guard_end",
+                                                               "data": ["not", "a", "dict"]}]},
+        {"guards": [{"guard": "1"}], "events": [{"kind": "guard_end", "status": {"a": 1},
+                                                 "data": {"guard": "1", "failed_steps": [1],
+                                                          "release": 5}}]},
+        {"guards": [None, 3, {"guard": "1", "ended": "yielded"}],
+         "events": [None, {"kind": "guard_exit", "reason": "[bold]x[/bold]" * 500,
+                           "data": {"guard": "1"}}]},
+    ],
+)
+def test_what_a_host_says_its_guards_did_is_hostile_data(report: dict[str, Any]) -> None:
+    for summary in summarize(report):
+        assert isinstance(summary["reason"], str) and len(summary["reason"]) < 1500, summary
+        assert isinstance(summary["status"], str)
+    host = LeftHost([{"busy": {"x": 1}, "runs": [report, "junk", {"run": ["r"], **report}]}])
+    guards_left(host, EventBus("run-new"), "run-new")  # type: ignore[arg-type]

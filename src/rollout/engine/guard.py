@@ -231,20 +231,20 @@ def guards_left(ctx: HostContext, bus: EventBus, run_id: str, mark: bool = True,
     it, then show what the guards that acted there did, once (`mark`), as guard_report
     events. StepFailed when a guard is still at it after `wait`: the host is not touched."""
     out = _left(ctx, 0.0, mark)
-    busy = [str(r) for r in out.get("busy") or []]
+    busy = [_text(r, 128) for r in _list(out.get("busy"))]
     if busy and wait > 0:
         bus.emit("note", host=ctx.name, reason=f"waiting up to {wait:g}s for the guard(s) of "
                  f"run(s) {', '.join(busy)} still at the host")
         out = _left(ctx, wait, mark)
-        busy = [str(r) for r in out.get("busy") or []]
-    for run in out.get("runs") or []:
+        busy = [_text(r, 128) for r in _list(out.get("busy"))]
+    for run in _list(out.get("runs")):
         if not isinstance(run, dict):
             continue
-        other = run.get("run") != run_id
+        name = _text(run.get("run"), 128)
         for summary in summarize(run):
-            reason = (f"guard of run {run.get('run')}: " if other else "") + summary["reason"]
+            reason = (f"guard of run {name}: " if name != run_id else "") + summary["reason"]
             bus.emit("guard_report", host=ctx.name, status=summary["status"], reason=reason,
-                     data={**summary, "run": run.get("run")})
+                     data={**summary, "run": name})
     if busy:
         raise StepFailed(f"the guard(s) of run(s) {', '.join(busy)} still at the host after "
                          f"{wait:g}s: not touched", retryable=False)
@@ -257,40 +257,54 @@ def _left(ctx: HostContext, wait: float, mark: bool) -> dict[str, Any]:
 
 
 def summarize(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One summary per guard that took over (settled guards did nothing, and say nothing)."""
-    events = [e for e in report.get("events") or [] if isinstance(e, dict)]
+    """One summary per guard that acted (settled guards, and guards never armed, did
+    nothing, and say nothing). The report is the host's answer: hostile data."""
+    events = [e for e in _list(report.get("events")) if isinstance(e, dict)]
     found = []
-    for state in report.get("guards") or []:
+    for state in _list(report.get("guards")):
         if not isinstance(state, dict) or state.get("settled") or state.get("ended") == "inert":
             continue
-        mine = [e for e in events if (e.get("data") or {}).get("guard") == state.get("guard")]
+        mine = [e for e in events if _dict(e.get("data")).get("guard") == state.get("guard")]
         found.append(_summary(state, mine))
     return found
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any, limit: int = 1000) -> str:
+    return str(value)[:limit]
+
+
 def _summary(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
-    phase = state.get("phase") or "untouched"
+    phase = _text(state.get("phase") or "untouched", 40)
     end = next((e for e in events if e.get("kind") in ("guard_end", "guard_exit")), None)
-    data = (end or {}).get("data") or {}
+    data = _dict((end or {}).get("data"))
     base = {"phase": phase, "guard": state.get("guard"), "events": events}
     if end is None:
         return {**base, "status": "pending",
                 "reason": f"controller lost in phase {phase}; the host's guard has not ended"}
-    release = data.get("release")
+    release = _text(data.get("release"), 200) if data.get("release") is not None else None
+    status, why = _text(end.get("status"), 40), _text(end.get("reason"))
     if end.get("kind") == "guard_exit":
-        what = f"did not act: {end.get('reason')}"
-    elif end.get("status") == "yielded":
-        what = f"yielded the host to another run: {end.get('reason')}"
-    elif end.get("status") != "validated":
-        what = f"FAILED: {end.get('reason')}; current -> {release}"
+        what = f"did not act: {why}"
+    elif status == "yielded":
+        what = f"yielded the host to another run: {why}"
+    elif status != "validated":
+        what = f"FAILED: {why}; current -> {release}"
     elif data.get("rolled_back"):
         what = f"rolled back to {release}, validated"
     elif data.get("acted"):
         what = f"kept {release}, validated"
     else:
-        what = f"did nothing: {end.get('reason')}"
-    failed = data.get("failed_steps")
-    if isinstance(failed, dict) and failed:
-        what += "; " + "; ".join(f"{k} failed: {v}" for k, v in failed.items())
-    return {**base, "status": end.get("status"), "release": release,
+        what = f"did nothing: {why}"
+    failed = _dict(data.get("failed_steps"))
+    if failed:
+        what += "; " + "; ".join(f"{_text(k, 40)} failed: {_text(v)}" for k, v in failed.items())
+    return {**base, "status": status, "release": release,
             "reason": f"controller lost in phase {phase}; the host's guard {what}"}

@@ -829,13 +829,16 @@ def left(root: str, wait: float, mark: bool) -> dict[str, Any]:
         if not RUN_ID.match(name) or os.path.islink(where) or not os.path.isdir(where) \
                 or os.path.exists(os.path.join(where, "shown")):
             continue
-        got = report(root, name, 0)
-        if not acted(got["guards"]):
+        try:
+            got = report(root, name, 0)
+            if not acted(got["guards"]):
+                continue
+            found.append({"run": name, "time": last_change(where), **got})
+            if mark and name not in busy:
+                with open(os.path.join(where, "shown"), "w") as f:
+                    f.write(f"{time.time()}\n")
+        except OSError:  # a folder that cannot be read (or marked) is shown again next time
             continue
-        found.append({"run": name, "time": last_change(where), **got})
-        if mark and name not in busy:
-            with open(os.path.join(where, "shown"), "w") as f:
-                f.write(f"{time.time()}\n")
     found.sort(key=lambda r: r["time"])
     return {"busy": busy, "runs": found}
 
