@@ -171,8 +171,13 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
                   "start": "started", "ready": "started", "validate": "validated"}[phase]
     assert takeover["data"]["phase"] == want_phase, takeover
 
+    hosts = ("--hosts", str(fleet.fleet_path), "--limit", HOST)
+    status = run_cli(tmp_path, "status", *hosts)  # shows what the guard did; marks nothing
+    assert (f"{HOST}  guard  guard of run {run_id}: controller lost in phase {want_phase}; "
+            "the host's guard ") in status.stdout, status.stdout[-3000:]
     resumed = run_cli(tmp_path, "rollout", "--resume", run_id)
     assert resumed.code == 0, resumed.stderr[-3000:]
+    assert "  guard  " not in run_cli(tmp_path, "status", *hosts).stdout  # shown: once
     [report] = [e for e in resumed.events if e["kind"] == "guard_report"]
     assert report["host"] == HOST and report["status"] == "validated", report
     assert report["reason"] in resumed.stderr, resumed.stderr[-3000:]  # on the console too

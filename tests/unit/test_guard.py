@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wait_for
 
+import rollout.engine.guard as guard_module
 import rollout.engine.locks as locks_module
 from rollout.engine.guard import BOOTSTRAP, HostGuard, arm_input, guards_left, summarize
 from rollout.engine.locks import FleetLocks, Holder, LockEvents, LockPolicy
@@ -673,3 +674,23 @@ def test_what_a_host_says_its_guards_did_is_hostile_data(report: dict[str, Any])
         assert isinstance(summary["status"], str)
     host = LeftHost([{"busy": {"x": 1}, "runs": [report, "junk", {"run": ["r"], **report}]}])
     guards_left(host, EventBus("run-new"), "run-new")  # type: ignore[arg-type]
+
+
+def test_status_shows_what_guards_did_until_a_run_shows_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rollout.commands.status import print_status
+
+    took_over = {"run": "run-old", "guards": [{"guard": "7", "phase": "started",
+                                               "ended": "failed"}],
+                 "events": [{"kind": "guard_end", "status": "failed", "reason": "ready failed",
+                             "data": {"guard": "7", "release": OLD}}]}
+    host = LeftHost([{"busy": ["run-now"], "runs": [took_over]}])
+    lines = guard_module.left_lines(host)  # type: ignore[arg-type]
+    assert host.calls == [["--left", "--root", "/data", "--wait", "0.0"]], "read only"
+    assert lines == ["guard of run run-now: still at the host",
+                     "guard of run run-old: controller lost in phase started; the host's guard "
+                     f"FAILED: ready failed; current -> {OLD}"]
+    row = {"host": "h1", "state": "dead", "serving": False, "guards": lines}
+    print_status([row], as_json=False)
+    assert f"h1  guard  {lines[1]}" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from rollout.commands.app import connect
+from rollout.engine.guard import left_lines
 from rollout.engine.plan import Plan
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
@@ -62,6 +63,7 @@ class HostEvidence:
     error: str | None = None
     transfer_bytes: int = 0
     seconds: float = 0.0
+    guards: list[str] = field(default_factory=list)  # light: what guards did, not yet shown
 
 
 # ---------------------------------------------------------------- collection
@@ -108,13 +110,14 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
             args = (*args, "--old-log", old_log)
         facts, facts_size = _json_script(ctx, _facts_script(), ("--root", plan.root), 30)
         diag, diag_size = _json_script(ctx, diagnose_script(), args, 30)
+        guards = left_lines(ctx) if light else []  # status shows what guards did
     except RolloutError as e:
         return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
     finally:
         ctx.transport.close()
     return HostEvidence(name, True, HostFacts.parse(facts), diag,
                         transfer_bytes=facts_size + diag_size,
-                        seconds=round(time.monotonic() - started, 3))
+                        seconds=round(time.monotonic() - started, 3), guards=guards)
 
 
 def _facts_script() -> str:

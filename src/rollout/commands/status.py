@@ -114,6 +114,7 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "last_exit_cause": verdict.cause if last_exit else None,
         "last_exit_summary": verdict.summary if last_exit else None,
         "time": facts.time,
+        "guards": ev.guards,  # what guards left on the host did, until a run shows it
     }
 
 
@@ -167,6 +168,9 @@ def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
     title = (f"fleet status {time.strftime('%H:%M:%S')}: {cap.serving}/{cap.total} serving "
              f"({100 * cap.share:.0f}%)")
     print_table([table_row(r, now) for r in rows], COLUMNS, title)
+    for row in rows:
+        for line in row.get("guards") or []:
+            print(f"{row['host']}  guard  {line}")
 
 
 def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> int:

@@ -237,17 +237,37 @@ def guards_left(ctx: HostContext, bus: EventBus, run_id: str, mark: bool = True,
                  f"run(s) {', '.join(busy)} still at the host")
         out = _left(ctx, wait, mark)
         busy = [_text(r, 128) for r in _list(out.get("busy"))]
+    for reason, summary in _reports(out, run_id):
+        bus.emit("guard_report", host=ctx.name, status=summary["status"], reason=reason,
+                 data=summary)
+    if busy:
+        raise StepFailed(f"the guard(s) of run(s) {', '.join(busy)} still at the host after "
+                         f"{wait:g}s: not touched", retryable=False)
+
+
+def left_lines(ctx: HostContext) -> list[str]:
+    """What the guards that acted on the host did, not yet shown by a run (`status`): read
+    only, no wait; none when the host cannot say."""
+    try:
+        out = _left(ctx, 0.0, mark=False)
+    except RolloutError:
+        return []
+    busy = [f"guard of run {_text(r, 128)}: still at the host" for r in _list(out.get("busy"))]
+    return busy + [reason for reason, _ in _reports(out, None)]
+
+
+def _reports(out: dict[str, Any], run_id: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """(the console's line, the summary) per guard that acted, from the host's answer;
+    the line names the guard's run unless it is `run_id`'s own."""
+    found = []
     for run in _list(out.get("runs")):
         if not isinstance(run, dict):
             continue
         name = _text(run.get("run"), 128)
         for summary in summarize(run):
-            reason = (f"guard of run {name}: " if name != run_id else "") + summary["reason"]
-            bus.emit("guard_report", host=ctx.name, status=summary["status"], reason=reason,
-                     data={**summary, "run": name})
-    if busy:
-        raise StepFailed(f"the guard(s) of run(s) {', '.join(busy)} still at the host after "
-                         f"{wait:g}s: not touched", retryable=False)
+            prefix = f"guard of run {name}: " if name != run_id else ""
+            found.append((prefix + summary["reason"], {**summary, "run": name}))
+    return found
 
 
 def _left(ctx: HostContext, wait: float, mark: bool) -> dict[str, Any]:
