@@ -688,9 +688,25 @@ def test_status_shows_what_guards_did_until_a_run_shows_it(
     host = LeftHost([{"busy": ["run-now"], "runs": [took_over]}])
     lines = guard_module.left_lines(host)  # type: ignore[arg-type]
     assert host.calls == [["--left", "--root", "/data", "--wait", "0.0"]], "read only"
-    assert lines == ["guard of run run-now: still at the host",
-                     "guard of run run-old: controller lost in phase started; the host's guard "
+    assert lines == ["guard of run run-old: controller lost in phase started; the host's guard "
                      f"FAILED: ready failed; current -> {OLD}"]
     row = {"host": "h1", "state": "dead", "serving": False, "guards": lines}
     print_status([row], as_json=False)
-    assert f"h1  guard  {lines[1]}" in capsys.readouterr().out
+    assert f"h1  guard  {lines[0]}" in capsys.readouterr().out
+
+
+def test_a_guard_tethered_to_its_live_controller_is_busy_and_not_reported(
+    host: TwoReleases,
+) -> None:
+    """status while a run is in progress: its armed guard did nothing to report."""
+    host.start()
+    stream = arm(host, host.recipe("run-live", OLD), phase="started")
+    try:
+        assert guard.left(str(host.root), 0, mark=True) == {"busy": ["run-live"], "runs": []}
+    finally:
+        stream.close()  # now the controller is gone: the guard takes over
+    shown = guard.left(str(host.root), 120, mark=True)  # waits for the takeover to end
+    assert shown["busy"] == [] and [r["run"] for r in shown["runs"]] == ["run-live"], shown
+    [summary] = summarize(shown["runs"][0])
+    assert summary["status"] == "validated", summary
+    assert (host.root / "rollout" / "runs" / "run-live" / "shown").exists()

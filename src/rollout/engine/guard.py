@@ -252,8 +252,7 @@ def left_lines(ctx: HostContext) -> list[str]:
         out = _left(ctx, 0.0, mark=False)
     except RolloutError:
         return []
-    busy = [f"guard of run {_text(r, 128)}: still at the host" for r in _list(out.get("busy"))]
-    return busy + [reason for reason, _ in _reports(out, None)]
+    return [reason for reason, _ in _reports(out, None)]  # a takeover under way: pending
 
 
 def _reports(out: dict[str, Any], run_id: str | None) -> list[tuple[str, dict[str, Any]]]:

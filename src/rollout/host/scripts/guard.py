@@ -809,9 +809,19 @@ def busy_runs(runs: str) -> list[str]:
     return busy
 
 
-def acted(guards: list[dict[str, Any]]) -> bool:
-    """Whether a run's guards did something to report: took over, or yielded to a run."""
-    return any(not g.get("settled") and g.get("ended") != "inert" for g in guards)
+def acted(where: str, guards: list[dict[str, Any]]) -> bool:
+    """Whether a run's guards did something to report: took over (ended, or under way), or
+    yielded to another run. Not a guard still tethered to its live controller (a run in
+    progress), one settled, or one never armed."""
+    for g in guards:
+        guard = str(g.get("guard"))
+        if g.get("settled") or g.get("ended") == "inert":
+            continue
+        if g.get("ended") or os.path.exists(os.path.join(where, f"state.{guard}.json.takeover")):
+            return True
+        if not tethered(where, guard):  # its processes gone without a word: say so
+            return True
+    return False
 
 
 def left(root: str, wait: float, mark: bool) -> dict[str, Any]:
@@ -831,7 +841,7 @@ def left(root: str, wait: float, mark: bool) -> dict[str, Any]:
             continue
         try:
             got = report(root, name, 0)
-            if not acted(got["guards"]):
+            if not acted(where, got["guards"]):
                 continue
             found.append({"run": name, "time": last_change(where), **got})
             if mark and name not in busy:
