@@ -137,5 +137,18 @@ def test_status_prom_parses(crashed: tuple[Path, CliRun], lab_fleet: LabFleet) -
     exits = {s.labels["host"]: s.labels for s in
              families["rollout_daemon_last_exit_timestamp_seconds"].samples}
     assert exits["lab-1"]["cause"] not in ("", "unknown"), exits
+    info = {s.labels["host"]: s.labels for s in families["rollout_release_info"].samples}
+    assert sorted(info) == HOSTS and all(len(i["release"]) == 12 for i in info.values())
+    restarts = {s.labels["host"]: s.value for s in families["rollout_daemon_restarts"].samples}
+    # The crashed start ran under rollout's hold (a held exit, no restart): counts stay whole.
+    assert sorted(restarts) == HOSTS and all(v >= 0 and v == int(v) for v in restarts.values())
+    for host in HOSTS:
+        at_1 = [s for s in families["rollout_daemon_state"].samples
+                if s.labels["host"] == host and s.value == 1]
+        assert len(at_1) == 1, (host, at_1)
+    ensure_command("promtool", "prometheus")
+    check = subprocess.run(["promtool", "check", "metrics"], input=out.read_text(),
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and not check.stdout + check.stderr, check.stdout + check.stderr
     assert not list(out.parent.glob("*.tmp*")), "temporary file left behind"
     json.dumps(exits)
