@@ -611,6 +611,14 @@ def detach(body: Callable[[], None], log: str) -> None:
 
 def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events) -> Callable[[], None]:
     def body() -> None:
+        try:
+            watch()
+        except BaseException as e:  # ended all the same: nobody waits for it (busy_runs)
+            write_json(state_path, {**read_json(state_path), "ended": "failed",
+                                    "reason": f"guard: {type(e).__name__}: {e}"})
+            raise
+
+    def watch() -> None:
         fd = os.open(tether, os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the foreground ends: no polling
         state = read_json(state_path)
@@ -728,14 +736,15 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     write_json(state_path, state)
     events = Events(os.path.join(where, "guard.jsonl"), recipe, me)
     detach(watcher(recipe, tether, state_path, events), os.path.join(where, "guard.log"))
-    if not say(stdout, {"ready": True, "guard": me, "events": events.path, "pruned": pruned}):
-        return 0  # the controller is gone already: never armed, the watcher does nothing
-    for raw in iter(stdin.readline, b""):
-        if not follow(state, raw.decode("utf-8", "replace").strip()):
-            continue
-        write_json(state_path, state)
-        if state.get("armed") and raw.startswith(b"arm ") and not say(stdout, {"armed": True}):
-            break  # the channel is gone: the tether drops, armed
+    if say(stdout, {"ready": True, "guard": me, "events": events.path, "pruned": pruned}):
+        for raw in iter(stdin.readline, b""):
+            if not follow(state, raw.decode("utf-8", "replace").strip()):
+                continue
+            write_json(state_path, state)
+            if state.get("armed") and raw.startswith(b"arm ") and not say(stdout, {"armed": True}):
+                break  # the channel is gone: the tether drops, armed
+    if not state.get("settled"):  # the watcher's turn: busy until it ends (busy_runs)
+        write_json(state_path, {**state, "dropped": True})
     return 0  # EOF: the tether drops as this process ends
 
 
@@ -792,7 +801,8 @@ def report(root: str, run_id: str, wait: float) -> dict[str, Any]:
 
 
 def busy_runs(runs: str) -> list[str]:
-    """The runs with a guard still at it: its tether held, neither settled nor ended."""
+    """The runs with a guard still at it, neither settled nor ended: its tether held (by
+    its controller's channel, or by its watcher), or dropped and its watcher not done."""
     busy = []
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
         where = os.path.join(runs, name)
@@ -803,7 +813,8 @@ def busy_runs(runs: str) -> list[str]:
             if not m:
                 continue
             state = read_json(os.path.join(where, entry))
-            if not (state.get("settled") or state.get("ended")) and tethered(where, m.group(1)):
+            if not (state.get("settled") or state.get("ended")) and (
+                    state.get("dropped") or tethered(where, m.group(1))):
                 busy.append(name)
                 break
     return busy
