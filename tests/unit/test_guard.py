@@ -150,7 +150,8 @@ class TwoReleases(Host):
                 "stop_signal": "SIGTERM", "stop_grace": 5.0, "start_wait": 60.0,
                 "ready_timeout": 60.0, "validate_timeout": 60.0,
                 "validate_commands": {
-                    rid: f"echo 'status:    COMPLETED' {rid} $(readlink current)"
+                    rid: "printf '=== Proof Result ===\\nstatus:    COMPLETED\\n'; "
+                         f"echo {rid} $(readlink current)"
                     for rid in (OLD, NEW)},
                 "success_pattern": r"^status:\s+COMPLETED",
                 "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0}}

@@ -57,7 +57,7 @@ def test_junit_one_suite_one_case_per_host(tmp_path: Path) -> None:
     assert len(suites) == 1 and suites[0].tests == 3 and suites[0].failures == 1
     cases = {c.name: c for c in suites[0]}
     failure = next(r for r in cases["h1"].result if isinstance(r, Failure))
-    assert failure.type == "rolled_back" and EVIL.replace("\x1b", "") in failure.message
+    assert failure.type == "rolled_back" and EVIL.replace("\x1b", "\\x1b") in failure.message
     assert "--- output tail of start ---\nboom" in (failure.text or "")
     assert "rollback-validate" in cases["h1"].system_out
     assert all(isinstance(cases[h].result[0], Skipped) for h in ("h2", "h3"))

@@ -59,7 +59,8 @@ def test_only_an_output_matching_the_pattern_leaves_the_evidence(tmp_path: Path)
     evidence.write_text("an earlier validation's\n")
     failed = run_bounded(ctx, "echo 'status:    FAILED'", 30, r"^status:\s+COMPLETED", '{"pid": 7}')
     assert not failed.recorded and not evidence.exists()  # the earlier evidence went first
-    passed = run_bounded(ctx, "echo 'status:    COMPLETED'", 30, r"^status:\s+COMPLETED",
+    block = "printf '=== Proof Result ===\\nstatus:    COMPLETED\\n'"  # the bench's own block
+    passed = run_bounded(ctx, block, 30, r"^status:\s+COMPLETED",
                          '{"pid": 7}')
     assert passed.recorded and evidence.read_text() == '{"pid": 7}\n'
     assert evidence.stat().st_mode & 0o077 == 0

@@ -4,9 +4,11 @@ host cannot download them itself and the controller has to push them."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import requests
+import urllib3
 
 from rollout.bundle.local import bundle_problems
 from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
@@ -14,7 +16,8 @@ from rollout.errors import EnvironmentProblem, UserError
 from rollout.host.scripts.fetch import FetchFailed, fetch_file
 from rollout.steps.base import Release
 
-TIMEOUT = 30.0
+TIMEOUT = 30.0  # seconds per connect and per read
+MANIFEST_DEADLINE = 60.0  # seconds for the whole manifest, however slowly it trickles
 MAX_MANIFEST = 1 << 20
 
 
@@ -29,12 +32,28 @@ def fetch_manifest(base: str) -> Manifest:
         with requests.get(url, timeout=TIMEOUT, stream=True) as response:
             if response.status_code != 200:
                 raise UserError(f"--release {base}: {url} answered HTTP {response.status_code}")
-            body = response.raw.read(MAX_MANIFEST + 1, decode_content=True)
-    except requests.RequestException as e:
+            body = _read_body(response.raw, url, time.monotonic() + MANIFEST_DEADLINE)
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
         raise EnvironmentProblem(f"cannot read the bundle's manifest {url}: {e}") from e
     if len(body) > MAX_MANIFEST:
         raise UserError(f"--release {base}: {url} is too large for a manifest")
     return parse_manifest(body.decode("utf-8", "replace"), url)
+
+
+def _read_body(raw: urllib3.BaseHTTPResponse, url: str, deadline: float) -> bytes:
+    """At most MAX_MANIFEST + 1 bytes, by `deadline` (a time.monotonic() value): a server
+    that sends a byte every few seconds never trips a per-read timeout, and is cut here."""
+    body = b""
+    while len(body) <= MAX_MANIFEST:
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"cannot read the bundle's manifest {url}: not complete "
+                                     f"within {MANIFEST_DEADLINE:g} s (the server sends it "
+                                     "too slowly)")
+        chunk = raw.read1(64 * 1024, decode_content=True)
+        if not chunk:
+            break
+        body += chunk
+    return body
 
 
 def remote_release(base: str) -> Release:
@@ -58,9 +77,11 @@ def copy_dir(release_id: str) -> Path:
 _copy_lock = threading.Lock()
 
 
-def local_copy(release: Release, urls: dict[str, str]) -> None:
+def local_copy(release: Release, urls: dict[str, str], seconds: float | None = None) -> None:
     """Download the executables once to the controller's cache (for hosts that cannot
-    reach the bundle), resumably, each checked against the manifest's sha256."""
+    reach the bundle), resumably, each checked against the manifest's sha256; all of it
+    within `seconds` (the step's time left; None: no overall deadline)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
     with _copy_lock:
         for artifact in release.artifacts:
             path = Path(artifact.local_path)
@@ -68,7 +89,8 @@ def local_copy(release: Release, urls: dict[str, str]) -> None:
             if path.is_file() and not _problems(path, artifact.sha256, artifact.size):
                 continue
             try:
-                fetch_file(urls[artifact.name], str(path), artifact.sha256, artifact.size)
+                fetch_file(urls[artifact.name], str(path), artifact.sha256, artifact.size,
+                           deadline=deadline)
             except FetchFailed as e:
                 raise EnvironmentProblem(
                     f"the controller cannot fetch {artifact.name} either: {e}"

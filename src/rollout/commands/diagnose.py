@@ -20,6 +20,7 @@ from rollout.engine.plan import Plan
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout, q
+from rollout.output.escape import report_text
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.units import format_size
@@ -420,7 +421,7 @@ def diagnose(plan: Plan, as_json: bool) -> int:
     if as_json:
         print(json.dumps(reports, indent=2, default=str))
     else:
-        print("\n".join(render_text(r) for r in reports))
+        print(report_text("\n".join(render_text(r) for r in reports)))  # hosts: no raw escapes
     return 0 if all(r["reachable"] for r in reports) else 1
 
 

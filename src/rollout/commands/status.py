@@ -17,6 +17,7 @@ from rollout.engine.plan import Plan
 from rollout.errors import UserError
 from rollout.host.facts import HostFacts
 from rollout.output.console import print_table
+from rollout.output.escape import control_escaped
 from rollout.units import format_size
 
 SERVING = "running"
@@ -170,7 +171,7 @@ def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
     print_table([table_row(r, now) for r in rows], COLUMNS, title)
     for row in rows:
         for line in row.get("guards") or []:
-            print(f"{row['host']}  guard  {line}")
+            print(control_escaped(f"{row['host']}  guard  {line}"))
 
 
 def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> int:

@@ -19,6 +19,7 @@ from rollout.steps.current import current_release, point_current_at
 from rollout.steps.daemon import stop_action
 from rollout.steps.decision import Action
 from rollout.steps.drain import drain_action
+from rollout.steps.validate import ValidateFor
 
 RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
 
@@ -48,8 +49,9 @@ class RollbackResult:
     release: str | None
 
 
-def rollback_action(ctx: HostContext, kind: str) -> Action:
-    """The action of one rollback step: stop forced, the rest with the playbook's settings."""
+def rollback_action(ctx: HostContext, kind: str, to: str | None = None) -> Action:
+    """The action of one rollback step: stop forced, the rest with the playbook's settings;
+    validate proves release `to` (where given) with that release's own command."""
     target = ctx.target
     if kind == "stop":
         return stop_action(HostFacts(), target, StopParams(force=True))
@@ -58,7 +60,7 @@ def rollback_action(ctx: HostContext, kind: str) -> Action:
     params: dict[str, Any] = {
         "start": StartParams(), "ready": ReadyParams(), "validate": ValidateParams()
     }
-    return Action(f"rollback {kind}", params[kind])
+    return Action(f"rollback {kind}", params[kind], ValidateFor(to) if to else None)
 
 
 def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> RollbackResult:
@@ -74,7 +76,7 @@ def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> R
             _restore(ctx, plan.to)
         spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
         _, act = HOST_STEPS[kind]
-        result = run_step(ctx, spec, partial(act, ctx, rollback_action(ctx, kind)))
+        result = run_step(ctx, spec, partial(act, ctx, rollback_action(ctx, kind, plan.to)))
         if result.failed:
             return RollbackResult(
                 False, f"ROLLBACK FAILED at {kind}: {result.reason}", current_release(ctx)

@@ -7,10 +7,10 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
+from rollout.output.escape import console_text
 from rollout.output.events import Event
 from rollout.output.progress import PlainLines, format_progress
 from rollout.secrets import redact
@@ -51,8 +51,10 @@ def make_console(file: IO[str] | None = None, stderr: bool = True) -> Console:
 
 
 def styled(status: str, text: str | None = None) -> str:
-    """`text` (default: the status) in the status's colour, escaped: host output is no markup."""
-    return f"[{_STYLE.get(status, 'default')}]{escape(text if text is not None else status)}[/]"
+    """`text` (default: the status) in the status's colour, escaped (output.escape): host
+    output is neither markup nor control characters."""
+    shown = console_text(text if text is not None else status)
+    return f"[{_STYLE.get(status, 'default')}]{shown}[/]"
 
 
 class ConsoleSink:
@@ -84,7 +86,8 @@ class ConsoleSink:
     def _progress(self, e: Event) -> None:
         """A terminal: a live line per host and transfer; else a whole line now and then."""
         key = (e.host or "controller", str(e.data.get("what", "")))
-        text = f"[bold]{key[0]:<12}[/bold] {e.step or '':<10} {escape(format_progress(e.data))}"
+        text = (f"[bold]{console_text(key[0]):<12}[/bold] {console_text(e.step or ''):<10} "
+                f"{console_text(format_progress(e.data))}")
         done, total = e.data.get("bytes"), e.data.get("total")
         sized = isinstance(done, int) and isinstance(total, int) and total > 0
         percent = 100.0 * done / total if sized else 100.0  # type: ignore[operator]
@@ -124,33 +127,34 @@ class ConsoleSink:
             self._live = None
 
     def _line(self, e: Event) -> str | None:
-        who = f"[bold]{e.host or 'controller':<12}[/bold]"
+        who = f"[bold]{console_text(e.host or 'controller'):<12}[/bold]"
         if e.kind == "step_end":
             secs = e.data.get("duration", 0)
             status = e.status or ""
-            reason = escape(e.reason or "")
+            reason = console_text(e.reason or "")
             return f"{who} {e.step:<10} {styled(status, f'{status:<8}')} {reason} ({secs:.1f}s)"
         if e.kind == "step_start" and self.verbose:
             return f"{who} {e.step:<10} ..."
         if e.kind == "retry":
             return (
                 f"{who} {e.step:<10} [yellow]retry[/yellow]    attempt {e.data['attempt']}: "
-                f"{escape(e.reason or '')}"
+                f"{console_text(e.reason or '')}"
             )
         if e.kind == "batch_start":
-            return f"[bold]--- batch {e.data['index'] + 1}: {', '.join(e.data['hosts'])}[/bold]"
+            hosts = console_text(", ".join(map(str, e.data["hosts"])))
+            return f"[bold]--- batch {e.data['index'] + 1}: {hosts}[/bold]"
         if e.kind == "host_end":
             status = e.status or ""
-            return f"{who} {styled(status, status.upper())} {escape(e.reason or '')}"
+            return f"{who} {styled(status, status.upper())} {console_text(e.reason or '')}"
         if e.kind in ("note", "lock_broken", "connecting"):
-            return f"{who} {escape(e.reason or '')}"
+            return f"{who} {console_text(e.reason or '')}"
         if e.kind == "guard_report":  # what a host's guard did, read from the host
             status = "validated" if e.status == "validated" else "failed"
-            return f"{who} {styled(status, 'guard')}      {escape(e.reason or '')}"
+            return f"{who} {styled(status, 'guard')}      {console_text(e.reason or '')}"
         if e.kind == "fallback":
-            return f"{who} [yellow]fallback[/yellow]   {escape(e.reason or '')}"
+            return f"{who} [yellow]fallback[/yellow]   {console_text(e.reason or '')}"
         if e.kind == "warning":
-            return f"{who} [bold yellow]{escape(e.reason or '')}[/]"
+            return f"{who} [bold yellow]{console_text(e.reason or '')}[/]"
         return None
 
 
@@ -166,10 +170,10 @@ def summary_table(summary: RunSummary) -> Table:
         table.add_column(column)
     for outcome in summary.outcomes.values():
         table.add_row(
-            outcome.host,
+            console_text(outcome.host),
             styled(outcome.status),
-            outcome.release or "-",
-            escape(redact(outcome.reason)),
+            console_text(outcome.release or "-"),
+            console_text(redact(outcome.reason)),
         )
     return table
 
@@ -178,7 +182,7 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     console = console or make_console()
     console.print(summary_table(summary))
     if summary.aborted:
-        console.print(f"[bold red]aborted:[/bold red] {escape(summary.aborted)}")
+        console.print(f"[bold red]aborted:[/bold red] {console_text(summary.aborted)}")
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> None:
@@ -186,5 +190,5 @@ def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "")
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*(escape(str(row.get(c, "-"))) for c in columns))
+        table.add_row(*(console_text(str(row.get(c, "-"))) for c in columns))
     make_console(stderr=False).print(table)

@@ -6,8 +6,8 @@ results table."""
 from __future__ import annotations
 
 import time
-from html import escape
 
+from rollout.output.escape import html_text as escape
 from rollout.reports.drain_curve import Curve, drain_curves
 from rollout.reports.runlog import CONTROLLER, HostRun, RunRecord, StepRun
 from rollout.reports.summary import secs

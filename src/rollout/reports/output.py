@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from rollout.output.escape import report_text
 from rollout.output.events import Event
 from rollout.reports.runlog import RunRecord, fold
 
@@ -17,8 +18,9 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def printable(text: str) -> str:
-    """Text with the control characters a report file cannot carry removed."""
-    return _NOT_XML.sub("", text)
+    """Text for a report file: every control character but newline and tab shown as its
+    escape (output.escape), and what XML cannot carry at all removed."""
+    return _NOT_XML.sub("", report_text(text))
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -3,14 +3,16 @@ what changed, and each host's steps folded under it."""
 
 from __future__ import annotations
 
+from rollout.output.escape import report_text
 from rollout.reports.runlog import CONTROLLER, HostRun, RunRecord, StepRun
 
 ICON = {"validated": "✅", "rolled_back": "↩️", "not_started": "⏸️", "skipped": "⏭️"}
 
 
 def cell(text: object) -> str:
-    """A value inside a table cell: no markup, no HTML, no line break, no column break."""
-    s = str(text if text is not None else "-")
+    """A value inside a table cell: no markup, no HTML, no line break, no column break, no
+    control character (output.escape)."""
+    s = report_text(text if text is not None else "-")
     for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
                  ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
         s = s.replace(a, b)

@@ -33,8 +33,12 @@ def pull_dir(ctx: HostContext, release: Release) -> str:
     return f"{ctx.layout.releases}/.partial-{release.id}-pull"
 
 
-def _fetch_args(release: Release, partial: str, urls: dict[str, str]) -> list[str]:
+def _fetch_args(release: Release, partial: str, urls: dict[str, str],
+                seconds: float | None = None) -> list[str]:
+    """fetch.py's arguments; `seconds`: the step's time left, the whole download's deadline."""
     args = ["--dir", partial, "--connect-timeout", f"{CONNECT_TIMEOUT:g}"]
+    if seconds is not None:
+        args += ["--deadline", f"{max(1.0, seconds - 5):g}"]  # ends before the step does
     for a in release.artifacts:
         args += ["--file", a.name, urls[a.name], a.sha256, str(a.size)]
     return args
@@ -116,7 +120,7 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
     urls = release_urls(release)
     _emit(ctx, "connecting", f"connecting to {release.source} (connect timeout "
           f"{CONNECT_TIMEOUT:g} s)", url=release.source, connect_timeout=CONNECT_TIMEOUT)
-    code, report = _fetch(ctx, release, _fetch_args(release, partial, urls))
+    code, report = _fetch(ctx, release, _fetch_args(release, partial, urls, ctx.remaining()))
     error = report.get("error") if isinstance(report, dict) else {"message": str(report)}
     if code == 0 and not error:
         install_partial(ctx, release, partial)
@@ -126,7 +130,7 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
         _emit(ctx, "fallback", f"the host could not reach {release.source}: "
               f"{tail(str(error.get('message')), 300)}; pushing release {release.id} "
               f"({size} bytes) from the controller", url=release.source, bytes=size)
-        local_copy(release, urls)
+        local_copy(release, urls, ctx.remaining())
         pushed = push_into(ctx, release, partial)
         install_partial(ctx, release, partial, checked=True)
         return changed(

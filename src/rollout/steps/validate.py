@@ -1,4 +1,5 @@
-"""Prove the daemon works: a validation proof whose result line, not exit code, decides."""
+"""Prove the daemon works: a validation proof whose result block (one, on stdout), not its
+exit code, decides."""
 
 from __future__ import annotations
 
@@ -6,22 +7,40 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rollout.config.render import render_shell
 from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id, q
+from rollout.host.scripts.common import proof_verdict
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import already_validated, status_url
-from rollout.steps.decision import Action, Decision, Target
+from rollout.steps.decision import Action, Decision, Release, Target
 from rollout.steps.identity import check_ports, then_ports
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
+
+
+@dataclass(frozen=True)
+class ValidateFor:
+    """An Action's detail: the release a validation proves (a rollback's, not the run's)."""
+
+    release_id: str | None
+
+
+def validation_command(target: Target, template: str, release_id: str | None) -> str:
+    """The validation command rendered for `release_id`: its own bench, at its own paths
+    (`release_dir`, `release_id`); None: whatever `current` points at. The one place the
+    validate step, a rollback's validation and the guard's recipe get their command from."""
+    release = Release(release_id, "", "", ()) if release_id else None
+    context = replace(target, release=release).template_context()
+    return render_shell(template, context, target.settings.location("validate", "command"))
 
 
 def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
@@ -200,7 +219,9 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     seen = probe(ctx)
     check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
     staged = ensure_input(ctx, seen.input_seen)  # (never staged for a daemon not running)
-    command = ctx.render_command(params.command or spec.command)
+    proves = (action.detail.release_id if isinstance(action.detail, ValidateFor)
+              else ctx.target.release_id)
+    command = validation_command(ctx.target, params.command or spec.command, proves)
     pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
     seconds = float(spec.timeout if params.timeout is None else params.timeout)
     counters = (seen.status or {}).get("counters")
@@ -220,7 +241,8 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
             data={"hung": True, "timeout": seconds, "counters_before": before,
                   "counters_after": after},
         )
-    if pattern.search(r.stdout):
+    passed, why = proof_verdict(r.stdout, pattern.pattern)
+    if passed:
         job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
         if record and not proof.recorded:  # the host's python read the pattern otherwise
             record_evidence(ctx, record)
@@ -231,6 +253,4 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
         )
     if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
         ctx.sh(f"rm -f -- {q(ctx.layout.validated)}").check()
-    error = re.search(r"^error:\s*(.+)$", r.stdout, re.MULTILINE)
-    why = error.group(1) if error else f"no line matching {pattern.pattern!r} (exit {r.exit_code})"
-    raise StepFailed(f"validation failed: {why}", output=output)
+    raise StepFailed(f"validation failed: {why} (exit {r.exit_code})", output=output)

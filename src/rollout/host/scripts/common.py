@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -512,3 +513,46 @@ def drain_failure(out: dict[str, Any]) -> str:
     else:
         why = "drain deadline passed"
     return f"{why}: {figures}; held by: " + "; ".join(_holder_names(out.get("holders")))
+
+
+RESULT_HEADER = "=== Proof Result ==="  # cuzk-bench's result block starts with this line
+
+
+def _result_block(lines: list[str], start: int) -> list[str]:
+    """The lines of the result block whose header is lines[start], up to a blank line."""
+    block: list[str] = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        block.append(line.strip())
+    return block
+
+
+def _field(block: list[str], key: str) -> list[str]:
+    return [ln.split(":", 1)[1].strip() for ln in block if ln.startswith(key + ":")]
+
+
+def proof_verdict(stdout: str, pattern: str) -> tuple[bool, str]:
+    """(whether the bench's stdout says the proof passed, why or why not). Only the bench's
+    own result block counts: exactly one `=== Proof Result ===` block (up to a blank line)
+    with exactly one `status:` line, COMPLETED, and `pattern` (validate.success_pattern)
+    matching inside that block. A status line outside the block, a second block, a FAILED
+    status anywhere, or anything on stderr (never passed here) never makes a success."""
+    lines = stdout.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.strip() == RESULT_HEADER]
+    if len(starts) != 1:
+        return False, (f"{len(starts)} result blocks ({RESULT_HEADER}): exactly one expected"
+                       if starts else f"no result block ({RESULT_HEADER})")
+    block = _result_block(lines, starts[0])
+    statuses = _field(block, "status")
+    if len(statuses) != 1:
+        return False, f"the result block has {len(statuses)} status lines: exactly one expected"
+    if statuses[0] != "COMPLETED":
+        errors = _field(block, "error")
+        return False, f"status {statuses[0]}" + (f": {errors[0]}" if errors else "")
+    if any(re.match(r"\s*status:\s*FAILED", ln) for ln in lines):
+        return False, "a FAILED status line outside the result block"
+    if pattern and not re.search(pattern, "\n".join(block), re.MULTILINE):
+        return False, f"no line matching {pattern!r} in the result block"
+    return True, "status COMPLETED"
+

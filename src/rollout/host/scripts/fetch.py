@@ -8,7 +8,9 @@ unreachable). With --progress SECONDS it prints, while it runs, a line
 that file on disk); with --tether it exits (status 4) once its stdin ends: the controller
 that reads its progress is gone. A file cut short is resumed where it stopped (HTTP Range),
 with a bounded number of retries; a finished file is checked against its sha256 and
-size, and a mismatch is deleted and refused. Prints one JSON object; exit 0: every file
+size, and a mismatch is deleted and refused. With --deadline SECONDS the whole download
+ends by then (kind "deadline"), however slowly bytes trickle in: a per-read timeout alone
+never ends a server that sends a byte every few seconds. Prints one JSON object; exit 0: every file
 is there and checked; 3: the URL could not be reached at all (nothing was received);
 1: anything else (HTTP error, sha256 mismatch, too many interruptions).
 """
@@ -134,8 +136,19 @@ def tether(stdin: Any) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def past(deadline: float | None, url: str) -> None:
+    """FetchFailed("deadline") once the monotonic clock passed `deadline` (None: no deadline)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise FetchFailed("deadline", f"{url}: not complete by the download deadline")
+
+
+def read_timeout(timeout: float, deadline: float | None) -> float:
+    """The per-read timeout, never past the deadline (at least 0.1 s)."""
+    return timeout if deadline is None else max(0.1, min(timeout, deadline - time.monotonic()))
+
+
 def _copy_body(response: Any, path: str, start: int, size: int,
-               report: Report = _no_report) -> int:
+               report: Report = _no_report, deadline: float | None = None) -> int:
     """Append (from `start`) at most up to `size`; the bytes received."""
     received = 0
     read = getattr(response, "read1", response.read)  # what has arrived: a cut keeps it
@@ -143,6 +156,7 @@ def _copy_body(response: Any, path: str, start: int, size: int,
         f.seek(start)
         f.truncate()
         while start + received < size:
+            past(deadline, path)
             chunk = read(min(CHUNK, size - start - received))
             if not chunk:
                 break
@@ -155,21 +169,22 @@ def _copy_body(response: Any, path: str, start: int, size: int,
 
 
 def _attempt(url: str, path: str, size: int, timeout: float, out: dict[str, Any],
-             report: Report = _no_report) -> None:
+             report: Report = _no_report, deadline: float | None = None) -> None:
     offset = _size(path)
     if offset >= size:
         return
-    response = _open(url, offset, timeout)
+    past(deadline, url)
+    response = _open(url, offset, read_timeout(timeout, deadline))
     out["answered"] = True
     if response is None:
         os.unlink(path)
         out["restarts"] = out.get("restarts", 0) + 1
-        return _attempt(url, path, size, timeout, out, report)
+        return _attempt(url, path, size, timeout, out, report, deadline)
     with response:
         start = _start_at(response, offset)
         if start:
             out.setdefault("resumed_from", start)
-        received = _copy_body(response, path, start, size, report)
+        received = _copy_body(response, path, start, size, report, deadline)
         out["received"] = out.get("received", 0) + received
 
 
@@ -186,8 +201,10 @@ def fetch_file(
     timeout: float = 30.0,
     sleep: Callable[[float], None] = time.sleep,
     report: Report = _no_report,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Bring `path` to the file at `url` with this sha256 and size; what it took, as data."""
+    """Bring `path` to the file at `url` with this sha256 and size; what it took, as data.
+    `deadline`: a time.monotonic() value the whole download must end by (FetchFailed)."""
     out: dict[str, Any] = {"answered": False}
     if os.path.exists(path) and _checked(path, sha256, size):
         return {**out, "outcome": "present", "received": 0}
@@ -196,8 +213,10 @@ def fetch_file(
     fresh_start_left = 1
     for attempt in range(retries + 1):
         try:
-            _attempt(url, path, size, timeout, out, report)
+            _attempt(url, path, size, timeout, out, report, deadline)
         except FetchFailed as e:
+            if e.kind == "deadline":
+                raise
             if e.kind != "retry" or attempt == retries:
                 raise FetchFailed("http", str(e)) from e
         except (OSError, http.client.HTTPException) as e:  # timeouts are OSErrors
@@ -214,6 +233,7 @@ def fetch_file(
                 fresh_start_left -= 1  # a resumed prefix may be stale: once from scratch
                 out.pop("resumed_from")
                 continue
+        past(deadline, url)
         sleep(min(8.0, 0.5 * 2**attempt))
     raise FetchFailed("interrupted", f"{url}: still incomplete after {retries + 1} attempts")
 
@@ -227,6 +247,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--connect-timeout", type=float, default=0.0)
     p.add_argument("--progress", type=float, default=0.0)
+    p.add_argument("--deadline", type=float, default=0.0, help="seconds for it all (0: none)")
     p.add_argument("--tether", action="store_true")
     args = p.parse_args(argv)
     if args.tether:
@@ -235,12 +256,13 @@ def main(argv: list[str]) -> int:
     files: dict[str, Any] = {}
     reporter = Reporter(args.progress)
     probed: set[str] = set()
+    deadline = time.monotonic() + args.deadline if args.deadline > 0 else None
     for name, url, sha256, size in args.file:
         try:
             _probe_once(url, args.connect_timeout, probed)
             files[name] = fetch_file(url, os.path.join(args.dir, name), sha256, int(size),
                                      args.retries, args.timeout,
-                                     report=reporter.for_file(name))
+                                     report=reporter.for_file(name), deadline=deadline)
             reporter.report(name, int(size), force=True)
         except FetchFailed as e:
             print(json.dumps({"files": files, "error": {"kind": e.kind, "file": name,

@@ -48,7 +48,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, read_pidfile, read_text  # inlined on hosts
+from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -499,18 +499,19 @@ def step_validate(h: Host) -> tuple[str, str]:
     command = validate_command(h, serving_release(h))
     seconds = float(h.r.get("validate_timeout") or 600)
     p = subprocess.Popen(["sh", "-c", str(command)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=seconds)
+        out, err = p.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
         raise Failed(f"validation hung (no result in {seconds:g} s): killed") from None
-    text = out.decode("utf-8", "replace")
-    if re.search(str(h.r.get("success_pattern")), text, re.MULTILINE):
+    text = out.decode("utf-8", "replace")  # stdout alone: stderr never makes a success
+    passed, why = proof_verdict(text, str(h.r.get("success_pattern") or ""))
+    if passed:
         return "ok", f"validation proof COMPLETED on {serving_release(h)}"
-    error = re.search(r"^error:\s*(.+)$", text, re.MULTILINE)
-    raise Failed(f"validation failed: {error.group(1) if error else 'no success line'}: {text[-500:]}")
+    tail_text = (text + err.decode("utf-8", "replace"))[-500:]
+    raise Failed(f"validation failed: {why}: {tail_text}")
 
 
 STEPS: dict[str, Callable[[Host], tuple[str, str]]] = {

@@ -3,8 +3,10 @@ long it ran, its output, /status after a proof that was stopped, and whether the
 was written.
 
 The evidence of an earlier validation goes first; the evidence given with --record is written
-again only when a line of the proof's output matches --pattern. The controller decides from
-the same output whether the proof passed, and removes the evidence where it disagrees.
+again only when the proof's stdout passes proof_verdict: exactly one result block of the
+bench's own, status COMPLETED, --pattern matching inside it (stderr never counts). The
+controller decides from the same output whether the proof passed, and removes the evidence
+where it disagrees.
 
 Run on the host by the controller:
   python3 - --timeout S --kill-after K --evidence PATH [--record JSON] [--pattern RE]
@@ -18,11 +20,12 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from typing import Any
+
+from rollout.host.scripts.common import proof_verdict  # inlined on hosts
 
 STOPPED = (124, 137)  # timeout's status when it stopped the command (TERM, KILL)
 
@@ -73,7 +76,7 @@ def prove(args: argparse.Namespace) -> dict[str, Any]:
     }
     if code in STOPPED and args.status_url:
         out["status_after"] = status_doc(args.status_url)
-    if args.record and args.pattern and re.search(args.pattern, stdout, re.MULTILINE):
+    if args.record and args.pattern and proof_verdict(stdout, args.pattern)[0]:
         record(args.evidence, args.record)
         out["recorded"] = True
     return out
