@@ -6,6 +6,7 @@ The CLI (rollout.cli) parses flags and calls these; the engine never imports the
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from rollout.config.hostvar_checks import HostVarRefused
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.steps import StepSpec
@@ -22,7 +24,7 @@ from rollout.config.vastai import is_ref
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.plan import Plan, make_plan
 from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
-from rollout.errors import UserError
+from rollout.errors import ConfigError, Location, RolloutError, UserError
 from rollout.output.console import ConsoleSink, print_summary
 from rollout.output.events import EventBus, JsonLinesSink, open_private
 from rollout.output.journal import read_journal
@@ -116,7 +118,24 @@ def load_fleet(
     loaded = load_playbook(chosen, parse_set_options(sets), settings, builds)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    return make_plan(loaded, inventory, limit, run_id)
+    try:
+        return make_plan(loaded, inventory, limit, run_id)
+    except HostVarRefused as exc:
+        raise ConfigError(exc.message, var_location(hosts_file, exc.host, exc.var)) from None
+
+
+def var_location(hosts_file: str, host: str, var: str) -> Location:
+    """Where an inventory var of a host is set (file:line), as `rollout inventory` says."""
+    from rollout.commands.inventory_view import describe
+
+    try:
+        source = str(describe(hosts_file).hosts[host]["sources"][f"vars.{var}"])
+    except (RolloutError, KeyError):
+        return Location(hosts_file, None, f"{host}: {var}")
+    found = re.match(r"^(.*?):(\d+)(?:: .*)?$", source)
+    if found is None:
+        return Location(source, None, var)
+    return Location(found.group(1), int(found.group(2)), var)
 
 
 def load_plan(req: RolloutRequest, run_id: str | None = None, builds: bool = False) -> Plan:
@@ -195,10 +214,6 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         release = load_release(req.release)
         req = replace(req, sets=sets_with_version(req.sets, release))
     plan = load_plan(req, req.resume, builds=release is None)
-    if release is not None and req.release:
-        from rollout.engine.needs import refuse_incomplete
-
-        refuse_incomplete(plan, release, req.release)  # exit 2 before any host is touched
     if req.dry_run:
         from rollout.commands.dryrun import dry_run
 

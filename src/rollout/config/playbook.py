@@ -26,11 +26,13 @@ from ruamel.yaml.error import YAMLError
 
 from rollout.errors import ConfigError, Location, UserError
 
+from .hostvar_checks import check_host_vars, control_character
 from .inventory import Host
 from .playbook_checks import (
     check_files,
     check_runtime_templates,
     config_template_text,
+    secret_like_overrides,
     unused_overrides,
 )
 from .render import render_tree, resolve_vars
@@ -69,6 +71,7 @@ RESERVED_NAMES = frozenset(
 """Names of the template context that variables may not take."""
 RUNTIME_TEMPLATES = (
     "validate.command",
+    "validate.env",
     "steps[].params.command",
     "steps[].when",
     "daemon.config_template",
@@ -180,6 +183,8 @@ class PlaybookSource:
     def render(
         self, host_vars: Mapping[str, Any] | None = None, host: str | None = None
     ) -> Playbook:
+        if host is not None:
+            check_host_vars(self.doc, host_vars or {}, self.overrides, host, RESERVED_NAMES)
         try:
             playbook = self._render({**(host_vars or {}), **self.overrides}, host is not None)
         except ConfigError as exc:
@@ -190,7 +195,8 @@ class PlaybookSource:
         if host is None:
             template = config_template_text(playbook, self.doc)
             unused = unused_overrides(self.doc, self.overrides, template)
-            playbook._warnings = [*self.retired, *unused]
+            secrets = secret_like_overrides(self.overrides)
+            playbook._warnings = [*self.retired, *unused, *secrets]
         return playbook
 
     def _render(self, fixed_vars: Mapping[str, Any], for_host: bool = False) -> Playbook:
@@ -274,6 +280,7 @@ def parse_set_options(options: Iterable[str]) -> dict[str, Any]:
             raise UserError(f"--set {option!r}: expected KEY=VALUE, or @FILE (a YAML vars file)")
         _check_var_name(name.strip(), Location(f"--set {option}"))
         out[name.strip()] = _set_value(value, f"--set {name.strip()}")
+        _check_controls(out[name.strip()], f"--set {name.strip()}")
     return out
 
 
@@ -358,9 +365,20 @@ def load_vars_file(path: str) -> dict[str, Any]:
         _check_var_name(str(name), where)
         try:
             out[str(name)] = plain_value(value, str(where))
+            _check_controls(out[str(name)], str(where))
         except UserError as exc:
             raise ConfigError(exc.message.removeprefix(f"{where}: "), where) from None
     return out
+
+
+def _check_controls(value: Any, what: str) -> None:
+    """A --set value holds no NUL or other control character (tab, newline allowed)."""
+    bad = control_character(value)
+    if bad is not None:
+        raise UserError(
+            f"{what}: the value holds the control character {bad}; values may not hold NUL "
+            "or control characters (tab and newline excepted)"
+        )
 
 
 def _check_var_name(name: str, where: Location) -> None:
@@ -371,10 +389,11 @@ def _check_var_name(name: str, where: Location) -> None:
 
 
 def _is_runtime(path: KeyPath) -> bool:
-    if path == ("validate", "command"):
+    """Commands (a string, or each item of an argv list), their env values, `when`."""
+    if path[:2] in (("validate", "command"), ("validate", "env")):
         return True
     in_step = len(path) > 2 and path[0] == "steps"
-    return in_step and path[2:] in (("when",), ("params", "command"))
+    return in_step and (path[2:] == ("when",) or path[2:4] == ("params", "command"))
 
 
 def _check_params(playbook: Playbook, doc: YamlDoc) -> None:

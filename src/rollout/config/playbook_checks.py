@@ -4,13 +4,25 @@ is used by some template (else a warning)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.errors import ConfigError, Location
+from rollout.errors import ConfigError, Location, UserError
+from rollout.secrets import secret
 
-from .template_check import Kind, check_names, check_syntax, names_used, strings_in
+from .nested import nested_placeholder
+from .render import as_condition, expression_value, strip_braces
+from .shellwords import ShellSyntaxError
+from .template_check import (
+    Kind,
+    check_names,
+    check_syntax,
+    names_used,
+    secret_names,
+    strings_in,
+)
 from .yamlfile import KeyPath, YamlDoc, to_plain
 
 if TYPE_CHECKING:
@@ -22,15 +34,56 @@ CODE_VARS = frozenset({"version"})
 """Variables rollout itself reads (the release's version), used even with no template."""
 
 
+def commands(playbook: Playbook) -> Iterator[tuple[Any, KeyPath]]:
+    """Each user command of the playbook (a string or an argv list) and its key path."""
+    yield playbook.validation.command, ("validate", "command")
+    for index, step in enumerate(playbook.steps):
+        command = step.params.get("command")
+        if isinstance(command, str | list):
+            yield command, ("steps", index, "params", "command")
+
+
 def runtime_templates(playbook: Playbook) -> Iterator[tuple[str, Kind, KeyPath]]:
     """Each runtime template of the playbook: its text, its kind and its key path."""
-    yield playbook.validation.command, "shell", ("validate", "command")
+    for command, path in commands(playbook):
+        if isinstance(command, str):
+            yield command, "shell", path
+        else:
+            for item, text in enumerate(command):
+                yield str(text), "template", (*path, item)
+    for name, value in playbook.validation.env.items():
+        yield value, "template", ("validate", "env", name)
     for index, step in enumerate(playbook.steps):
         if isinstance(step.when, str):
             yield step.when, "expression", ("steps", index, "when")
-        command = step.params.get("command")
-        if isinstance(command, str):
-            yield command, "shell", ("steps", index, "params", "command")
+
+
+def check_when_values(playbook: Playbook, doc: YamlDoc) -> None:
+    """A `when` whose value is known at load (vars, --set, the sections) is a boolean: a
+    string like 'maybe' is refused now (one known only at run time fails its step then)."""
+    context = playbook.template_context()
+    for index, step in enumerate(playbook.steps):
+        if not isinstance(step.when, str):
+            continue
+        try:
+            value = expression_value(strip_braces(step.when), context)
+        except Exception:  # noqa: BLE001 - names known only at run time; checked then
+            continue
+        try:
+            as_condition(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), doc.location(("steps", index, "when"))) from None
+
+
+def check_nested(playbook: Playbook, doc: YamlDoc) -> None:
+    """No placeholder in a word that a nested interpreter reads again (`nested`)."""
+    for command, path in commands(playbook):
+        try:
+            found = nested_placeholder(command)
+        except ShellSyntaxError:
+            continue  # check_syntax names it
+        if found is not None:
+            raise ConfigError(found.message(), doc.location(path))
 
 
 def check_runtime_templates(playbook: Playbook, doc: YamlDoc, known: Iterable[str] | None) -> None:
@@ -39,6 +92,9 @@ def check_runtime_templates(playbook: Playbook, doc: YamlDoc, known: Iterable[st
         check_syntax(text, doc.location(path), kind)
         if known is not None:
             check_names(text, kind, known, doc.location(path))
+    check_nested(playbook, doc)
+    check_when_values(playbook, doc)
+    check_secrets(playbook, doc)
     template = config_template_text(playbook, doc)
     if template is not None:
         where = doc.location(("daemon", "config_template"))
@@ -46,6 +102,17 @@ def check_runtime_templates(playbook: Playbook, doc: YamlDoc, known: Iterable[st
         if known is not None:
             in_file = Location(str(playbook.daemon.config_template))
             check_names(template, "template", {*known, *CONFIG_TEMPLATE_NAMES}, in_file, True)
+
+
+def check_secrets(playbook: Playbook, doc: YamlDoc) -> None:
+    """Each `secret('NAME')` of a runtime template is read now: one that is not set or too
+    weak to mask (`secrets.weakness`) is refused at load, not when a host runs it."""
+    for text, kind, path in runtime_templates(playbook):
+        for name in sorted(secret_names(text, kind)):
+            try:
+                secret(name)
+            except UserError as exc:
+                raise ConfigError(exc.message, doc.location(path)) from None
 
 
 def config_template_text(playbook: Playbook, doc: YamlDoc) -> str | None:
@@ -105,3 +172,28 @@ def unused_overrides(
 def _steps_of(root: Any) -> list[Any]:
     steps = to_plain(root).get("steps") if isinstance(root, Mapping) else None
     return steps if isinstance(steps, list) else []
+
+
+SECRET_NAME = re.compile(r"token|secret|passw|key|credential|auth|api", re.IGNORECASE)
+"""A --set name that suggests its value is a secret."""
+
+
+def looks_secret(name: str, value: Any) -> bool:
+    """A name like a secret's with a value long and varied enough to be one (8+ characters,
+    at least 6 different ones, no blank)."""
+    if not isinstance(value, str) or not SECRET_NAME.search(name):
+        return False
+    text = value.strip()
+    return len(text) >= 8 and len(set(text)) >= 6 and not any(c.isspace() for c in text)
+
+
+def secret_like_overrides(overrides: Mapping[str, Any]) -> list[str]:
+    """A warning for each --set value that looks like a secret: it is in the process list
+    and the journal as it is; `{{ secret('NAME') }}` reads it from the environment, masked."""
+    return [
+        f"--set {name}: this looks like a secret; a --set value shows in the process list "
+        f"and the run's journal: put it in an environment variable and use "
+        f"{{{{ secret('{name.upper()}') }}}} in the playbook instead"
+        for name, value in overrides.items()
+        if looks_secret(name, value)
+    ]

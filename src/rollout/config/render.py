@@ -13,7 +13,11 @@ template is rendered exactly once; a rendered value is data and never rendered a
   load (`template_check`).
 
 Shell commands are rendered word by word (`shellwords`): a word holding a placeholder
-becomes one quoted word whatever quotes surround it; `{{ value | raw }}` opts out.
+becomes one quoted word whatever quotes surround it; `{{ value | raw }}` opts out. That
+protects one level of parsing: a placeholder in a word that another interpreter parses
+again (`sh -c '...'`, `eval`, `python3 -c`, here-documents, `$(...)`) is refused at load
+(`nested`). A command may also be an argv list (each item one argument, no shell), and
+values may reach it through its `env:` mapping (`render_command`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from rollout.errors import ConfigError, Location
 from rollout.secrets import secret
 
 from .shellwords import ShellSyntaxError, Word, split_words
-from .tomlkey import toml_key
 from .yamlfile import KeyPath, to_plain
 
 
@@ -44,7 +47,6 @@ ENV = ImmutableSandboxedEnvironment(
 )
 ENV.globals["secret"] = secret
 ENV.filters["raw"] = ShellRaw
-ENV.filters["toml_key"] = toml_key  # a key or table name written into a TOML file
 _TEMPLATE_MARK = re.compile(r"{{|{%|{#")
 _ONE_EXPRESSION = re.compile(r"^{{((?:(?!}}|{{).)*)}}$", re.DOTALL)
 
@@ -74,7 +76,8 @@ def _expression(expression: str) -> Any:
     return ENV.compile_expression(expression, undefined_to_none=False)
 
 
-def _expression_value(expression: str, context: Mapping[str, Any]) -> Any:
+def expression_value(expression: str, context: Mapping[str, Any]) -> Any:
+    """The value of a Jinja2 expression; an undefined name raises."""
     value = _expression(expression)(**context)
     if isinstance(value, Undefined):
         str(value)  # StrictUndefined raises here, naming the missing variable
@@ -87,7 +90,7 @@ def render_value(text: str, context: Mapping[str, Any]) -> Any:
         return text
     single = _ONE_EXPRESSION.match(text)
     if single is not None:
-        return _expression_value(single.group(1), context)
+        return expression_value(single.group(1), context)
     return _template(text).render(context)
 
 
@@ -143,15 +146,60 @@ def render_shell(
         raise template_error(exc, where) from exc
 
 
+Command = str | list[str]
+"""A user command: a shell command line (split into words), or an argv list (no shell)."""
+
+
+def render_command(
+    command: Command,
+    env: Mapping[str, str],
+    context: Mapping[str, Any],
+    where: Location | None = None,
+) -> str:
+    """The command line to run: `export NAME='value'; ` for each `env` entry (its value a
+    template, rendered and quoted: the command reads it as "$NAME", never as text of its
+    own), then the command (an argv list becomes one quoted word per item)."""
+    if isinstance(command, str):
+        line = render_shell(command, context, where)
+    else:
+        line = shlex.join(render_runtime(item, context, where) for item in command)
+    exports = "".join(
+        f"export {name}={shlex.quote(render_runtime(value, context, where))}; "
+        for name, value in env.items()
+    )
+    return exports + line
+
+
+TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+"""What a `when` may render to as text (case-insensitive): `--set c=no` is false."""
+
+
+def as_condition(value: Any) -> bool:
+    """A `when` value as a bool: a bool, 0 or 1, or one of TRUE_WORDS/FALSE_WORDS; anything
+    else (another string, a number, a list, None) is refused, naming it."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower() if isinstance(value, str | int) else None
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    shown = repr(value)[:80]
+    raise ValueError(
+        f"`when` gave {shown}: it must be a boolean (true/false, yes/no, on/off, 1/0)"
+    )
+
+
 def evaluate_condition(
     condition: bool | str, context: Mapping[str, Any], where: Location | None = None
 ) -> bool:
     """Evaluate a step's `when`: a bool, or a Jinja2 expression (`version != 'v1'`,
-    with or without surrounding `{{ }}`)."""
+    with or without surrounding `{{ }}`) whose value is a boolean (`as_condition`)."""
     if isinstance(condition, bool):
         return condition
     try:
-        return bool(_expression_value(strip_braces(condition), context))
+        return as_condition(expression_value(strip_braces(condition), context))
     except Exception as exc:
         raise template_error(exc, where) from exc
 

@@ -89,6 +89,26 @@ def _check_regex(text: str) -> str:
     return text
 
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROGRAM_ENV = frozenset(
+    {"PATH", "IFS", "ENV", "BASH_ENV", "CDPATH", "SHELLOPTS", "BASHOPTS", "GLOBIGNORE", "PS4",
+     "PROMPT_COMMAND", "HOME", "SHELL", "NODE_OPTIONS", "RUBYOPT", "JAVA_TOOL_OPTIONS"}
+)
+_PROGRAM_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "BASH_FUNC", "GCONV", "MALLOC_")
+
+
+def _check_env_name(name: str) -> str:
+    """An `env:` name: an identifier, and none that chooses or changes which code runs
+    (PATH, LD_PRELOAD, BASH_ENV, PYTHONPATH, ...): a value there would be code."""
+    if not ENV_NAME.match(name):
+        raise ValueError(f"an environment variable name is an identifier, got {name!r}")
+    if name.upper() in _PROGRAM_ENV or name.upper().startswith(_PROGRAM_ENV_PREFIXES):
+        raise ValueError(
+            f"{name} changes which code runs; a value there would be code: use another name"
+        )
+    return name
+
+
 def _resolve_local(path: Path, info: ValidationInfo) -> Path:
     """Relative to the playbook file's folder (validation context `base_dir`)."""
     path = path.expanduser()
@@ -117,6 +137,20 @@ Listen = Annotated[str, AfterValidator(_check_listen)]
 GrpcListen = Annotated[str, AfterValidator(_check_grpc_listen)]
 Regex = Annotated[str, AfterValidator(_check_regex)]
 Executable = Annotated[str, StringConstraints(pattern=EXECUTABLE_NAME)]
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
+Argv = Annotated[list[str], Field(min_length=1)]
+CommandField = str | Argv
+"""A user command: a shell command line (its words quoted one by one), or an argv list
+(each item one argument: no shell at all)."""
+COMMAND_HELP = (
+    " A string is a shell command line: a placeholder becomes one quoted word; a list is "
+    "an argv (no shell). A placeholder inside a word another interpreter reads again "
+    "(sh -c, eval, python3 -c, here-documents, $(...)) is refused: pass such values in env."
+)
+ENV_HELP = (
+    "Environment variables for the command: name -> value (a runtime template). The "
+    'command reads them as "$NAME": the safe way to hand a value to sh -c or python3 -c.'
+)
 Signal = Literal["SIGTERM", "SIGINT", "SIGKILL", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"]
 
 
@@ -391,11 +425,13 @@ class InputSpec(Section):
 class ValidateSpec(Section):
     """The proof that shows a new release works. Success is the output, never the exit code."""
 
-    command: str = Field(
+    command: CommandField = Field(
         default="{{ release_dir }}/cuzk-bench -a http://{{ daemon.listen }} single -t porep "
         "--c1 {{ validate.input.path }}",
-        description="Command run on the host (runtime template: `release_dir`, `host`, ...).",
+        description="Command run on the host (runtime template: `release_dir`, `host`, ...)."
+        + COMMAND_HELP,
     )
+    env: dict[EnvName, str] = Field(default_factory=dict, description=ENV_HELP)
     success_pattern: Regex = Field(
         default=r"^status:\s+COMPLETED", description="Regex (multiline) the output must match."
     )

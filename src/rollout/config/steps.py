@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .durations import Seconds
+from .sections import CommandField
 
 
 class StepKind(StrEnum):
@@ -99,7 +100,8 @@ class PreflightParams(_Strict):
 class SuperviseParams(_Strict):
     launcher: str = Field(
         default="",
-        description="Command words put before the daemon (default: the host var daemon_launcher).",
+        description="Command words put before the daemon, from the playbook (its vars or "
+        "--set): an inventory var may not set it (refused at load).",
     )
 
 
@@ -144,7 +146,11 @@ class ReadyParams(_Strict):
 
 
 class ValidateParams(_Strict):
-    command: str | None = Field(default=None, description="Instead of validate.command.")
+    command: CommandField | None = Field(
+        default=None,
+        description="Instead of validate.command (a string or an argv list; validate.env "
+        "applies to it too).",
+    )
     success_pattern: str | None = Field(
         default=None, description="Instead of validate.success_pattern."
     )

@@ -142,3 +142,19 @@ def strings_in(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for value in node:
             yield from strings_in(value)
+
+
+def secret_names(text: str, kind: Kind) -> set[str]:
+    """The NAMEs of `secret('NAME')` calls (a constant NAME) in a runtime template."""
+    try:
+        trees = _parse(text, kind)
+    except (TemplateError, ShellSyntaxError):
+        return set()
+    return {
+        str(call.args[0].value)
+        for tree in trees
+        for call in tree.find_all(nodes.Call)
+        if isinstance(call.node, nodes.Name) and call.node.name == "secret"
+        and call.args and isinstance(call.args[0], nodes.Const)
+        and isinstance(call.args[0].value, str)
+    }

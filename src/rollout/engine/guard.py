@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.config.render import Command, render_command
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
@@ -30,9 +31,8 @@ from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
-from rollout.steps.decision import Action, Phase
+from rollout.steps.decision import Action, Phase, Release
 from rollout.steps.drain import DrainHow, budget_args, drain_action
-from rollout.steps.validate import validation_command
 from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
@@ -93,10 +93,12 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
     }
 
 
-def _validate_command(ctx: HostContext, template: str, release_id: str) -> str | None:
+def _validate_command(ctx: HostContext, template: Command, release_id: str) -> str | None:
     """The validation command rendered for one release: its own bench at its own path."""
+    target = replace(ctx.target, release=Release(release_id, "", "", ()))
     try:
-        return validation_command(ctx.target, template, release_id)
+        return render_command(template, ctx.settings.validation.env, target.template_context(),
+                              ctx.settings.location("validate", "command"))
     except RolloutError:
         return None  # the validate step fails the same way; so does the guard's
 

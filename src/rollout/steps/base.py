@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config.render import render_shell
+from rollout.config.render import Command, render_command
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
@@ -56,10 +56,12 @@ class HostContext:
     def template_context(self, **extra: Any) -> dict[str, Any]:
         return self.target.template_context(**extra)
 
-    def render_command(self, template: str, **extra: Any) -> str:
-        """Render a shell command template (validate.command) for this host, values quoted."""
-        return render_shell(
-            template, self.template_context(**extra), self.settings.location("validate", "command")
+    def render_command(self, template: Command, **extra: Any) -> str:
+        """Render a command (validate.command: a shell line, values quoted, or an argv list)
+        for this host, validate.env's values passed as environment variables."""
+        return render_command(
+            template, self.settings.validation.env, self.template_context(**extra),
+            self.settings.location("validate", "command"),
         )
 
     def remaining(self) -> float | None:

@@ -24,7 +24,7 @@ from rollout.units import format_size
 
 def supervisor_conf(target: Target, params: SuperviseParams) -> str:
     daemon = target.settings.daemon
-    launcher = params.launcher or target.host.vars.get("daemon_launcher") or ""
+    launcher = params.launcher  # from the playbook alone: never an inventory var
     ports = [p for p in (tcp_port(daemon.listen), tcp_port(daemon.status_listen)) if p]
     conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher),
             "ports": ports, "daemon_env": {"NO_COLOR": "1"}}  # cuzk colours its log unless NO_COLOR
