@@ -214,6 +214,10 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         release = load_release(req.release)
         req = replace(req, sets=sets_with_version(req.sets, release))
     plan = load_plan(req, req.resume, builds=release is None)
+    if release is not None and req.release:
+        from rollout.engine.needs import refuse_incomplete
+
+        refuse_incomplete(plan, release, req.release)  # exit 2 before any host is touched
     if req.dry_run:
         from rollout.commands.dryrun import dry_run
 

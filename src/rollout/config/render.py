@@ -35,6 +35,7 @@ from rollout.errors import ConfigError, Location
 from rollout.secrets import secret
 
 from .shellwords import ShellSyntaxError, Word, split_words
+from .tomlkey import toml_key
 from .yamlfile import KeyPath, to_plain
 
 
@@ -47,6 +48,7 @@ ENV = ImmutableSandboxedEnvironment(
 )
 ENV.globals["secret"] = secret
 ENV.filters["raw"] = ShellRaw
+ENV.filters["toml_key"] = toml_key  # a key or table name written into a TOML file
 _TEMPLATE_MARK = re.compile(r"{{|{%|{#")
 _ONE_EXPRESSION = re.compile(r"^{{((?:(?!}}|{{).)*)}}$", re.DOTALL)
 

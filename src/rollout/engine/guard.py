@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config.render import Command, render_command
+from rollout.config.render import Command
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
@@ -31,8 +31,9 @@ from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
-from rollout.steps.decision import Action, Phase, Release
+from rollout.steps.decision import Action, Phase
 from rollout.steps.drain import DrainHow, budget_args, drain_action
+from rollout.steps.validate import validation_command
 from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
@@ -95,10 +96,8 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
 
 def _validate_command(ctx: HostContext, template: Command, release_id: str) -> str | None:
     """The validation command rendered for one release: its own bench at its own path."""
-    target = replace(ctx.target, release=Release(release_id, "", "", ()))
     try:
-        return render_command(template, ctx.settings.validation.env, target.template_context(),
-                              ctx.settings.location("validate", "command"))
+        return validation_command(ctx.target, template, release_id)
     except RolloutError:
         return None  # the validate step fails the same way; so does the guard's
 

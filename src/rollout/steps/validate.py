@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rollout.config.render import render_shell
+from rollout.config.render import Command, render_command
 from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
@@ -34,13 +34,15 @@ class ValidateFor:
     release_id: str | None
 
 
-def validation_command(target: Target, template: str, release_id: str | None) -> str:
+def validation_command(target: Target, template: Command, release_id: str | None) -> str:
     """The validation command rendered for `release_id`: its own bench, at its own paths
     (`release_dir`, `release_id`); None: whatever `current` points at. The one place the
-    validate step, a rollback's validation and the guard's recipe get their command from."""
+    validate step, a rollback's validation and the guard's recipe get their command from.
+    A string or an argv list; validate.env's values reach it as environment variables."""
     release = Release(release_id, "", "", ()) if release_id else None
     context = replace(target, release=release).template_context()
-    return render_shell(template, context, target.settings.location("validate", "command"))
+    where = target.settings.location("validate", "command")
+    return render_command(template, target.settings.validation.env, context, where)
 
 
 def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
