@@ -241,3 +241,25 @@ def test_a_set_value_that_looks_like_a_secret_warns(tmp_path: Path) -> None:
                for w in loaded.warnings)
     quiet = load_playbook(path, {"api_token": "x", "v": "ghp_8fK2mQ9xZ4"}, builds=False)
     assert not any("looks like a secret" in w for w in quiet.warnings)
+
+
+def test_the_guard_finds_the_bench_behind_validate_env_exports(tmp_path: Path) -> None:
+    from rollout.host.scripts import guard
+
+    line = render_command(["/bin/true", "--c1", "{{ v }}"], {"V": "{{ v }}", "W": "x"},
+                          {"v": "a b; $(touch x)"})
+    recipe = {"root": str(tmp_path), "run_id": "r", "validate_commands": {"r1": line}}
+    assert guard.validate_command(guard.Host(recipe), "r1") == line
+
+
+def test_a_bundle_check_reads_an_argv_list_command(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rollout.engine import needs
+
+    settings = load_playbook(playbook(tmp_path, "'true'"), builds=False)
+    step = SimpleNamespace(kind="validate", params={"command": ["{{ release_dir }}/b", "x"]})
+    plan = SimpleNamespace(settings_for=lambda name: settings, host_steps=[step])
+    assert needs._validate_template(plan, "h1") == ["{{ release_dir }}/b", "x"]
+    plan.host_steps = []
+    assert needs._validate_template(plan, "h1") == "true"

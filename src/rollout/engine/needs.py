@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from rollout.config.render import Command
 from rollout.errors import RolloutError, UserError
 from rollout.host.layout import Layout
 from rollout.steps.decision import Release, Target
@@ -15,11 +16,15 @@ from rollout.steps.validate import validation_command
 DAEMON = "cuzk-daemon"  # the supervisor starts <root>/current/cuzk-daemon
 
 
-def _validate_template(plan: Any, name: str) -> str:
+def _validate_template(plan: Any, name: str) -> Command:
+    """The validate step's command (a string or an argv list), else validate.command."""
     settings = plan.settings_for(name)
     step = next((s for s in plan.host_steps if s.kind == "validate"), None)
     command = (step.params or {}).get("command") if step is not None else None
-    return command if isinstance(command, str) and command else str(settings.validation.command)
+    if isinstance(command, str | list) and command:
+        return command
+    default: Command = settings.validation.command
+    return default
 
 
 def release_programs(plan: Any, name: str, release: Release) -> list[str]:

@@ -484,6 +484,8 @@ def validate_command(h: Host, release: str) -> str:
         words = shlex.split(command)
     except ValueError:
         words = []
+    while words[:1] == ["export"]:  # validate.env: `export NAME='value'; ` before it
+        words = words[2:]
     exe = words[0] if words else ""
     found = (os.path.isfile(exe) and os.access(exe, os.X_OK)) if "/" in exe else bool(
         exe and shutil.which(exe))
