@@ -56,6 +56,11 @@ class TransportError(RolloutError):
     """A host could not be reached, or the connection dropped."""
 
 
+class HostAnswerError(TransportError):
+    """A host answered with something rollout cannot take: malformed, oversized or late.
+    It fails that host alone, with the reason; the rest of the fleet goes on."""
+
+
 class HostKeyError(TransportError):
     """A host key is unknown (and the policy refuses it) or has changed."""
 

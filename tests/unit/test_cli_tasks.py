@@ -105,7 +105,8 @@ def test_installed_commands_print_help_without_running(binary: str) -> None:
 def steps_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(single, "run_steps",
-                        lambda hosts, playbook, host, kinds: calls.append((host, *kinds)) or [])
+                        lambda hosts, playbook, host, kinds, *lock: calls.append((host, *kinds))
+                        or [])
     monkeypatch.setattr(app, "load_fleet",
                         lambda hosts, playbook, limit: calls.append(("load_fleet", limit)))
     monkeypatch.setattr("rollout.commands.diagnose.diagnose", lambda plan, as_json: 0)

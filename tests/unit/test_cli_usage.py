@@ -112,7 +112,7 @@ def test_inv_exits_2_where_rollouts_own_arguments_parse(argv: tuple[str, ...]) -
 def test_a_host_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str] = []
     monkeypatch.setattr(rollout.cli.rollout_tasks, "_single",
-                        lambda kinds, host, hosts, playbook: ran.append(host))  # fmt: skip
+                        lambda kinds, host, hosts, playbook, *lock: ran.append(host))  # fmt: skip
     assert run_rollout("validate", "-o", "x") == 2
     assert run_rollout("validate", "--", "x") == 2
     assert ran == []

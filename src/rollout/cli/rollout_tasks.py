@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from invoke.context import Context
@@ -153,54 +154,67 @@ def rollback(
         raise Exit(code=result.exit_code)
 
 
-def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None) -> None:
-    results = single.run_steps(hosts_file(hosts), playbook, host, kinds)
-    if any(r.failed for r in results):
+def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None,
+            lock_wait: float, break_lock: bool) -> None:
+    results = single.run_steps(hosts_file(hosts), playbook, host, kinds, lock_wait, break_lock)
+    why = single.not_done(results)
+    if why:
+        print(f"{' '.join(kinds)} {host}: not done: {'; '.join(why)}", file=sys.stderr)
         raise Exit(code=1)
 
 
+LOCK_HELP = {
+    "lock_wait": "Seconds to wait for the host's lock while another rollout holds it.",
+    "break_lock": "Break a host lock that is stale (no heartbeat for "
+    "rolling.lock_stale_after) or unreadable; the break is logged.",
+}
 SINGLE_HELP = {
     "host": "HOST, the first argument (or --host HOST): a host name from the inventory.",
     "hosts": HOSTS_HELP,
     "playbook": PLAYBOOK_HELP,
+    **LOCK_HELP,
 }
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
-def drain(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+def drain(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
+          lock_wait: float = 0.0, break_lock: bool = False) -> None:
     """drain HOST: stop the daemon, wait until it is gone and its memory is back.
 
     The supervisor is held first, so the host is left stopped.
     """
-    _single(("stop", "drain"), host, hosts, playbook)
+    _single(("stop", "drain"), host, hosts, playbook, lock_wait, break_lock)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
-def stop(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+def stop(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
+         lock_wait: float = 0.0, break_lock: bool = False) -> None:
     """stop HOST: hold the supervisor and stop the daemon.
 
     SIGTERM, then SIGKILL after the playbook's stop_grace.
     """
-    _single(("stop",), host, hosts, playbook)
+    _single(("stop",), host, hosts, playbook, lock_wait, break_lock)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
-def start(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+def start(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
+          lock_wait: float = 0.0, break_lock: bool = False) -> None:
     """start HOST: release the hold so the supervisor starts the current release.
 
     Waits until the daemon's status port answers.
     """
-    _single(("supervise", "start", "ready"), host, hosts, playbook)
+    _single(("supervise", "start", "ready"), host, hosts, playbook, lock_wait, break_lock)
 
 
 @task(help=SINGLE_HELP)
 @reports_errors
-def validate(c: Context, host: str, hosts: str | None = None, playbook: str | None = None) -> None:
+def validate(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
+             lock_wait: float = 0.0, break_lock: bool = False) -> None:
     """validate HOST: submit a validation proof; succeed only on its COMPLETED line."""
-    _single(("validate",), host, hosts, playbook)
+    _single(("validate",), host, hosts, playbook, lock_wait, break_lock)
 
 
 @task(
@@ -255,17 +269,18 @@ def status(
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
         "limit": "Only these hosts: comma-separated names, groups or globs.",
+        **LOCK_HELP,
     }
 )
 @reports_errors
 def heal(c: Context, hosts: str | None = None, playbook: str | None = None,
-         limit: str | None = None) -> None:
+         limit: str | None = None, lock_wait: float = 0.0, break_lock: bool = False) -> None:
     """Restart a dead supervisor on every host that needs one (it starts the current release
     unless the host is held); locked and journaled; exit 1 unless every host ends serving or
     held."""
     from rollout.commands.heal import heal as heal_fleet
 
-    code = heal_fleet(hosts_file(hosts), playbook, limit)
+    code = heal_fleet(hosts_file(hosts), playbook, limit, lock_wait, break_lock)
     if code:
         raise Exit(code=code)
 

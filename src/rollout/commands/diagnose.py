@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from rollout.commands.app import connect
 from rollout.engine.guard import left_lines
 from rollout.engine.plan import Plan
-from rollout.errors import RolloutError, StepFailed
+from rollout.errors import HostAnswerError, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout, q
 from rollout.output.escape import report_text
@@ -65,6 +65,7 @@ class HostEvidence:
     transfer_bytes: int = 0
     seconds: float = 0.0
     guards: list[str] = field(default_factory=list)  # light: what guards did, not yet shown
+    unknown: bool = False  # it answered, but with what rollout cannot take (error: why)
 
 
 # ---------------------------------------------------------------- collection
@@ -84,9 +85,9 @@ def _json_script(ctx: HostContext, text: str, args: tuple[object, ...],
     size = len(result.stdout.encode()) + len(result.stderr.encode())
     try:
         data = json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as e:
-        raise StepFailed(f"diagnose on host gave no JSON (exit {result.exit_code}): "
-                         f"{tail((result.stderr or result.stdout).strip(), 300)}") from e
+    except (ValueError, IndexError, RecursionError) as e:
+        raise HostAnswerError(f"diagnose on host gave no JSON (exit {result.exit_code}): "
+                              f"{tail((result.stderr or result.stdout).strip(), 300)!a}") from e
     return (data if isinstance(data, dict) else {}), size
 
 
@@ -112,6 +113,9 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
         facts, facts_size = _json_script(ctx, _facts_script(), ("--root", plan.root), 30)
         diag, diag_size = _json_script(ctx, diagnose_script(), args, 30)
         guards = left_lines(ctx) if light else []  # status shows what guards did
+    except HostAnswerError as e:  # hostile data: this host is unknown, the others go on
+        return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started,
+                            unknown=True)
     except RolloutError as e:
         return HostEvidence(name, False, error=str(e), seconds=time.monotonic() - started)
     finally:

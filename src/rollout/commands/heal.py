@@ -25,9 +25,10 @@ class Healed:
     reason: str
 
 
-def _engine(plan: Plan, bus: EventBus) -> Engine:
+def _engine(plan: Plan, bus: EventBus, lock_wait: float = 0.0,
+            break_lock: bool = False) -> Engine:
     holder = holder_for(plan.run_id, plan.operator, plan.controller, "heal")
-    locks = LockPolicy(stale_after=plan.playbook.rolling.lock_stale_after)
+    locks = LockPolicy(lock_wait, break_lock, plan.playbook.rolling.lock_stale_after)
     return Engine(plan, bus, connect, cache_dir(), EngineOptions(holder, locks))
 
 
@@ -53,13 +54,14 @@ def heal_host(plan: Plan, engine: Engine, name: str) -> Healed:
     return Healed(name, "serving", f"supervisor restarted; {ready[-1].reason}")
 
 
-def heal(hosts_file: str, playbook: str | None, limit: str | None) -> int:
+def heal(hosts_file: str, playbook: str | None, limit: str | None, lock_wait: float = 0.0,
+         break_lock: bool = False) -> int:
     """Heal every host (in inventory order); 0 when each ends serving or held, else 1."""
     plan = load_fleet(hosts_file, playbook, limit)
     bus = EventBus(plan.run_id)
     bus.subscribe(JsonLinesSink.to_path(runs_dir() / f"{plan.run_id}.jsonl", durable=True))
     bus.subscribe(ConsoleSink())
-    engine = _engine(plan, bus)
+    engine = _engine(plan, bus, lock_wait, break_lock)
     bus.emit("run_start", reason="heal", data={"hosts": list(plan.host_names)})
     results = [heal_host(plan, engine, name) for name in plan.host_names]
     for r in results:

@@ -18,9 +18,11 @@ from rollout.errors import UserError
 from rollout.host.facts import HostFacts
 from rollout.output.console import print_table
 from rollout.output.escape import control_escaped
+from rollout.secrets import head
 from rollout.units import format_size
 
 SERVING = "running"
+UNKNOWN = "unknown"  # a host whose answer was malformed, oversized or late
 COLUMNS = ["host", "state", "release", "version", "uptime", "restarts_1h", "memory",
            "last_exit", "cause", "on_restart"]
 
@@ -91,8 +93,23 @@ def unrecorded_exit(diag: dict[str, Any]) -> dict[str, Any]:
 
 def host_row(ev: HostEvidence) -> dict[str, Any]:
     """The status of one host as plain data (the JSON output is a list of these)."""
+    if ev.unknown:
+        return unknown_row(ev.host, str(ev.error))
     if not ev.reachable:
         return {"host": ev.host, "state": "unreachable", "serving": False, "error": ev.error}
+    try:
+        return _host_row(ev)
+    except Exception as e:  # noqa: BLE001 - one host's answers never end the fleet's status
+        return unknown_row(ev.host, f"its answer could not be read: {type(e).__name__}: "
+                                    f"{head(str(e), 200)}")
+
+
+def unknown_row(host: str, why: str) -> dict[str, Any]:
+    """A host that answered with what rollout cannot take: its state is unknown."""
+    return {"host": host, "state": UNKNOWN, "serving": False, "error": why}
+
+
+def _host_row(ev: HostEvidence) -> dict[str, Any]:
     facts, diag = ev.facts, ev.diag
     release = diag.get("release") if isinstance(diag.get("release"), dict) else {}
     tree = whole_tree_kill(facts, diag)  # a death after the last exit record
@@ -116,6 +133,7 @@ def host_row(ev: HostEvidence) -> dict[str, Any]:
         "last_exit_summary": verdict.summary if last_exit else None,
         "time": facts.time,
         "guards": ev.guards,  # what guards left on the host did, until a run shows it
+        "host_id": facts.host_id,  # what machine this is (<root>/rollout/host-id)
     }
 
 
@@ -137,7 +155,7 @@ def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
     gone = "gone" if row["state"] == "dead" else "dead"
     dead = f" (supervisor {gone})" if row.get("supervisor") == "dead" else ""
     out = {"host": row["host"], "state": row["state"] + dead}
-    if row["state"] == "unreachable":
+    if row["state"] in ("unreachable", UNKNOWN):
         return {**out, "last_exit": str(row.get("error") or "")[:60]}
     restarts = row.get("restarts_last_hour")
     return {
@@ -155,7 +173,21 @@ def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 def fleet_rows(plan: Plan) -> list[dict[str, Any]]:
-    return [host_row(ev) for ev in collect(plan, light=True)]
+    return same_machines([host_row(ev) for ev in collect(plan, light=True)])
+
+
+def same_machines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of entries that reached one machine (the same host id) get "same_machine_as":
+    the other entries' names. A rollout refuses them all; status says why."""
+    by_id: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("host_id"):
+            by_id.setdefault(str(row["host_id"]), []).append(str(row["host"]))
+    for row in rows:
+        names = by_id.get(str(row.get("host_id")), []) if row.get("host_id") else []
+        if len(names) > 1:
+            row["same_machine_as"] = [n for n in names if n != row["host"]]
+    return rows
 
 
 def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -172,6 +204,11 @@ def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         for line in row.get("guards") or []:
             print(control_escaped(f"{row['host']}  guard  {line}"))
+        if row.get("same_machine_as"):
+            print(control_escaped(
+                f"{row['host']}  same machine as {', '.join(row['same_machine_as'])} (host id "
+                f"{str(row.get('host_id'))[:12]}...): a rollout refuses both entries; list "
+                "each machine once"))
 
 
 def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> int:

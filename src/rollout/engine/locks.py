@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -22,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout.errors import LockHeld, RolloutError
+from rollout.errors import HostAnswerError, LockHeld, RolloutError, UserError
+from rollout.host.facts import HOST_ID_RE
 from rollout.steps.base import HostContext
 
 HEARTBEATS_PER_STALE = 6  # a live holder refreshes its locks this often within stale_after
@@ -77,6 +79,18 @@ def parse_holder(text: str) -> Holder | str:
     return Holder(**fields)
 
 
+def _age(value: Any) -> float:
+    """A lock's age as the host reported it (hostile): a bad one (a string, NaN, 1e999, an
+    int too large for a float) is no age."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    try:
+        age = float(value)
+    except OverflowError:
+        return 0.0
+    return max(0.0, age) if math.isfinite(age) else 0.0
+
+
 @dataclass(frozen=True)
 class FoundLock:
     """Another holder's lock, as read on its host."""
@@ -88,8 +102,8 @@ class FoundLock:
 
     @classmethod
     def read(cls, host: str, raw: dict[str, Any]) -> FoundLock:
-        return cls(host, parse_holder(str(raw.get("text", ""))), float(raw.get("age", 0.0)),
-                   str(raw.get("sha256", "")))
+        return cls(host, parse_holder(str(raw.get("text", ""))[:4000]), _age(raw.get("age")),
+                   str(raw.get("sha256", ""))[:64])
 
     def breakable(self, stale_after: float) -> bool:
         return isinstance(self.holder, str) or self.age > stale_after
@@ -105,6 +119,11 @@ class LockPolicy:
     wait: float = 0.0  # seconds to wait for a held lock
     break_stale: bool = False
     stale_after: float = 300.0  # a lock whose heartbeat is older than this is stale
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.wait) and self.wait >= 0):  # nan, inf: waits forever
+            raise UserError(f"--lock-wait must be a finite number of seconds, 0 or more; "
+                            f"got {self.wait}")
 
     @property
     def heartbeat(self) -> float:
@@ -128,8 +147,10 @@ def _refusal(found: FoundLock, policy: LockPolicy) -> LockHeld:
 
 def take_host_lock(
     ctx: HostContext, me: Holder, policy: LockPolicy, on_break: Callable[[FoundLock], None]
-) -> None:
-    """Take this host's lock (or keep our own, for a resumed run); LockHeld names the holder."""
+) -> str:
+    """Take this host's lock (or keep our own, for a resumed run); LockHeld names the holder.
+    Returns the machine's host id, read (made at first contact) in the same round trip;
+    HostAnswerError when the host could not give one."""
     deadline = time.monotonic() + policy.wait
     out = _lock_script(ctx, "take", me)
     while not out.get("ok"):
@@ -142,6 +163,36 @@ def take_host_lock(
             raise _refusal(found, policy)
         time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
         out = _lock_script(ctx, "take", me)
+    try:
+        return _host_id(ctx.name, out)
+    except HostAnswerError:  # taken, but this machine cannot be told apart: given back
+        with contextlib.suppress(RolloutError):
+            release_host_lock(ctx, me)
+        raise
+
+
+def _host_id(host: str, out: dict[str, Any]) -> str:
+    found = out.get("host_id")
+    if isinstance(found, str) and HOST_ID_RE.fullmatch(found):
+        return found
+    why = out.get("host_id_error") or f"its lock script gave {ascii(found)[:40]}"
+    raise HostAnswerError(f"{host}: cannot tell which machine this is: {str(why)[:300]!a}")
+
+
+def same_machines(ids: dict[str, str]) -> dict[str, str]:
+    """Inventory entries that reached one machine (the same host id): entry -> why it is
+    refused, naming the other entries. Pure."""
+    by_id: dict[str, list[str]] = {}
+    for name, host_id in ids.items():
+        by_id.setdefault(host_id, []).append(name)
+    refused = {}
+    for host_id, names in by_id.items():
+        for name in names if len(names) > 1 else ():
+            others = ", ".join(n for n in sorted(names) if n != name)
+            refused[name] = (f"the same machine as inventory entry {others} (host id "
+                             f"{host_id[:12]}...): refused before any change; list each "
+                             "machine once")
+    return refused
 
 
 def refresh_host_lock(ctx: HostContext, me: Holder) -> FoundLock | None:
@@ -180,6 +231,8 @@ class FleetLocks:
     events: LockEvents
     held: dict[str, HostContext] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
+    ids: dict[str, str] = field(default_factory=dict)  # entry -> its machine's host id
+    refused: dict[str, str] = field(default_factory=dict)  # one machine under two entries
     lost: set[str] = field(default_factory=set)
     kept: set[str] = field(default_factory=set)  # handed to their guards: not given back
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -201,7 +254,26 @@ class FleetLocks:
             refusals = [e for e in pool.map(lambda n: self._take_one(n, open_host), rest) if e]
         if refusals:
             raise refusals[0]
+        self._refuse_same_machines()
         self.events.taken(sorted(self.held))
+
+    def _refuse_same_machines(self) -> None:
+        """One machine, one entry: entries that reached the same machine are all refused,
+        their lock (one lock, theirs) given back, before anything changes there."""
+        self.refused = same_machines({n: self.ids[n] for n in self.held})
+        if not self.refused:
+            return
+        given_back: set[str] = set()
+        for name in sorted(self.refused):
+            ctx = self.held.pop(name)
+            try:
+                if self.ids[name] not in given_back:
+                    given_back.add(self.ids[name])
+                    with contextlib.suppress(RolloutError):
+                        release_host_lock(ctx, self.me)
+            finally:
+                ctx.transport.close()
+            self.events.unreachable(name, self.refused[name])
 
     def _take_one(self, name: str, open_host: Callable[[str], HostContext]) -> LockHeld | None:
         try:
@@ -210,7 +282,7 @@ class FleetLocks:
             self._unreachable(name, e)
             return None
         try:
-            take_host_lock(ctx, self.me, self.policy, self.events.broken)
+            self.ids[name] = take_host_lock(ctx, self.me, self.policy, self.events.broken)
         except LockHeld as e:
             ctx.transport.close()
             return e

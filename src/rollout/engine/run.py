@@ -43,7 +43,7 @@ from rollout.errors import Location, LockHeld, RolloutError
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.output.events import EventBus, Status, StepResult
-from rollout.secrets import tail
+from rollout.secrets import head, tail
 from rollout.steps import image
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Phase, Release, Skip
@@ -147,6 +147,8 @@ class Engine:
         )
 
     def _locked_run(self, summary: RunSummary) -> None:
+        for name, why in (self._locks.refused if self._locks else {}).items():
+            summary.outcomes[name] = self._end(HostOutcome(name, "failed", why))  # untouched
         summary.release = PER_HOST if self.options.target else self._controller_steps()
         if summary.release is None:
             summary.aborted = "controller steps failed"
@@ -251,8 +253,9 @@ class Engine:
                 )
                 return
             self.bus.emit("batch_start", data={"index": index, "hosts": batch})
-            with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
-                outcomes = list(pool.map(lambda h: self._host(h, release), batch))
+            todo = [h for h in batch if h not in summary.outcomes]  # refused ones: ended
+            with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
+                outcomes = list(pool.map(lambda h: self._host(h, release), todo))
             for outcome in outcomes:
                 summary.outcomes[outcome.host] = outcome
             failed = sum(1 for o in summary.outcomes.values() if not o.succeeded)
@@ -321,6 +324,11 @@ class Engine:
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
             given = "; the host's guard takes over" if guard.stream and not guard.settled else ""
             return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}{given}"))
+        except Exception as e:  # noqa: BLE001 - one host's answers never end the whole run
+            given = "; the host's guard takes over" if guard.stream and not guard.settled else ""
+            return self._end(HostOutcome(name, "failed", f"rollout could not take what this "
+                                         f"host answered ({type(e).__name__}: {head(str(e), 300)})"
+                                         f"{given}"))
         finally:
             if guard.drop() and self._locks is not None:  # the host's guard takes over:
                 self._locks.keep(name)  # under this run's lock, which stays on the host
@@ -332,6 +340,8 @@ class Engine:
         locks = self._locks
         if locks is None:
             return None
+        if name in locks.refused:  # one machine under two entries: neither is touched
+            return HostOutcome(name, "failed", locks.refused[name])
         if name in locks.unreachable:
             return HostOutcome(name, "unreachable", locks.unreachable[name])
         if name in locks.lost:
@@ -458,7 +468,21 @@ class Engine:
         """Run some steps on one host, outside a rollout (the single-step commands), under
         that host's lock like a rollout."""
         with self._locks_held():
+            unlocked = self._not_locked(name)
+            if unlocked is not None:  # the lock was not taken: nothing is done there
+                return [self._not_run(name, specs, unlocked)]
             return self._steps_on(name, specs)
+
+    def _not_run(self, name: str, specs: list[Any], why: HostOutcome) -> StepResult:
+        """The first step, failed before it began: this run does not hold the host's lock."""
+        spec = specs[0]
+        result = StepResult(Status.FAILED, f"not locked, nothing done: {why.reason}",
+                            {"failure": "not-locked"})
+        self.bus.emit("step_start", host=name, step=spec.name, data={"kind": str(spec.kind)})
+        self.bus.emit("step_end", host=name, step=spec.name, status=result.status.value,
+                      reason=result.reason, data={**result.data, "attempts": 0,
+                                                  "duration": 0.0})
+        return result
 
     def _steps_on(self, name: str, specs: list[Any]) -> list[StepResult]:
         transport = self.connect(self.plan.host(name))

@@ -7,10 +7,14 @@ empty default), never an exception and never code. The record fields (`last_exit
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.host.layout import is_release_id
+
+HOST_ID_RE = re.compile(r"[0-9a-f]{32}")
 
 
 def _int(value: Any) -> int | None:
@@ -18,9 +22,14 @@ def _int(value: Any) -> int | None:
 
 
 def _float(value: Any) -> float | None:
+    """A finite number; None for anything else (a bool, NaN, an int too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _str(value: Any) -> str | None:
@@ -35,9 +44,24 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _port(key: Any) -> int | None:
+    """A port number as a JSON key ("9820"); None for anything else ("²", "-1", "1e9")."""
+    text = str(key)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else None
+
+
 def _release_id(value: Any) -> str | None:
     """A release id read back from a host: a folder name under releases/, or None."""
     return value if isinstance(value, str) and is_release_id(value) else None
+
+
+def _host_id(value: Any) -> str | None:
+    """A host id read back from a host (rollout.engine.identity): 32 lowercase hex, or None."""
+    return value if isinstance(value, str) and HOST_ID_RE.fullmatch(value) else None
 
 
 def _record(value: Any) -> dict[str, Any] | None:
@@ -188,7 +212,7 @@ class ProcessFacts:
         pid = _int(d.get("pid"))
         if pid is None:
             return None
-        ancestors = [a for a in d.get("ancestors") or [] if _int(a) is not None]
+        ancestors = [a for a in _list(d.get("ancestors")) if _int(a) is not None]
         return cls(pid, _int(d.get("ppid")) or (ancestors[0] if ancestors else None),
                    _str(d.get("exe")), _str(d.get("cmdline")) or "", _float(d.get("age_secs")),
                    _float(d.get("started_at")), _str(d.get("state")) or "running",
@@ -206,7 +230,8 @@ def _processes(raw: Any) -> tuple[ProcessFacts, ...]:
 
 
 def _port_owners(raw: Any) -> dict[int, tuple[ProcessFacts, ...]]:
-    return {int(k): _processes(v) for k, v in _dict(raw).items() if str(k).isdigit()}
+    ports = ((_port(k), v) for k, v in _dict(raw).items())
+    return {port: _processes(v) for port, v in ports if port is not None}
 
 
 @dataclass(frozen=True)
@@ -238,12 +263,13 @@ class HostFacts:
     cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
     port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
     errors: dict[str, str] = field(default_factory=dict)
+    host_id: str | None = None  # <root>/rollout/host-id: what this machine is (read, not made)
 
     @classmethod
     def parse(cls, raw: Any) -> HostFacts:
         """The one parser of facts.py's JSON object."""
         d = _dict(raw)
-        releases = (ReleaseDir.parse(r) for r in d.get("releases") or [] if isinstance(r, dict))
+        releases = (ReleaseDir.parse(r) for r in _list(d.get("releases")) if isinstance(r, dict))
         complete = d.get("exit_counts_complete")
         return cls(
             time=_float(d.get("time")),
@@ -270,7 +296,8 @@ class HostFacts:
             registered=_str(d.get("registered")),
             cuzk=_processes(d.get("cuzk_processes")),
             port_owners=_port_owners(d.get("port_owners")),
-            errors={str(k): str(v) for k, v in _dict(d.get("errors")).items()},
+            errors={str(k)[:200]: str(v)[:500] for k, v in _dict(d.get("errors")).items()},
+            host_id=_host_id(d.get("host_id")),
         )
 
     @property

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 # Every state `rollout status` names (commands/status.py: daemon_state, and unreachable):
 # each one its own series per host, the host's current state at 1 and the others at 0.
 STATES = ("running", "zombie", "stopped", "held", "blocked", "crash-looping", "dead",
-          "unreachable")
+          "unreachable", "unknown")
 Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
 
 

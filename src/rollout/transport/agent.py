@@ -14,16 +14,19 @@ import itertools
 import json
 import shlex
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from rollout.errors import TransportError
+from rollout.errors import HostAnswerError, TransportError
 from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.secrets import head
 from rollout.transport.base import RunResult, Stream, script_command
 
 BOOTSTRAP = bootstrap("agent.py")
 START_WAIT = 30.0  # seconds for the agent's first line
 ANSWER_SLACK = 30.0  # seconds an answer may lag behind its command's own timeout
+ANSWER_CAP = 16 << 20  # bytes of one answer line (rollout.transport.channel.LINE_CAP)
 
 
 def agent_command() -> tuple[str, bytes]:
@@ -85,27 +88,56 @@ class HostAgent:
             if not self.stream.write(json.dumps({"id": request_id, **request}) + "\n"):
                 raise TransportError(f"{self.name}: connection lost: the host agent is gone")
             wait = None if timeout is None else timeout + ANSWER_SLACK
+            deadline = None if wait is None else time.monotonic() + wait
             while True:
-                line = self.stream.readline(wait if wait is not None else 3600.0)
+                left = 3600.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                line = self.stream.readline(left)
                 if line:
-                    try:
-                        answer = json.loads(line)
-                    except ValueError as e:
-                        raise TransportError(f"{self.name}: the host agent said {line[:200]!r}"
-                                             ) from e
-                    if isinstance(answer, dict) and answer.get("id") == request_id:
+                    answer = self._parse(line)
+                    if answer.get("id") == request_id:
                         return answer
                     continue
-                if wait is not None or self.stream.ended:
+                if deadline is not None or self.stream.ended:
                     raise TransportError(f"{self.name}: connection lost: the host agent "
                                          "stopped answering")
 
-    @staticmethod
-    def _result(command: str, answer: dict[str, Any]) -> RunResult:
-        stdout, stderr = str(answer.get("stdout") or ""), str(answer.get("stderr") or "")
-        if answer.get("timed_out"):
+    def _parse(self, line: str) -> dict[str, Any]:
+        """One answer line: a JSON object, or HostAnswerError naming what came instead."""
+        try:
+            answer = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise HostAnswerError(f"{self.name}: the host agent said {line[:200]!r}") from e
+        if not isinstance(answer, dict):
+            raise HostAnswerError(f"{self.name}: the host agent answered "
+                                  f"{type(answer).__name__}, not an object")
+        return answer
+
+    def _result(self, command: str, answer: dict[str, Any]) -> RunResult:
+        """The RunResult an answer gives; HostAnswerError when a field has the wrong type or
+        the host said its answer was over the cap."""
+        if "oversized" in answer:
+            raise HostAnswerError(
+                f"{self.name}: the answer to `{head(command, 80)}` was over the "
+                f"{ANSWER_CAP >> 20} MiB cap ({_field(answer, 'oversized')}): refused")
+        exit_code: Any = answer.get("exit")
+        timed_out = answer.get("timed_out", False)
+        stdout, stderr = answer.get("stdout", ""), answer.get("stderr", "")
+        bad = [k for k, v, t in (("exit", exit_code, int), ("timed_out", timed_out, bool),
+                                 ("stdout", stdout, str), ("stderr", stderr, str))
+               if not isinstance(v, t) or (t is int and isinstance(v, bool))]
+        if bad:
+            raise HostAnswerError(
+                f"{self.name}: the host agent's answer to `{head(command, 80)}` is malformed: "
+                + ", ".join(f"{k} is {_field(answer, k)}" for k in bad))
+        if timed_out:
             return RunResult(command, 124, stdout, stderr + "\n(timed out)")
-        return RunResult(command, int(answer.get("exit", -1)), stdout, stderr)
+        return RunResult(command, exit_code, stdout, stderr)
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _field(answer: dict[str, Any], key: str) -> str:
+    """A field of a host's answer, for a message: its type and a short, escaped repr."""
+    value = answer.get(key)
+    return f"{type(value).__name__} {ascii(value)[:40]}"

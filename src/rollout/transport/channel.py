@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 
 import paramiko
 
+from rollout.errors import HostAnswerError
 from rollout.transport.base import Stream
 
 _CHUNK = 1 << 16
 _STDERR_KEPT = 1 << 16  # bytes of a stream's stderr kept: a host may print without end
+OUTPUT_CAP = 16 << 20  # bytes of a command's stdout or stderr, refused past it while reading
+LINE_CAP = 16 << 20  # bytes of one line on a stream (an agent's answer), refused past it
 
 
 @dataclass
@@ -29,6 +32,7 @@ class ChannelOutput:
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     timed_out: bool = False
+    oversized: str | None = None  # "stdout" or "stderr": it went past OUTPUT_CAP, cut there
 
     def text(self) -> tuple[str, str]:
         return (
@@ -53,21 +57,31 @@ def _drain(channel: paramiko.Channel, out: ChannelOutput) -> bool:
     while channel.recv_ready():
         out.stdout += channel.recv(_CHUNK)
         got = True
+        if len(out.stdout) > OUTPUT_CAP:
+            out.oversized = "stdout"
+            return True
     while channel.recv_stderr_ready():
         out.stderr += channel.recv_stderr(_CHUNK)
         got = True
+        if len(out.stderr) > OUTPUT_CAP:
+            out.oversized = "stderr"
+            return True
     said_all = bool(channel.eof_received or channel.closed)
     return not got and channel.exit_status_ready() and said_all
 
 
 def _collect(channel: paramiko.Channel, out: ChannelOutput, deadline: float | None) -> None:
-    """Read the command's output until it exits, or mark it timed out at `deadline`."""
+    """Read the command's output until it exits, or mark it timed out at `deadline`, or
+    oversized (then the channel is left unread: its closing ends the command)."""
     while not _drain(channel, out):
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             out.timed_out = True
             return
         select.select([channel], [], [], min(left or 1.0, 1.0))
+    if out.oversized:
+        del out.stdout[OUTPUT_CAP:], out.stderr[OUTPUT_CAP:]
+        return
     out.exit_code = channel.recv_exit_status()
 
 
@@ -139,8 +153,14 @@ class ChannelStream(Stream):
         return cls(channel)
 
     def readline(self, timeout: float) -> str:
+        """The next line; HostAnswerError when more than LINE_CAP bytes came without one
+        (what came is dropped: the stream is then out of step, the caller drops it)."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
+            if len(self._buf) > LINE_CAP:
+                self._buf = bytearray()
+                raise HostAnswerError(f"a line of over {LINE_CAP >> 20} MiB from the host: "
+                                      "refused")
             if self.channel.recv_stderr_ready():  # kept for a message: its tail only
                 self.stderr = (self.stderr + self.channel.recv_stderr(_CHUNK))[-_STDERR_KEPT:]
             if self.channel.recv_ready():

@@ -24,10 +24,17 @@ import paramiko
 from fabric import Config, Connection
 
 from rollout import failpoints
-from rollout.errors import HostKeyError, TransportError
+from rollout.errors import HostAnswerError, HostKeyError, TransportError
+from rollout.secrets import head
 from rollout.transport.agent import HostAgent, agent_command
 from rollout.transport.base import Progress, RunResult, Stream, Transport
-from rollout.transport.channel import ChannelStream, run_on_channel, stream_to_channel
+from rollout.transport.channel import (
+    OUTPUT_CAP,
+    ChannelOutput,
+    ChannelStream,
+    run_on_channel,
+    stream_to_channel,
+)
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
 SMALL_UPLOAD = 4 << 20  # bytes: a smaller file is written by cat and hashed by sha256sum
@@ -227,6 +234,7 @@ class SshTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.name}: connection lost: {e}") from e
+        _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         if out.timed_out:
             return RunResult(command, 124, stdout, stderr + "\n(timed out)")
@@ -321,6 +329,7 @@ class SshTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise TransportError(f"{self.name}: upload of {local_path} failed: {e}") from e
+        _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         return RunResult(command, out.exit_code, stdout, stderr)
 
@@ -384,3 +393,10 @@ def _close_all(conn: Connection) -> None:
 def _via(target: SshTarget) -> str:
     hops = ", ".join(f"{h.user}@{h.address}:{h.port}" for h in target.proxy_jump)
     return f" via {hops}" if hops else ""
+
+
+def _refuse_oversized(name: str, command: str, out: ChannelOutput) -> None:
+    """A command whose output went past OUTPUT_CAP (reading stopped there) fails its host."""
+    if out.oversized:
+        raise HostAnswerError(f"{name}: the {out.oversized} of `{head(command, 80)}` went "
+                              f"past the {OUTPUT_CAP >> 20} MiB cap: refused")

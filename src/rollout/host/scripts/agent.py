@@ -46,16 +46,19 @@ from typing import Any
 # again as all of these): the agents of a whole fleet start at once while the run takes its
 # locks, and only the proof (once per host) uses it.
 
-MAX_OUTPUT = 64 << 20  # bytes of a command's stdout or stderr kept; the rest is dropped
+MAX_OUTPUT = 16 << 20  # bytes of a command's stdout or stderr: past it, the answer is refused
+ANSWER_CAP = 16 << 20  # bytes of one answer line, as the controller caps it
 KILL_WAIT = 5.0  # seconds to collect what a killed command's group said
 
 
 def _pump(pid: int, feed: bytes, stdin_fd: int | None, out_fd: int, err_fd: int,
-          deadline: float | None) -> tuple[bytes, bytes, bool]:
-    """Feed stdin, read stdout and stderr until both end; (stdout, stderr, timed out).
+          deadline: float | None) -> tuple[bytes, bytes, bool, str | None]:
+    """Feed stdin, read stdout and stderr until both end; (stdout, stderr, timed out, the
+    stream that went past MAX_OUTPUT or None).
     At the deadline the process group `pid` is killed and what it said is kept."""
     out, err = bytearray(), bytearray()
     reading = {out_fd: out, err_fd: err}
+    over: list[str] = []
     writing = stdin_fd
     timed_out = False
     view = memoryview(feed)
@@ -88,13 +91,15 @@ def _pump(pid: int, feed: bytes, stdin_fd: int | None, out_fd: int, err_fd: int,
             if not chunk:
                 del reading[fd]
                 continue
-            if len(reading[fd]) < MAX_OUTPUT:
+            if len(reading[fd]) <= MAX_OUTPUT:
                 reading[fd] += chunk
+            elif not over:  # kept reading (the command must not block), never kept
+                over.append("stdout" if fd == out_fd else "stderr")
     for left_open in (out_fd, err_fd, writing):
         if left_open is not None:
             with contextlib.suppress(OSError):
                 os.close(left_open)
-    return bytes(out), bytes(err), timed_out
+    return bytes(out), bytes(err), timed_out, over[0] if over else None
 
 
 def _wait(pid: int, timed_out: bool) -> int:
@@ -116,9 +121,18 @@ def run_shell(command: str, feed: bytes, timeout: float | None) -> dict[str, Any
     for f in (p.stdin, p.stdout, p.stderr):
         f.close()
     deadline = None if timeout is None else started + timeout
-    out, err, timed_out = _pump(p.pid, feed, fds[0], fds[1], fds[2], deadline)
+    out, err, timed_out, over = _pump(p.pid, feed, fds[0], fds[1], fds[2], deadline)
     code = _wait(p.pid, timed_out)
     p.returncode = code  # reaped above: Popen must not wait for it again
+    return _done(code, out, err, timed_out, over)
+
+
+def _done(code: int, out: bytes, err: bytes, timed_out: bool,
+          over: str | None) -> dict[str, Any]:
+    """A command's answer; "oversized" (and nothing it said) when its output went past
+    MAX_OUTPUT: the controller refuses it."""
+    if over:
+        return {"oversized": f"{over} over {MAX_OUTPUT} bytes"}
     return {"exit": code, "stdout": out, "stderr": err, "timed_out": timed_out}
 
 
@@ -171,8 +185,8 @@ def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> 
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: no race with a kill before the child set it
     deadline = None if timeout is None else started + timeout
-    out, err, timed_out = _pump(pid, b"", None, out_r, err_r, deadline)
-    return {"exit": _wait(pid, timed_out), "stdout": out, "stderr": err, "timed_out": timed_out}
+    out, err, timed_out, over = _pump(pid, b"", None, out_r, err_r, deadline)
+    return _done(_wait(pid, timed_out), out, err, timed_out, over)
 
 
 class Agent:
@@ -200,21 +214,27 @@ class Agent:
         first: dict[str, Any] = {"stdout": b"", "stderr": b""}
         if isinstance(before, str) and before:
             first = run_shell(before, b"", timeout)
-            if first["exit"] != 0:
+            if first.get("exit") != 0:
                 return first
             if timeout is not None:
                 timeout = max(0.001, timeout - (time.monotonic() - started))
         args = [str(a) for a in req.get("args") or []]
         done = run_script(code, args, timeout)
-        done["stdout"] = first["stdout"] + done["stdout"]
-        done["stderr"] = first["stderr"] + done["stderr"]
+        if "oversized" not in done:
+            done["stdout"] = first["stdout"] + done["stdout"]
+            done["stderr"] = first["stderr"] + done["stderr"]
         return done
 
 
 def answer(req_id: Any, result: dict[str, Any]) -> str:
     out = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
            for k, v in result.items()}
-    return json.dumps({"id": req_id, **out}) + "\n"
+    if out.get("oversized"):
+        return json.dumps({"id": req_id, "oversized": out["oversized"]}) + "\n"
+    line = json.dumps({"id": req_id, **out}) + "\n"
+    if len(line) > ANSWER_CAP:  # escapes (\uXXXX) make a line longer than its output
+        return json.dumps({"id": req_id, "oversized": len(line)}) + "\n"
+    return line
 
 
 def serve(stdin: Any, stdout: Any) -> int:

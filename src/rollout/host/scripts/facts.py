@@ -199,6 +199,17 @@ class Facts(Collector):
         except ValueError:
             return None
 
+    def host_id(self) -> str | None:
+        """This machine's id (<root>/rollout/host-id, made by the lock script at first
+        contact): read, never made, never through a link. The controller checks its form."""
+        path = os.path.join(self.dir, "host-id")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return f.read(64).strip().decode("ascii", "replace")
+
     def releases(self) -> list[dict[str, Any]]:
         base = os.path.join(self.root, "releases")
         if not os.path.isdir(base):
@@ -271,6 +282,7 @@ class Facts(Collector):
         out["digests"] = self.digests()
         out["validated"] = self.safe("validated", self.validated)
         out["releases"] = self.safe("releases", self.releases)
+        out["host_id"] = self.safe("host_id", self.host_id)
         out["disk"] = self.safe("disk", self.disk)
         out["root_writable"] = self.safe("root_writable", self.writable)
         ex = self.safe("exits", self.exits) or {}

@@ -28,6 +28,9 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -121,6 +124,56 @@ def act(action: str, path: str, holder: dict[str, Any], expect: str | None) -> d
     return {"ok": True, "note": "kept" if action == "take" else "refreshed"}
 
 
+def host_id(state_dir: str) -> str:
+    """This machine's id: <root>/rollout/host-id, 128 random bits in hex, made at first
+    contact (two inventory entries that reach the same /data are one machine; host keys and
+    /etc/machine-id are not enough, containers from one image share both). Made whole: a
+    temporary file (O_EXCL, no link followed), fsynced, then linked into place, which never
+    replaces what is there. ValueError when the file is a link, not a file, or holds no id."""
+    path = os.path.join(state_dir, "host-id")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return _make_host_id(path)
+    except OSError as e:  # ELOOP: a link in its place
+        raise ValueError(f"{path} cannot be read without following a link: {e.strerror}"
+                         ) from e
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        text = f.read(64).strip()
+    if not re.fullmatch(rb"[0-9a-f]{32}", text):
+        raise ValueError(f"{path} holds no host id ({len(text)} bytes): remove it, and the "
+                         "next contact makes a new one")
+    return text.decode()
+
+
+def _make_host_id(path: str) -> str:
+    made = secrets.token_hex(16)
+    tmp = f"{path}.new.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(made + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path, follow_symlinks=False)
+    except FileExistsError:  # made meanwhile (by a run without the guard): read it
+        return host_id(os.path.dirname(path))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return made
+
+
+def identify(state_dir: str) -> dict[str, Any]:
+    """{"host_id": ID}, or {"host_id_error": why} when it cannot be read or made."""
+    try:
+        return {"host_id": host_id(state_dir)}
+    except (OSError, ValueError) as e:
+        return {"host_id_error": str(e)[:300]}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description="the host's deploy lock")
     p.add_argument("--root", default="/data")
@@ -133,6 +186,7 @@ def main(argv: list[str]) -> int:
     os.makedirs(state_dir, exist_ok=True)
     with guarded(state_dir):
         result = act(args.action, os.path.join(state_dir, "lock"), holder, args.expect)
+        result.update(identify(state_dir))
     print(json.dumps(result, sort_keys=True))
     return 0
 
