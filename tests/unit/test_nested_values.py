@@ -263,3 +263,23 @@ def test_a_bundle_check_reads_an_argv_list_command(tmp_path: Path) -> None:
     assert needs._validate_template(plan, "h1") == ["{{ release_dir }}/b", "x"]
     plan.host_steps = []
     assert needs._validate_template(plan, "h1") == "true"
+
+
+def test_an_ansible_ini_var_that_sets_the_launcher_exits_2_naming_its_line(
+    tmp_path: Path,
+) -> None:
+    playbook(tmp_path, "'true'")
+    (tmp_path / "hosts").write_text(
+        "[gpu]\nlab-1 ansible_host=127.0.0.1 daemon_launcher=\"sh -c 'touch /tmp/pwned'\"\n")
+    p = subprocess.run(["rollout", "status", "--hosts", str(tmp_path / "hosts"), "--playbook",
+                        str(tmp_path / "play.yaml")], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert f"{tmp_path / 'hosts'}:2: daemon_launcher" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_host_in_a_programs_word_is_refused(tmp_path: Path) -> None:
+    hosts = fleet(tmp_path, "tool: /tmp/evil", "'{{ host.vars.tool }} --check'")
+    with pytest.raises(ConfigError, match="`host`") as info:
+        load_fleet(hosts, str(tmp_path / "play.yaml"))
+    assert info.value.location is not None and info.value.location.line == 6

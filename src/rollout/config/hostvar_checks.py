@@ -130,11 +130,15 @@ def check_host_vars(doc: YamlDoc, host_vars: Mapping[str, Any], overrides: Mappi
     playbook_vars = raw_vars if isinstance(raw_vars, Mapping) else {}
     for text, path in code_fields(root):
         used = _closure(names_used(text), playbook_vars)
+        if "host" in used:
+            raise ConfigError(
+                "`host` (the inventory's values: host.vars, host.name, ...) in what is "
+                "executed: inventory values are data. Name the program in the playbook, and "
+                "pass such values as arguments or in env", doc.location(path))
         from_inventory = sorted(n for n in used if n in host_vars and n not in overrides)
         if from_inventory:
             name = from_inventory[0]
             raise HostVarRefused(
-                f"inventory var {name!r} (host {host}) would set {'.'.join(map(str, path))} "
-                f"({doc.location(path)}), which is executed: inventory values are data. Set "
-                "it in the playbook (its vars) or with --set, not in the inventory",
-                host, name)
+                f"inventory var {name!r} (host {host}) would set {doc.location(path)}, which "
+                "is executed: inventory values are data. Set it in the playbook (its vars) or "
+                "with --set, not in the inventory", host, name)
