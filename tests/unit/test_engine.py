@@ -118,17 +118,20 @@ def test_rerun_changes_nothing(fleet: Fleet) -> None:
     assert "already runs release" in fleet.steps("h1")["drain"].reason  # type: ignore[operator]
 
 
+BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
+"""A rollback's steps; its switch (current back, with its config) is no step event of its own."""
+
+
 @pytest.mark.parametrize(
     ("fault", "phase", "status", "rollback"),
     [
         ("preflight", Phase.UNTOUCHED, "skipped", []),
-        ("stop", Phase.STOPPED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
-        ("drain", Phase.STOPPED, "rolled_back", ["stop", "start", "ready", "validate"]),
-        ("switch", Phase.SWITCHED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
-        ("start", Phase.STARTED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
-        ("ready", Phase.STARTED, "rolled_back", ["stop", "drain", "start", "ready", "validate"]),
-        ("validate", Phase.STARTED, "rolled_back",
-         ["stop", "drain", "start", "ready", "validate"]),
+        ("stop", Phase.STOPPED, "rolled_back", BACK),
+        ("drain", Phase.STOPPED, "rolled_back", ["stop", "switch", "start", "ready", "validate"]),
+        ("switch", Phase.SWITCHED, "rolled_back", BACK),
+        ("start", Phase.STARTED, "rolled_back", BACK),
+        ("ready", Phase.STARTED, "rolled_back", BACK),
+        ("validate", Phase.STARTED, "rolled_back", BACK),
         ("prune", Phase.VALIDATED, "validated", []),
     ],
 )
@@ -146,7 +149,7 @@ def test_a_failure_at_each_phase_and_its_rollback(
     summary = fleet.roll(NEW)
     assert summary.outcomes["h1"].status == status, summary.outcomes["h1"]
     ran = [s.removeprefix("rollback-") for s in fleet.steps("h1") if s.startswith("rollback-")]
-    assert ran == rollback
+    assert ran == [k for k in rollback if k != "switch"]
     assert fleet.steps("h1")[fault].status == "failed"
     want = NEW if status == "validated" else OLD
     assert (host.current, host.daemon, host.held) == (want, want, False)
@@ -394,3 +397,26 @@ def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:
     assert "python3 - --port " in checks  # the ports' owners before the proof, same trip
     assert proof.startswith("python3 - --timeout ") and "cuzk-bench" in proof
     assert host.validated["release"] == NEW  # the proof's own trip wrote the evidence
+
+
+CONFIG = "/data/zk/cuzk.toml"
+
+
+@pytest.mark.parametrize("fault", ["preflight", "stop", "drain", "switch"])
+def test_a_host_refused_or_rolled_back_keeps_the_config_its_release_ran_with(
+    fleet: Fleet, fault: str
+) -> None:
+    """The config step writes the new config only once the host is stopped (its phase is
+    stopped, after the stop and the drain): a host refused before (preflight) never sees it,
+    and one rolled back gets back the config its release ran with."""
+    host = fleet.hosts["h1"]
+    before = host.files[CONFIG]
+    host.faults, host.bad_release = {fault}, NEW
+    summary = fleet.roll(NEW, "lab_knobs={pool_mib: 7}")  # a config of its own
+    assert summary.outcomes["h1"].status in ("skipped", "rolled_back"), summary.outcomes["h1"]
+    config = fleet.steps("h1").get("config")
+    if fault == "switch":  # written once the host was stopped; put back by the rollback
+        assert config is not None and config.status == "changed", config
+    else:
+        assert config is None or config.status == "skipped", config
+    assert host.files[CONFIG] == before and host.current == OLD

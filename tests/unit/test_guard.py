@@ -21,7 +21,15 @@ from test_hostside_supervisor import FAKE_DAEMON, Host, alive, read_pidfile, wai
 
 import rollout.engine.guard as guard_module
 import rollout.engine.locks as locks_module
-from rollout.engine.guard import BOOTSTRAP, HostGuard, arm_input, guards_left, summarize
+from rollout.engine.guard import (
+    BOOTSTRAP,
+    HostGuard,
+    arm_input,
+    guards_left,
+    rollback_recipe,
+    summarize,
+)
+from rollout.engine.hostplan import LOST, rollback_plan
 from rollout.engine.locks import FleetLocks, Holder, LockEvents, LockPolicy
 from rollout.errors import StepFailed
 from rollout.host.scripts import guard, script_text
@@ -34,6 +42,14 @@ OLD, NEW = "old0000release", "new1111release"
 BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
 
 
+def decide(recipe: dict[str, Any], state: dict[str, Any],
+           validated: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """The guard's (why, steps) from a recipe carrying the controller's plan."""
+    full = {"rollback": rollback_recipe(recipe.get("previous"), NEW), **recipe}
+    summary, plan = guard.planned(full, state, validated)
+    return summary, plan["steps"]
+
+
 @pytest.mark.parametrize(
     ("phase", "previous", "steps"),
     [
@@ -42,26 +58,64 @@ BACK = ["stop", "drain", "switch", "start", "ready", "validate"]
         ("switched", OLD, BACK),
         ("started", OLD, BACK),
         ("validated", OLD, []),
-        ("stopped", None, ["start", "ready", "validate"]),
-        ("started", NEW, ["start", "ready", "validate"]),  # the previous is the new one
+        ("stopped", None, ["stop"]),  # no previous release: left stopped and held
+        ("started", NEW, ["stop"]),  # the previous is the new one
         ("validated", None, []),
     ],
 )
-def test_decide_from_the_phase_the_controller_reported(
+def test_the_guard_runs_the_plan_of_the_phase_the_controller_reported(
     phase: str, previous: str | None, steps: list[str]
 ) -> None:
-    summary, got = guard.decide({"release": NEW, "previous": previous},
-                                {"phase": phase, "armed": True})
+    summary, got = decide({"release": NEW, "previous": previous},
+                          {"phase": phase, "armed": True})
     assert got == steps, summary
     if not steps:
         assert "nothing to do" in summary or "never changes an untouched host" in summary
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+@pytest.mark.parametrize("previous", [OLD, None, NEW])
+def test_the_guard_and_the_controller_roll_back_by_one_rule(
+    phase: Phase, previous: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steps the guard executes, for every phase it may be lost in and with or without a
+    previous release, are the controller's rollback_plan for that phase: one function."""
+    controller = rollback_plan(phase, LOST, previous, NEW)
+    ran: list[str] = []
+    for kind in guard.STEPS:
+        monkeypatch.setitem(guard.STEPS, kind, lambda h, k=kind: (ran.append(k), ("ok", k))[1])
+    monkeypatch.setattr(guard, "not_ours", lambda root, run: None)
+    recipe = {"run_id": "run-1", "host": "h", "root": str(tmp_path), "release": NEW,
+              "previous": previous if previous != NEW else None,
+              "rollback": rollback_recipe(previous, NEW)}
+    (tmp_path / "rollout" / "runs" / "run-1").mkdir(parents=True)
+    h = guard.Host(recipe)
+    events = guard.Events(str(tmp_path / "events.jsonl"), recipe, "1")
+    ended = guard.take_over(h, events, {"phase": phase.label, "armed": True})
+    if phase is Phase.UNTOUCHED:  # the watcher never gets here: a guard never acts there
+        assert ran == [] and controller.kinds == ()
+        return
+    assert ran == list(controller.kinds), (phase, previous)
+    assert h.to == controller.to
+    want = "validated" if controller.rolled_back or not controller.kinds else "held"
+    assert ended == want, (phase, previous)
+    if previous in (None, NEW) and phase in (Phase.STOPPED, Phase.SWITCHED, Phase.STARTED):
+        assert ran == ["stop"] and "left stopped and held" in controller.outcome
+
+
+@pytest.mark.parametrize("plan", [None, "x", {"stopped": "x"}, {"stopped": {"steps": "stop"}},
+                                  {"stopped": {"steps": ["stop", "rm -rf /"]}},
+                                  {"stopped": {"steps": ["switch"], "to": None}}])
+def test_a_recipe_without_a_usable_plan_does_nothing(plan: Any) -> None:
+    with pytest.raises(guard.Failed, match="rollback plan"):
+        guard.planned({"release": NEW, "rollback": plan}, {"phase": "stopped", "armed": True})
 
 
 @pytest.mark.parametrize("phase", ["stopped", "switched", "started", "untouched"])
 def test_a_guard_never_armed_does_nothing_whatever_the_phase(phase: str) -> None:
     """Started ahead (while upload and preflight run) but never armed: the host never left
     untouched in this run, whatever a stray line said."""
-    summary, steps = guard.decide({"release": NEW, "previous": OLD}, {"phase": phase})
+    summary, steps = decide({"release": NEW, "previous": OLD}, {"phase": phase})
     assert steps == [] and "never armed" in summary
 
 
@@ -96,8 +150,8 @@ def test_the_host_lock_decides_whether_a_guard_may_act(tmp_path: Path) -> None:
 
 
 def test_settled_host_is_left_alone_whatever_the_phase() -> None:
-    assert guard.decide({"release": NEW, "previous": OLD},
-                        {"phase": "started", "settled": True})[1] == []
+    assert decide({"release": NEW, "previous": OLD},
+                  {"phase": "started", "settled": True})[1] == []
 
 
 def test_run_ids_are_data_not_paths() -> None:
@@ -154,7 +208,8 @@ class TwoReleases(Host):
                          f"echo {rid} $(readlink current)"
                     for rid in (OLD, NEW)},
                 "success_pattern": r"^status:\s+COMPLETED",
-                "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0}}
+                "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0},
+                "rollback": rollback_recipe(previous, NEW)}
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         path = self.root / "rollout" / "runs" / run_id / "guard.jsonl"
@@ -327,16 +382,23 @@ def test_settled_tether_leaves_the_host_as_the_controller_left_it(host: TwoRelea
     assert alive(new[0]) and (runs / f"tether.{report['guards'][0]['guard']}").exists()
 
 
-def test_no_previous_release_keeps_and_validates_the_new_one(host: TwoReleases) -> None:
-    host.path("hold").write_text("")  # stopped and held, as the stop step leaves it
+def test_no_previous_release_leaves_the_host_stopped_and_held(host: TwoReleases) -> None:
+    """As the controller's rollback does (one rule): the new release is stopped, the hold
+    set, and the guard says so; it never starts a release that did not validate."""
     host.start()
-    stream = arm(host, host.recipe("run-c", None))
+    new = host.daemon()
+    stream = arm(host, host.recipe("run-c", None), phase="started")
     stream.close()
     end = wait_for(lambda: next((e for e in host.events("run-c") if e["kind"] == "guard_end"),
                                 None))
-    assert end["status"] == "validated" and end["data"]["release"] == NEW, end
-    assert not host.path("hold").exists()
-    assert f"/releases/{NEW}/" in host.daemon()[2]
+    assert end["status"] == "held" and end["data"]["rolled_back"] is False, end
+    assert "NO PREVIOUS RELEASE to go back to: host left stopped and held" in end["reason"]
+    assert [e["step"] for e in host.events("run-c") if e["kind"] == "step_end"] == [
+        "guard-stop"]
+    assert host.path("hold").exists() and not alive(new[0])
+    [summary] = summarize(guard.report(str(host.root), "run-c", 5))
+    assert summary["status"] == "held"
+    assert "the host's guard stopped the daemon: NO PREVIOUS RELEASE" in summary["reason"]
 
 
 def test_the_script_sent_is_the_inlined_one() -> None:
@@ -349,12 +411,12 @@ def test_the_script_sent_is_the_inlined_one() -> None:
 
 def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
     evidence = {"pid": 42, "starttime": 7, "release": NEW, "path": "/data/rollout/validated.json"}
-    summary, steps = guard.decide({"release": NEW, "previous": OLD},
+    summary, steps = decide({"release": NEW, "previous": OLD},
                                   {"phase": "started", "armed": True}, evidence)
     assert steps == [] and "daemon 42 (start time 7) already passed the validation" in summary
     assert "validated.json" in summary and "nothing to do" in summary
-    assert guard.decide({"release": NEW, "previous": OLD}, {"phase": "started", "armed": True},
-                        None)[1] == BACK
+    assert decide({"release": NEW, "previous": OLD}, {"phase": "started", "armed": True},
+                  None)[1] == BACK
 
 
 def test_validated_json_is_hostile_data(host: TwoReleases) -> None:

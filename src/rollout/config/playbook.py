@@ -47,7 +47,7 @@ from .sections import (
     Section,
     ValidateSpec,
 )
-from .steps import PARAMS, Scope, StepSpec
+from .steps import PARAMS, Scope, StepSpec, step_order_problem
 from .yamlfile import (
     KeyPath,
     YamlDoc,
@@ -416,6 +416,9 @@ def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
             "build and extract steps run once on the controller and must come before host steps",
             doc.location(("steps", index, "kind")),
         )
+    problem = step_order_problem([(step.name, step.kind) for step in playbook.steps])
+    if problem is not None:
+        raise ConfigError(problem[1], doc.location(("steps", problem[0], "kind")))
     check_files(playbook, doc)
     if not builds:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -179,6 +180,94 @@ PARAMS: dict[StepKind, type[_Strict]] = {
     StepKind.PRUNE: PruneParams,
 }
 """Each kind's params: an unknown or misspelt one is an error at load (file:line:key)."""
+
+
+HOST_PHASES = ("untouched", "stopped", "switched", "started", "validated")
+"""The phases a host goes through in a run, in order; a host's rollback is decided from the
+phase it reached (rollout.engine.hostplan.rollback_plan)."""
+
+
+@dataclass(frozen=True)
+class KindRule:
+    """Where a host step kind stands in a playbook, and what the engine must know of it.
+    Declared once here (RULES); the engine's tables (rollout.engine.hostplan) derive from it."""
+
+    phase: str | None  # the phase the host is in while it runs (None: anywhere)
+    enters: str | None = None  # the phase a host is in as soon as an action of it begins
+    reaches: str | None = None  # the phase a host reaches when an action of it succeeds
+    needs: tuple[StepKind, ...] = ()  # kinds one of which must come before it
+    after: tuple[StepKind, ...] = ()  # kinds that, where the playbook has them, come before it
+    changes: bool = False  # it changes what a host runs or holds: preflight guards it
+    by_evidence: bool = False  # skipped where the running daemon already passed validation
+
+
+RULES: dict[StepKind, KindRule] = {
+    StepKind.PREFLIGHT: KindRule("untouched"),
+    StepKind.SUPERVISE: KindRule("untouched", changes=True),
+    StepKind.UPLOAD: KindRule("untouched", changes=True),
+    StepKind.STOP: KindRule("stopped", enters="stopped", changes=True),
+    # drain waits for the memory of the daemon the stop stopped (its pid from the stop)
+    StepKind.DRAIN: KindRule("stopped", needs=(StepKind.STOP,), changes=True),
+    # the new config is written only once the old daemon is stopped (the guard armed): a run
+    # refused or lost before the stop leaves the running release's config as it was
+    StepKind.CONFIG: KindRule("stopped", after=(StepKind.STOP,), changes=True),
+    # switch points current at the release the upload put on the host (and verified)
+    StepKind.SWITCH: KindRule("switched", enters="switched", needs=(StepKind.UPLOAD,),
+                              changes=True),
+    StepKind.START: KindRule("started", enters="started", changes=True),
+    # ready waits on the daemon the start saw the supervisor start
+    StepKind.READY: KindRule("started", needs=(StepKind.START,), by_evidence=True),
+    StepKind.VALIDATE: KindRule("validated", reaches="validated", by_evidence=True),
+    StepKind.PRUNE: KindRule(None),
+}
+"""Each host step kind's phase and prerequisites: host steps run in phase order, each after
+a step it needs (checked at load: step_order_problem)."""
+
+
+def step_order_problem(steps: list[tuple[str, StepKind]]) -> tuple[int, str] | None:
+    """(the index of the first host step out of order, why), or None when the host steps run
+    in phase order and each comes after a step it needs. Controller kinds are not ranked."""
+    seen: list[tuple[str, StepKind]] = []
+    for index, (name, kind) in enumerate(steps):
+        rule = RULES.get(kind)
+        if rule is None:
+            continue
+        early = next((i for i, (_, k) in enumerate(seen) if kind in RULES[k].after), None)
+        if early is not None:
+            other, other_kind = seen[early]
+            return _index_of(steps, other), (
+                f"a {other_kind} step must come after the {kind} step {name!r} "
+                f"(host steps run in the order {', '.join(HOST_PHASES)})")
+        if rule.needs and not any(k in rule.needs for _, k in seen):
+            wanted = " or ".join(str(k) for k in rule.needs)
+            return index, (f"a {kind} step needs a step of kind {wanted} before it (host steps "
+                           f"run in the order {', '.join(HOST_PHASES)})")
+        later = _later_step(rule, seen)
+        if later is not None:
+            other, other_kind = later
+            return index, (
+                f"a {kind} step (phase {rule.phase}) cannot come after step {other!r} "
+                f"({other_kind}, phase {RULES[other_kind].phase}): host steps run in phase "
+                f"order {', '.join(HOST_PHASES)}"
+            )
+        seen.append((name, kind))
+    return None
+
+
+def _index_of(steps: list[tuple[str, StepKind]], name: str) -> int:
+    return next(i for i, (n, _) in enumerate(steps) if n == name)
+
+
+def _later_step(rule: KindRule, seen: list[tuple[str, StepKind]]) -> tuple[str, StepKind] | None:
+    """The first step seen whose phase comes after `rule`'s."""
+    if rule.phase is None:
+        return None
+    rank = HOST_PHASES.index(rule.phase)
+    for name, kind in seen:
+        phase = RULES[kind].phase
+        if phase is not None and HOST_PHASES.index(phase) > rank:
+            return name, kind
+    return None
 
 
 class StepSpec(_Strict):

@@ -24,6 +24,7 @@ from typing import Any
 
 from rollout.config.render import Command
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
+from rollout.engine.hostplan import LOST, PHASE_AT_START, rollback_plan
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
 from rollout.host.scripts import bootstrap, script_text, sized
@@ -91,7 +92,22 @@ def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
         "success_pattern": params.success_pattern or spec.success_pattern,
         "validate_timeout": float(spec.timeout if params.timeout is None else params.timeout),
         "drain": drain_recipe(ctx, plan),
+        "rollback": rollback_recipe(previous, ctx.target.release_id),
     }
+
+
+def rollback_recipe(previous: str | None, release_id: str | None) -> dict[str, Any]:
+    """The guard's plan for each phase the controller may be lost in, as plain data: the
+    controller's own rollback_plan (hostplan), so that the guard has no decider of its own.
+    Per phase: its steps in order (a switch points current at `to` and brings back its
+    config), `to`, the outcome once they pass, and whether that is a rollback to `to`."""
+    plans = {}
+    for phase in Phase:
+        plan = rollback_plan(phase, LOST, previous, release_id)
+        plans[phase.label] = {"steps": list(plan.kinds), "to": plan.to,
+                              "outcome": plan.outcome, "rolled_back": plan.rolled_back,
+                              "describe": plan.describe()}
+    return plans
 
 
 def _validate_command(ctx: HostContext, template: Command, release_id: str) -> str | None:
@@ -221,7 +237,7 @@ def _answer(stream: Stream, seconds: float, key: str) -> dict[str, Any]:
 def _touches(plan: Any) -> bool:
     """Whether a host plan stops, switches or starts anything (its host leaves untouched)."""
     return any(isinstance(s.decision, Action) and not s.decision.fails
-               and s.kind in ("stop", "switch", "start") for s in plan.steps)
+               and s.kind in PHASE_AT_START for s in plan.steps)
 
 
 def guards_left(ctx: HostContext, bus: EventBus, run_id: str, mark: bool = True,
@@ -313,6 +329,8 @@ def _summary(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, A
         what = f"did not act: {why}"
     elif status == "yielded":
         what = f"yielded the host to another run: {why}"
+    elif status == "held":
+        what = f"stopped the daemon: {why}"
     elif status != "validated":
         what = f"FAILED: {why}; current -> {release}"
     elif data.get("rolled_back"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rollout.config.render import evaluate_condition
-from rollout.config.steps import PARAMS
+from rollout.config.steps import PARAMS, RULES
 from rollout.errors import Location, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.output.events import StepResult, skipped
@@ -21,11 +21,21 @@ from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
 
-PHASE_AT_START = {"stop": Phase.STOPPED, "switch": Phase.SWITCHED, "start": Phase.STARTED}
+# The engine's tables, derived from the one declaration of each kind (config.steps.RULES).
+PHASE_AT_START = {str(k): Phase[r.enters.upper()] for k, r in RULES.items() if r.enters}
 """The phase a host is in as soon as an action of this kind begins (it may fail half way)."""
-PHASE_AFTER = {"validate": Phase.VALIDATED}
+PHASE_AFTER = {str(k): Phase[r.reaches.upper()] for k, r in RULES.items() if r.reaches}
 """The phase a host reaches when an action of this kind succeeds."""
-BACK_ON = ("stop", "drain", "start", "ready", "validate")
+CHANGING = tuple(str(k) for k, r in RULES.items() if r.changes)
+"""Kinds that change what a host runs or holds: a plan with none of them acting changes
+nothing, and needs no preflight."""
+BY_EVIDENCE = tuple(str(k) for k, r in RULES.items() if r.by_evidence)
+"""Kinds a host skips on the evidence that its running daemon already passed validation."""
+BACK_ON = ("stop", "drain", "switch", "start", "ready", "validate")
+"""A rollback's steps, in order; its switch points current back and restores the config."""
+LOST = "controller"
+"""The `failed` of rollback_plan for a host whose controller was lost (the guard's plan):
+nothing failed, the controller died."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +62,12 @@ class RollbackPlan:
 def rollback_plan(
     phase: Phase, failed: str | None, previous: str | None, target_id: str | None
 ) -> RollbackPlan:
-    """The rollback of a host that failed at step kind `failed` (None: a revert) in `phase`."""
+    """The rollback of a host that failed at step kind `failed` (None: a revert; LOST: its
+    controller was lost, the plan its guard runs) in `phase`. The one rollback rule: the
+    controller's rollback and the guard's takeover are both this plan."""
     if phase is Phase.VALIDATED and failed is not None:
-        return RollbackPlan((), None, "validated; a later step failed", False, True, target_id)
+        why = "validated; nothing to do" if failed == LOST else "validated; a later step failed"
+        return RollbackPlan((), None, why, False, True, target_id)
     if phase is Phase.UNTOUCHED:
         return RollbackPlan(
             (), None, "host untouched: still on its previous release", False, release=previous
@@ -142,12 +155,6 @@ def phase_at_start(phase: Phase, kind: str, decision: Decision) -> Phase:
         return phase
     return max(phase, PHASE_AT_START.get(kind, phase))
 
-
-CHANGING = ("supervise", "upload", "config", "stop", "drain", "switch", "start")
-"""Kinds that change what a host runs or holds: a plan with none of them acting changes
-nothing, and needs no preflight."""
-BY_EVIDENCE = ("ready", "validate")
-"""Kinds a host skips on the evidence that its running daemon already passed validation."""
 
 Decided = list[tuple[Decision, bool]]
 

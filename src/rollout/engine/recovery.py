@@ -72,8 +72,10 @@ def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> R
             "without waiting again (its memory is still charged)"
         )
     for kind in plan.kinds:
-        if kind == "start" and plan.to:
-            _restore(ctx, plan.to)
+        if kind == "switch":  # current back at plan.to, with its config: no step of its own
+            if plan.to:
+                _restore(ctx, plan.to)
+            continue
         spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
         _, act = HOST_STEPS[kind]
         result = run_step(ctx, spec, partial(act, ctx, rollback_action(ctx, kind, plan.to)))

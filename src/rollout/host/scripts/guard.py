@@ -7,7 +7,10 @@ The controller starts it over a channel of its own (ahead, while upload and pref
 
 The recipe is JSON data, never code: the release being rolled out and the previous one, the
 layout's paths, the daemon's ports, the validation command of each release (already rendered
-and quoted by the controller; run with sh -c as the validate step runs it) and timeouts.
+and quoted by the controller; run with sh -c as the validate step runs it), timeouts, and the
+rollback plan for each phase ("rollback"), computed by the controller's own rollback_plan
+(rollout.engine.hostplan): the guard has no decider of its own, it runs the plan of the
+phase the controller last reported.
 
 The foreground part holds an flock on a tether file while its stdin stays open and answers
 {"ready": true}. Started, it is inert: only an "arm PHASE" line (the host is about to leave
@@ -15,10 +18,10 @@ untouched) arms it, answered {"armed": true}; then it records each "phase NAME" 
 "settled" line when the controller is done with the host. A detached part (setsid, double
 fork, stdio to a log) blocks on that flock. When the tether drops, a guard never armed (or
 settled) exits doing nothing. An armed one takes over, only while <root>/rollout/lock names
-its run (checked again before every step): stop the new daemon, point current back at the
-previous release with its config, release the hold, wait until that daemon is ready and
-validate it with its own bench; or, with no previous release, start and validate the new
-one. Each step checks before it acts and is one JSON event line in
+its run (checked again before every step), it runs the plan of its phase: stop the new
+daemon, point current back at the previous release with its config, release the hold, wait
+until that daemon is ready and validate it with its own bench; or, with no previous release,
+stop it and leave the host stopped and held (as the controller's rollback does). Each step checks before it acts and is one JSON event line in
 <root>/rollout/runs/<run_id>/guard.jsonl, with the controller's fields.
 
     python3 - --report --root /data --run RUN_ID --wait 600 < guard.py
@@ -110,33 +113,43 @@ class Failed(Exception):
     """A takeover step failed; its reason is the message."""
 
 
-# ---------------------------------------------------------------- the decision (pure)
+# ---------------------------------------------------------------- the plan (the controller's)
 
 
-def decide(recipe: dict[str, Any], state: dict[str, Any],
-           validated: dict[str, Any] | None = None) -> tuple[str, list[str]]:
-    """(what the guard does, its steps) once the tether dropped, from the recipe, the phase
-    the controller last reported and the validation evidence of the daemon running now
-    (Host.validated_daemon). Pure: the steps themselves check before acting."""
+def planned(recipe: dict[str, Any], state: dict[str, Any],
+            validated: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(why, the plan) once the tether dropped: the controller's rollback plan for the phase
+    it last reported (recipe["rollback"][phase]: steps, to, outcome, rolled_back). Nothing to
+    do for a guard settled or never armed, for an untouched host, or where the daemon running
+    now already passed validation (Host.validated_daemon: the host is in fact validated).
+    Decides nothing itself; Failed for a plan that is missing or names an unknown step."""
+    nothing: dict[str, Any] = {"steps": [], "to": None, "rolled_back": False, "outcome": ""}
     if state.get("settled"):
-        return "the controller settled the host: nothing to do", []
+        return "the controller settled the host: nothing to do", nothing
     if not state.get("armed"):
-        return "never armed (the host never left untouched in this run): nothing to do", []
+        return "never armed (the host never left untouched in this run): nothing to do", nothing
     phase = str(state.get("phase") or "untouched")
     release = recipe.get("release")
     if phase not in PHASES[1:]:
-        return "the host was untouched: a guard never changes an untouched host", []
-    if phase == "validated":
-        return f"the host had validated release {release}: nothing to do", []
-    if validated:
+        return "the host was untouched: a guard never changes an untouched host", nothing
+    if validated and phase != "validated":
         return (f"daemon {validated.get('pid')} (start time {validated.get('starttime')}) "
                 f"already passed the validation of release {release} "
-                f"({validated.get('path')}): kept, nothing to do"), []
-    previous = recipe.get("previous")
-    if previous and previous != release:
-        return f"roll back to {previous}", ["stop", "drain", "switch", "start", "ready",
-                                            "validate"]
-    return f"no previous release: keep {release}", ["start", "ready", "validate"]
+                f"({validated.get('path')}): kept, nothing to do"), nothing
+    plans = recipe.get("rollback")
+    plan = plans.get(phase) if isinstance(plans, dict) else None
+    steps = plan.get("steps") if isinstance(plan, dict) else None
+    if not isinstance(plan, dict) or not isinstance(steps, list) \
+            or not all(isinstance(k, str) and k in STEPS for k in steps):
+        raise Failed(f"no usable rollback plan for phase {phase} in the recipe: {plan!r:.200}")
+    to = plan.get("to") if isinstance(plan.get("to"), str) else None
+    if "switch" in steps and to is None:
+        raise Failed(f"the rollback plan for phase {phase} switches, but names no release")
+    what = str(plan.get("describe") or plan.get("outcome") or "")
+    why = f"the host had validated release {release}: nothing to do" if phase == "validated" \
+        else what
+    return why, {"steps": steps, "to": to, "rolled_back": plan.get("rolled_back") is True,
+                 "outcome": str(plan.get("outcome") or "")}
 
 
 # ---------------------------------------------------------------- host facts
@@ -152,6 +165,7 @@ class Host:
         self.current = os.path.join(self.root, "current")
         self.run_dir = run_dir(self.root, str(recipe["run_id"]))
         self.stopped: tuple[int, int] | None = None  # (pid, start time) the stop step stopped
+        self.to: str | None = None  # the release the plan goes back to (None: none)
         self.drained: dict[str, Any] | None = None  # drain.py's answer
 
     def release_dir(self, release_id: str) -> str:
@@ -256,11 +270,11 @@ def not_ours(root: str, run_id: str) -> str | None:
 
 
 def step_stop(h: Host) -> tuple[str, str]:
-    keep = str(h.r["previous"])
-    kept = h.runs(keep)
+    keep = h.to
+    kept = h.runs(keep) if keep else None
     if kept:
         return "skipped", f"daemon {kept[0]} runs the previous release {keep}: kept"
-    open(h.hold, "a").close()  # the supervisor restarts nothing from now on
+    os.close(safe_open(h.hold, os.O_WRONLY | os.O_CREAT))  # the supervisor restarts nothing now
     d = h.daemon()
     if d is None:
         return "skipped", "hold set; no daemon of ours running"
@@ -314,8 +328,8 @@ def step_drain(h: Host) -> tuple[str, str]:
     after a failed drain does: a guard never leaves the host stopped."""
     import subprocess
 
-    keep = str(h.r["previous"])
-    kept = h.runs(keep)
+    keep = h.to
+    kept = h.runs(keep) if keep else None
     if kept:
         return "skipped", f"daemon {kept[0]} runs the previous release {keep}: nothing was stopped"
     pid, starttime = h.stopped or h.dead_daemon() or (0, None)
@@ -351,7 +365,7 @@ def step_drain(h: Host) -> tuple[str, str]:
 
 
 def step_switch(h: Host) -> tuple[str, str]:
-    keep = str(h.r["previous"])
+    keep = str(h.to)  # planned() refuses a plan that switches to no release
     did = []
     if h.current_release() != keep:
         if not os.path.isdir(h.release_dir(keep)):
@@ -523,10 +537,18 @@ STEPS: dict[str, Callable[[Host], tuple[str, str]]] = {
 
 
 def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
-    """Run the takeover; returns the guard's final status (validated or failed)."""
+    """Run the controller's plan for the phase; returns the guard's final status: validated,
+    held (no previous release: left stopped and held, as planned), failed or yielded."""
     validated = None if state.get("settled") else h.validated_daemon()
-    summary, steps = decide(h.r, state, validated)
     phase = state.get("phase") or "untouched"
+    try:
+        summary, plan = planned(h.r, state, validated)
+    except Failed as e:
+        events.emit("guard_end", status="failed", reason=str(e), phase=phase,
+                    release=h.current_release())
+        return "failed"
+    steps: list[str] = plan["steps"]
+    h.to = plan["to"]
     events.emit("guard_takeover", status="takeover",
                 reason=f"controller lost in phase {phase}: {summary}", phase=phase, steps=steps,
                 evidence=validated)
@@ -555,10 +577,12 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
         if status == "failed":  # a failed drain: reported, and the takeover goes on
             tolerated[kind] = reason
     release = h.current_release() if steps else h.r.get("release")
-    events.emit("guard_end", status="validated", reason=summary, phase=phase, release=release,
-                rolled_back=bool(steps) and "stop" in steps, acted=bool(steps),
+    end = "validated" if plan["rolled_back"] or not steps else "held"
+    events.emit("guard_end", status=end, reason=summary if end == "validated" else plan["outcome"],
+                phase=phase, release=release,
+                rolled_back=plan["rolled_back"], acted=bool(steps),
                 failed_steps=tolerated, evidence=validated)
-    return "validated"
+    return end
 
 
 def step_data(h: Host, kind: str) -> dict[str, Any]:
@@ -628,7 +652,7 @@ def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events
         if state.get("settled"):
             return
         if not state.get("armed") or state.get("phase") not in PHASES[1:]:
-            summary, _ = decide(recipe, state)
+            summary, _ = planned(recipe, state)
             write_json(state_path, {**state, "ended": "inert", "reason": summary})
             return  # a guard that was never armed never acts: no event, nothing to report
         guard_lock = os.path.join(str(recipe["root"]), "rollout", "guard.lock")
