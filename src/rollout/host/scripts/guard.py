@@ -274,7 +274,7 @@ def step_stop(h: Host) -> tuple[str, str]:
     kept = h.runs(keep) if keep else None
     if kept:
         return "skipped", f"daemon {kept[0]} runs the previous release {keep}: kept"
-    os.close(safe_open(h.hold, os.O_WRONLY | os.O_CREAT))  # the supervisor restarts nothing now
+    open(h.hold, "a").close()  # the supervisor restarts nothing from now on
     d = h.daemon()
     if d is None:
         return "skipped", "hold set; no daemon of ours running"
