@@ -283,3 +283,16 @@ def test_host_in_a_programs_word_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="`host`") as info:
         load_fleet(hosts, str(tmp_path / "play.yaml"))
     assert info.value.location is not None and info.value.location.line == 6
+
+
+def test_a_weak_secret_in_the_config_template_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLOUT_TEST_WEAK", "current")
+    (tmp_path / "cuzk.toml.j2").write_text("token = \"{{ secret('ROLLOUT_TEST_WEAK') }}\"\n")
+    path = playbook(tmp_path, "'true'")
+    path.write_text(path.read_text().replace("release: {", "daemon: {config_template: "
+                                             "cuzk.toml.j2}\nrelease: {"))
+    with pytest.raises(ConfigError, match="too weak") as info:
+        load_playbook(path, builds=False)
+    assert info.value.location is not None and info.value.location.key == "daemon.config_template"

@@ -105,9 +105,14 @@ def check_runtime_templates(playbook: Playbook, doc: YamlDoc, known: Iterable[st
 
 
 def check_secrets(playbook: Playbook, doc: YamlDoc) -> None:
-    """Each `secret('NAME')` of a runtime template is read now: one that is not set or too
-    weak to mask (`secrets.weakness`) is refused at load, not when a host runs it."""
-    for text, kind, path in runtime_templates(playbook):
+    """Each `secret('NAME')` of a runtime template (the config template file too) is read
+    now: one that is not set or too weak to mask (`secrets.weakness`) is refused at load,
+    not when a host runs it (the config step runs after the old daemon stopped)."""
+    templates: list[tuple[str, Kind, KeyPath]] = list(runtime_templates(playbook))
+    template = config_template_text(playbook, doc)
+    if template is not None:
+        templates.append((template, "template", ("daemon", "config_template")))
+    for text, kind, path in templates:
         for name in sorted(secret_names(text, kind)):
             try:
                 secret(name)
