@@ -183,6 +183,12 @@ def test_a_nul_in_an_inventory_var_is_refused_at_load(tmp_path: Path) -> None:
     assert info.value.location is not None and info.value.location.line == 7
 
 
+def test_a_control_character_in_an_inventory_var_name_is_refused(tmp_path: Path) -> None:
+    hosts = fleet(tmp_path, '"a\\eb": 1')
+    with pytest.raises(ConfigError, match="x1b"):
+        load_fleet(hosts, str(tmp_path / "play.yaml"))
+
+
 def test_control_characters_in_set_values_are_refused() -> None:
     with pytest.raises(UserError, match="control character"):
         parse_set_options(["v=a\x00b"])

@@ -119,7 +119,7 @@ def check_host_vars(doc: YamlDoc, host_vars: Mapping[str, Any], overrides: Mappi
             raise HostVarRefused(
                 f"inventory var {name!r} (host {host}) takes a name reserved for the template "
                 "context; rename it", host, name)
-        bad = control_character(value)
+        bad = control_character([name, value])
         if bad is not None:
             raise HostVarRefused(
                 f"inventory var {name!r} (host {host}) holds the control character {bad}; "
