@@ -187,3 +187,38 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
     else:
         assert "the host's guard did nothing" in report["reason"], report
     assert assert_serving(HOST) == version
+
+
+def test_controller_killed_after_the_config_step_leaves_the_old_config(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """The config step runs once the host is stopped (after stop and drain): killed right
+    after it wrote a new config, the guard takes the host back in phase stopped, and the
+    old release runs again with the very config it ran with."""
+    park = tmp_path / "park"
+    park.mkdir()
+    old_version = serving_version(HOST)
+    config = sh(HOST, "cat /data/zk/cuzk.toml")
+    knobs = FAST_KNOBS.replace("prove_secs: 0.1", "prove_secs: 0.11")  # a config of its own
+    assert knobs != FAST_KNOBS
+    env = {"ROLLOUT_FAILPOINTS": "park-after-config@controller", "ROLLOUT_PARK_DIR": str(park)}
+    run = start_cli(tmp_path, *rollout_args(fleet.fleet_path, "kill-config"), *FAST,
+                    "--set", f"lab_knobs={knobs}", env=env)
+    try:
+        run.wait_for(lambda e: e["kind"] == "parked", timeout=300)
+        written = sh(HOST, "cat /data/zk/cuzk.toml")
+        run.process.send_signal(signal.SIGKILL)
+        run.process.wait()
+        lab.stop_sshd(HOST)
+        run_id = run.events()[0]["run_id"]
+        end = guard_end(run_id)
+    finally:
+        (park / "park-after-config.go").touch()
+        lab.start_sshd(HOST)
+    assert written != config  # the new config was written while the host was stopped
+    assert end["status"] == "validated" and end["data"]["rolled_back"] is True, end
+    assert end["data"]["phase"] == "stopped", end
+    assert sh(HOST, "cat /data/zk/cuzk.toml") == config
+    serving_unlocked_run(old_version)
+    resumed = run_cli(tmp_path, "rollout", "--resume", run_id)
+    assert resumed.code == 0, resumed.stderr[-3000:]
