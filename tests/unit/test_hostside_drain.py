@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rollout.host.scripts import drain as drain_mod
 from rollout.host.scripts import script_text
 from rollout.host.scripts.common import drain_failure as failure_reason
@@ -109,7 +111,7 @@ def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
 
     threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
     rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--starttime", starttime,
-                        "--cgroup-root", str(cg), "--margin", "100", "--deadline", "20")
+                        "--cgroup-root", str(cg), "--budget", "900", "--deadline", "20")
     assert rc == 0 and out["outcome"] == "drained" and out["drained_by"] == "budget", out
     assert out["zombie_seen"] is True and out["zombie_note"] is None
     assert out["state_at_start"] == "zombie"
@@ -130,7 +132,7 @@ def test_page_cache_left_behind_is_not_waited_for(tmp_path: Path) -> None:
     """Usage is 900 of 1000, but 800 of it is inactive page cache: the headroom fits."""
     cg = v2_tree(tmp_path, 900, inactive_file=800, file=850, active_file=50)
     rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                        "--margin", "850", "--deadline", "20")
+                        "--budget", "150", "--deadline", "20")
     assert rc == 0 and out["drained_by"] == "budget", out
     assert out["working_set"] == 100 and out["page_cache"] == 850
     assert out["memory"]["inactive_file"] == 800
@@ -171,7 +173,7 @@ def test_plateau_fails_early_and_names_the_holders(tmp_path: Path) -> None:
     (cg / "cgroup.procs").write_text(f"{os.getpid()}\n{stray.pid}\n")
     try:
         rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                            "--shm", str(shm), "--margin", str(100 * MIB),
+                            "--shm", str(shm), "--budget", str(924 * MIB),
                             "--plateau", "0.5", "--deadline", "60")
     finally:
         stray.kill()
@@ -205,7 +207,7 @@ def test_zombie_never_reaped_is_noted_and_drain_goes_on(tmp_path: Path) -> None:
     child = zombie_child()
     try:
         rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--cgroup-root", str(cg),
-                            "--margin", "100", "--zombie-grace", "0.4", "--deadline", "20")
+                            "--budget", "900", "--zombie-grace", "0.4", "--deadline", "20")
     finally:
         child.wait()
     assert rc == 0 and out["outcome"] == "drained"
@@ -221,7 +223,7 @@ def test_deadline_exits_3_when_process_keeps_running(tmp_path: Path) -> None:
     child = subprocess.Popen(["sleep", "30"])
     try:
         rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--cgroup-root", str(cg),
-                            "--margin", "100", "--plateau", "0.1", "--deadline", "0.5")
+                            "--budget", "900", "--plateau", "0.1", "--deadline", "0.5")
     finally:
         child.kill()
         child.wait()
@@ -234,7 +236,7 @@ def test_deadline_exits_3_when_process_keeps_running(tmp_path: Path) -> None:
 def test_reused_pid_counts_as_gone(tmp_path: Path) -> None:
     cg = v2_tree(tmp_path, 10)
     rc, out = run_drain(tmp_path, "--pid", str(os.getpid()), "--starttime", "1",
-                        "--cgroup-root", str(cg), "--margin", "100", "--deadline", "20")
+                        "--cgroup-root", str(cg), "--budget", "900", "--deadline", "20")
     assert rc == 0 and out["state_at_start"] == "gone" and len(out["samples"]) == 1
 
 
@@ -262,7 +264,7 @@ def test_meminfo_fallback_with_fake_proc_and_unlimited_v1(tmp_path: Path) -> Non
 
     threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
     rc, out = run_drain(tmp_path, "--pid", "4242", "--starttime", "777", "--proc", str(proc),
-                        "--cgroup-root", str(tmp_path / "cgroup"), "--margin", str(100 * 1024),
+                        "--cgroup-root", str(tmp_path / "cgroup"), "--budget", str(900 * 1024),
                         "--deadline", "20")
     assert rc == 0 and out["zombie_seen"]
     assert out["memory"]["source"] == "meminfo" and out["memory"]["limit"] == 1000 * 1024
@@ -327,9 +329,16 @@ def test_memory_back_by_budget_baseline_or_nothing_to_measure() -> None:
     assert drain_mod.memory_back(m, 900, 299 - slack) is None
     assert drain_mod.memory_back({"working_set": None}, 900, None) == "unmeasured"
     assert drain_mod.memory_back(m, None, None) == "unmeasured"
-    assert drain_mod.budget_of({"limit": 1000}, None, 64) == 936
-    assert drain_mod.budget_of({"limit": 1000}, 500, 64) == 500
-    assert drain_mod.budget_of({"limit": None}, None, 64) is None
+
+
+def test_the_host_takes_the_budget_as_given_and_never_works_it_out() -> None:
+    """The budget rule lives on the controller (rollout.steps.budget): drain.py takes the
+    figure, and has no --margin to compute one from the limit."""
+    assert drain_mod.parse_args(["--pid", "0", "--budget", "900"]).budget == 900
+    assert drain_mod.parse_args(["--pid", "0"]).budget is None
+    assert not hasattr(drain_mod, "budget_of")
+    with pytest.raises(SystemExit):
+        drain_mod.parse_args(["--pid", "0", "--margin", "64"])
 
 
 def test_thin_keeps_ends_and_at_most_200() -> None:

@@ -67,3 +67,16 @@ def test_budget_below_the_proof_minimum_is_refused_naming_both_numbers() -> None
 def test_fixed_budget_over_the_limit_is_refused() -> None:
     problems = preflight.check_budget(ctx_with(total_budget="1GiB"), FACTS, [])
     assert problems and "exceeds the cgroup limit minus the safety margin" in problems[0]
+
+
+def test_no_visible_cgroup_limit_is_refused_naming_the_setting_never_memtotal() -> None:
+    """Issue 17: no visible limit is an explicit total_budget or a refusal, never MemTotal."""
+    facts = HostFacts.parse({"cgroup": {"memory": {"limit": None, "source": "cgroup-v2"}},
+                             "meminfo": {"total": 512 * 2**30, "available": 500 * 2**30}})
+    notes: list[str] = []
+    problems = preflight.check_budget(ctx_with(), facts, notes)
+    assert len(problems) == 1 and "set daemon.total_budget" in problems[0], problems
+    assert "cgroup-v2: none set" in problems[0] and notes == []
+    assert preflight.check_budget(ctx_with(total_budget="400GiB"), facts, notes) == []
+    assert notes == ["budget 400.0GiB as set (daemon.total_budget; the host shows no cgroup "
+                     "memory limit to hold it against)"]

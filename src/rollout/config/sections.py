@@ -284,8 +284,9 @@ class DaemonSpec(Section):
     total_budget: str = Field(
         default="cgroup",
         description='Memory budget: "cgroup" (the container\'s cgroup limit minus '
-        "safety_margin, never the host's RAM) or a size such as 400GiB (whole GiB, MiB, GB, "
-        "MB or bytes: the forms cuzk reads).",
+        "safety_margin, never the host's RAM; a host that shows no cgroup limit is refused at "
+        "preflight) or a size such as 400GiB (whole GiB, MiB, GB, MB or bytes: the forms cuzk "
+        "reads), which must fit under the limit minus safety_margin where there is one.",
     )
     safety_margin: CuzkSize = Field(
         default="5GiB",

@@ -33,7 +33,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Phase
-from rollout.steps.drain import DrainHow, budget_args, drain_action
+from rollout.steps.drain import DrainHow, drain_action
 from rollout.steps.validate import validation_command
 from rollout.transport.base import Stream
 
@@ -56,13 +56,14 @@ def validate_params(plan: Any) -> ValidateParams:
 def drain_recipe(ctx: HostContext, plan: Any) -> dict[str, Any]:
     """The drain settings the host plan's drain step decided (its params over the playbook's
     drain settings, as drain.decide computes them; the playbook's alone where the plan has
-    no drain action) and the new daemon's budget or margin, as the drain step passes them."""
+    no drain action) and the new daemon's budget in bytes, the budget rule's figure from the
+    plan's facts (none where the rule gives none: the guard's drain waits for the baseline)."""
     how = next((s.decision.detail for s in plan.steps if s.kind == "drain"
                 and isinstance(s.decision, Action) and isinstance(s.decision.detail, DrainHow)),
-               None) or drain_action(ctx.target, DrainParams()).detail
-    flag, amount = budget_args(ctx.settings.daemon)
+               None) or drain_action(ctx.target, DrainParams(), plan.facts.memory).detail
+    budget = {} if how.budget is None else {"budget": int(how.budget)}
     return {"deadline": float(how.deadline), "plateau": float(how.plateau),
-            "zombie_grace": float(how.zombie_grace), str(flag).lstrip("-"): int(str(amount))}
+            "zombie_grace": float(how.zombie_grace), **budget}
 
 
 def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:

@@ -55,8 +55,8 @@ def rollback_action(ctx: HostContext, kind: str, to: str | None = None) -> Actio
     target = ctx.target
     if kind == "stop":
         return stop_action(HostFacts(), target, StopParams(force=True))
-    if kind == "drain":
-        return drain_action(target, DrainParams())
+    if kind == "drain":  # the budget rule's figure, from the host's memory facts
+        return drain_action(target, DrainParams(), (ctx.state.facts or ctx.facts()).memory)
     params: dict[str, Any] = {
         "start": StartParams(), "ready": ReadyParams(), "validate": ValidateParams()
     }

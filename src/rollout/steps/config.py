@@ -11,25 +11,17 @@ from rollout.host.facts import HostFacts
 from rollout.host.layout import q
 from rollout.output.events import StepResult, changed, skipped
 from rollout.steps.base import HostContext
+from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Action, Decision, Skip, Target
-from rollout.units import format_size, parse_size
 
 
-def memory_budget(facts: HostFacts, safety_margin: str) -> int:
-    """Bytes the daemon may use: the cgroup limit (else MemTotal) minus the margin."""
-    limit = facts.memory.limit or facts.memory.meminfo_total
-    if not limit:
-        raise StepFailed(
-            "cannot size the memory budget: no cgroup limit and no MemTotal", retryable=False
-        )
-    budget = limit - parse_size(safety_margin)
-    if budget <= 0:
-        raise StepFailed(
-            f"safety margin {safety_margin} leaves no memory under the limit "
-            f"{format_size(limit)}",
-            retryable=False,
-        )
-    return budget
+def memory_budget(facts: HostFacts, target: Target) -> int:
+    """Bytes the daemon may use, by the budget rule (rollout.steps.budget); a host the rule
+    gives no figure fails the step with the rule's reason."""
+    budget = decide_budget(facts.memory, BudgetRule.of(target.settings))
+    if budget.size is None:
+        raise StepFailed(f"cannot size the memory budget: {budget.refusal}", retryable=False)
+    return budget.size
 
 
 def config_of(config_path: str, release_id: str) -> str:
@@ -64,10 +56,7 @@ class ConfigText:
 
 def render(facts: HostFacts, target: Target) -> ConfigText:
     daemon = target.settings.daemon
-    if daemon.total_budget == "cgroup":
-        budget = memory_budget(facts, daemon.safety_margin)
-    else:
-        budget = parse_size(daemon.total_budget)
+    budget = memory_budget(facts, target)
     text = target.render_template_file(
         "cuzk.toml.j2",
         daemon.config_template,

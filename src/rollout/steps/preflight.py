@@ -16,11 +16,11 @@ from rollout.host.facts import HostFacts
 from rollout.host.layout import q
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
-from rollout.steps.config import memory_budget
+from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.params import check_params
 from rollout.steps.validate import ensure_input
-from rollout.units import format_size, parse_size
+from rollout.units import format_size
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
@@ -56,35 +56,14 @@ def check_space(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[st
     return problems
 
 
-def budget_of(ctx: HostContext, facts: HostFacts) -> int:
-    """The daemon's memory budget, as the config step will write it."""
-    daemon = ctx.settings.daemon
-    if daemon.total_budget == "cgroup":
-        return memory_budget(facts, daemon.safety_margin)
-    return parse_size(daemon.total_budget)
-
-
 def check_budget(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    """The budget fits under the limit, and is at least what the proof type needs."""
-    daemon = ctx.settings.daemon
-    try:
-        budget = budget_of(ctx, facts)
-        if daemon.total_budget != "cgroup":
-            room = memory_budget(facts, daemon.safety_margin)
-            if budget > room:
-                return [
-                    f"total_budget {daemon.total_budget} exceeds the cgroup limit minus "
-                    f"the safety margin ({format_size(room)})"
-                ]
-    except StepFailed as e:
-        return [str(e)]
-    minimum = parse_size(ctx.settings.preflight.min_budget)
-    if budget < minimum:
-        return [
-            f"memory budget {format_size(budget)} ({budget} bytes) is below the minimum "
-            f"{format_size(minimum)} ({minimum} bytes) the proof needs (preflight.min_budget)"
-        ]
-    notes.append(f"budget {format_size(budget)} fits")
+    """The budget rule (rollout.steps.budget) accepts the host: a budget it can size (no
+    cgroup limit: only an explicit daemon.total_budget), under the limit minus the margin,
+    and at least what the proof type needs."""
+    budget = decide_budget(facts.memory, BudgetRule.of(ctx.settings))
+    if budget.refusal is not None:
+        return [budget.refusal]
+    notes.append(budget.note())
     return []
 
 

@@ -2,7 +2,7 @@
 
 Run on the host by the controller:
 
-    python3 - --pid P --starttime S [--root /data] (--budget N | --margin N) [--plateau 30]
+    python3 - --pid P --starttime S [--root /data] [--budget N] [--plateau 30]
               [--zombie-grace 30] [--deadline 600] < drain.py
 
 A zombie (/proc/P/stat state Z) is dead but not gone: `kill -0` and pgrep still see it, and
@@ -13,11 +13,11 @@ The memory that matters is the working set: cgroup usage minus the reclaimable p
 (inactive file pages: v1 total_inactive_file, v2 inactive_file, as the kubelet computes it);
 where the container has no limit, MemTotal - MemAvailable. Page cache the old daemon left
 (a params file it mmap'd) is not waited for. The memory is back when the headroom (limit
-minus working set) fits the new daemon's budget (--budget bytes, or the limit minus
---margin), or when the working set is back to the baseline the supervisor recorded just
-before it started the old daemon (<root>/rollout/starts.jsonl; the least of the recent
-records, so that a restart while a crashed daemon's memory was still charged cannot raise
-it).
+minus working set) fits the new daemon's budget (--budget bytes: the controller's budget
+rule decides the figure, rollout.steps.budget; this script never works it out), or when the
+working set is back to the baseline the supervisor recorded just before it started the old
+daemon (<root>/rollout/starts.jsonl; the least of the recent records, so that a restart
+while a crashed daemon's memory was still charged cannot raise it).
 
 When the process is gone and the working set has not fallen for --plateau seconds, the
 drain fails early and names what still holds memory: the processes charged to the cgroup
@@ -47,16 +47,6 @@ MIB = 1 << 20
 FALL = MIB  # the working set "falls" when it drops this much below its lowest so far
 MAX_SAMPLES = 200
 TOP = 10
-
-
-def budget_of(mem: dict[str, Any], budget: int | None, margin: int | None) -> int | None:
-    """The new daemon's budget: given, or the limit minus the margin (as the config step)."""
-    if budget is not None:
-        return budget
-    limit = mem.get("limit")
-    if margin is None or limit is None:
-        return None
-    return max(0, int(limit) - margin)
 
 
 def baseline_slack(limit: int | None) -> int:
@@ -259,7 +249,7 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
         args.starttime = found if found is not None else -1
     mem = working_memory(args.cgroup_root, args.proc)
     baseline = baseline_of(args.root, args.pid, mem.get("source"))
-    budget = budget_of(mem, args.budget, args.margin)
+    budget = args.budget
     while True:
         t = time.time()
         state, ppid = proc_state(args.proc, args.pid, args.starttime)
@@ -320,8 +310,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
     p.add_argument("--proc", default="/proc")
     p.add_argument("--shm", default="/dev/shm")
-    p.add_argument("--budget", type=int, help="bytes the new daemon needs under the limit")
-    p.add_argument("--margin", type=int, help="or: its budget is the limit minus this")
+    p.add_argument("--budget", type=int,
+                   help="bytes the new daemon needs under the limit (the controller's figure)")
     p.add_argument("--plateau", type=float, default=30.0,
                    help="fail when the working set has not fallen for this many seconds")
     p.add_argument("--zombie-grace", type=float, default=30.0)
