@@ -17,7 +17,7 @@ from rollout.engine.run import Engine, EngineOptions
 from rollout.output.events import EventBus, StepResult, changed
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext, Release
-from rollout.steps.decision import Action
+from rollout.steps.decision import Action, Stopped
 from rollout.transport.local import LocalTransport
 
 PLAYBOOK = """\
@@ -46,7 +46,7 @@ def act(facts: Any, target: Any, params: Any) -> Action:
 
 
 def fake_stop(ctx: HostContext, action: Action) -> StepResult:
-    ctx.state.stopped = {}
+    ctx.state.stopped = Stopped()
     return changed("stopped")
 
 

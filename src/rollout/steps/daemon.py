@@ -16,7 +16,7 @@ from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Action, Decision, Phase, Skip, Target
+from rollout.steps.decision import Action, Decision, Phase, Skip, Started, Stopped, Target
 from rollout.steps.identity import PORTS_MARK, check_ports, parse_owners, ports_query, then_ports
 from rollout.transport.base import RunResult
 from rollout.units import format_size
@@ -197,7 +197,7 @@ def stop(ctx: HostContext, action: Action) -> StepResult:
         timeout=float(how.grace) + 30,
         before=hold_command(ctx),
     )
-    ctx.state.stopped = out
+    ctx.state.stopped = Stopped.of(out)
     if out.get("outcome") == "none":
         return skipped("hold set; no daemon pidfile, nothing to stop", **out)
     if out.get("outcome") == "untrusted":
@@ -237,7 +237,7 @@ def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
             raise StepFailed(f"adopted daemon {pid} survived {how.signal} and SIGKILL",
                              retryable=False, data={"adopted": out})
         done.append(out)
-    ctx.state.stopped = done[-1] if done else None
+    ctx.state.stopped = Stopped.of(done[-1]) if done else None
     names = ", ".join(f"{o['pid']} ({o.get('cmdline') or '?'})" for o in done)
     return changed(f"hold set; adopted and stopped daemon(s) {names}", adopted=done)
 
@@ -288,8 +288,7 @@ def start(ctx: HostContext, action: Action) -> StepResult:
     if not lines:
         raise StepFailed("the supervisor's daemon.pid named the release but came back empty")
     pidline = lines[-1]
-    ctx.state.daemon_pid = pidline.split()[0]
-    ctx.state.daemon_line = pidline
+    ctx.state.started = Started(pidline)
     return changed(
         f"hold released; supervisor started daemon {pidline.split()[0]}", pidfile=pidline
     )
@@ -338,7 +337,7 @@ def wait_ready(ctx: HostContext, seconds: float, url: str) -> tuple[RunResult, s
     polls in one host process (ports.py --wait) where the daemon's ports are TCP; else it
     is a shell loop with curl."""
     daemon = ctx.settings.daemon
-    known = ctx.state.daemon_pid
+    known = ctx.state.started.pid if ctx.state.started else None
     _, _, args = ports_query(ctx)
     if args:
         watch = ["--watch", known] if known else ["--pidfile", ctx.layout.daemon_pid]

@@ -127,16 +127,57 @@ class Staged:
     installed: bool = False  # the upload step renamed them into place
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """The stop's hand-off to the drain: the daemon it stopped (pid 0: none was)."""
+
+    pid: int = 0
+    starttime: int | None = None
+
+    @classmethod
+    def of(cls, report: Any) -> Stopped:
+        """From the stop script's report (hostile data: wrong types are "none")."""
+        doc = report if isinstance(report, dict) else {}
+        pid, starttime = doc.get("pid"), doc.get("starttime")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            return cls()
+        ok_start = isinstance(starttime, int) and not isinstance(starttime, bool)
+        return cls(pid, starttime if ok_start else None)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The start's hand-off to ready and validate: the daemon.pid line ("PID STARTTIME
+    EXE") of the daemon it saw the supervisor start."""
+
+    line: str
+
+    @property
+    def pid(self) -> str:
+        return self.line.split()[0]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The upload's hand-off to the switch: each executable's identity (size, inode,
+    device, mtime, ctime) read right after this run verified and installed it, so that the
+    switch checks it by one stat instead of a hash."""
+
+    release_id: str
+    identities: tuple[tuple[str, str], ...]  # (name, identity), sorted by name
+
+    def of_release(self, release_id: str) -> dict[str, str] | None:
+        return dict(self.identities) if release_id == self.release_id else None
+
+
 @dataclass
 class HostState:
-    """What a host's steps learn as they run, for the steps after them (typed, per host)."""
+    """What a host's steps learn as they run, for the steps after them (typed, per host).
+    What one step hands to the next is a frozen value, replaced whole, never edited."""
 
     phase: Phase = Phase.UNTOUCHED
-    stopped: dict[str, Any] | None = None  # the stop script's report (pid, starttime, ...)
-    daemon_pid: str | None = None  # the daemon the start step saw the supervisor start
-    daemon_line: str | None = None  # its daemon.pid line: "PID STARTTIME EXE"
+    stopped: Stopped | None = None  # the stop's hand-off to the drain
+    started: Started | None = None  # the start's hand-off to ready and validate
     facts: HostFacts | None = None  # the facts the plan was decided from, until an action runs
-    # Per release this run verified on the host as it wrote it: each executable's identity
-    # (size, inode, device, mtime, ctime) read right after, so the switch need not re-hash.
-    verified: dict[str, dict[str, str]] = field(default_factory=dict)
+    verified: Verified | None = None  # the upload's hand-off to the switch
     staged: Staged | None = None  # what staging ahead left for the upload step

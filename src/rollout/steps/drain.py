@@ -19,7 +19,7 @@ from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.daemon import serving
-from rollout.steps.decision import Action, Decision, Skip, Target
+from rollout.steps.decision import Action, Decision, Skip, Stopped, Target
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     how: DrainHow = action.detail
-    stopped = ctx.state.stopped or {}
+    stopped = ctx.state.stopped or Stopped()
     args: list[object] = [
         "--root",
         ctx.layout.root,
@@ -78,8 +78,9 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
         how.zombie_grace,
         *how.budget_args(),
     ]
-    if stopped.get("pid"):
-        args += ["--pid", stopped["pid"], "--starttime", stopped["starttime"]]
+    if stopped.pid:
+        args += ["--pid", stopped.pid]
+        args += ["--starttime", stopped.starttime] if stopped.starttime is not None else []
     else:
         args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
     _, out = ctx.script("drain", *args, timeout=how.deadline + 30)

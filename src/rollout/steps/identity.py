@@ -19,7 +19,7 @@ UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
 
 def expected_pid(ctx: HostContext) -> int | None:
     """The daemon the start step saw; else the one a trusted daemon.pid names."""
-    known = ctx.state.daemon_pid
+    known = ctx.state.started.pid if ctx.state.started else None
     if known is not None and str(known).isdigit():
         return int(known)
     daemon = ctx.facts().daemon

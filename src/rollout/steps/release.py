@@ -18,7 +18,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.config import forget_configs_of, restore_config_of
 from rollout.steps.current import point_current_at
 from rollout.steps.daemon import serving
-from rollout.steps.decision import Action, Decision, Release, Skip, Target
+from rollout.steps.decision import Action, Decision, Release, Skip, Target, Verified
 
 _RELEASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
@@ -65,7 +65,7 @@ def parse_identities(stdout: str, names: list[str]) -> dict[str, str]:
 def unchanged_since_verified(ctx: HostContext, directory: str, release: Release) -> bool:
     """Whether every executable is the very file this run verified as it wrote it: one
     stat, no read of its bytes. False when this run verified nothing there."""
-    record = ctx.state.verified.get(release.id)
+    record = ctx.state.verified.of_release(release.id) if ctx.state.verified else None
     names = [a.name for a in release.artifacts]
     if not record or sorted(record) != sorted(names):
         return False
@@ -217,9 +217,9 @@ def remember_verified(ctx: HostContext, release: Release, stdout: str) -> None:
     """Keep the identities of the files just verified and installed, for the switch."""
     found = parse_identities(stdout, [a.name for a in release.artifacts])
     if found:
-        ctx.state.verified[release.id] = found
+        ctx.state.verified = Verified(release.id, tuple(sorted(found.items())))
     else:
-        ctx.state.verified.pop(release.id, None)
+        ctx.state.verified = None
 
 
 def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Decision:

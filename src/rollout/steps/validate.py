@@ -174,7 +174,7 @@ def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "
 def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
     """(pid, start time, release id) of the daemon the validation ran against: the one the
     start step saw, else the one daemon.pid names now; None when that is not known."""
-    line = ctx.state.daemon_line
+    line = ctx.state.started.line if ctx.state.started else None
     if line is None:
         d = ctx.facts().daemon
         line = f"{d.pid} {d.starttime} {d.exe}" if d.running else ""
