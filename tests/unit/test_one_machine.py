@@ -126,3 +126,24 @@ def test_the_engine_refuses_both_entries_before_any_change(tmp_path: Path, same:
             assert summary.outcomes[name].status == "failed"
             assert "same machine" in summary.outcomes[name].reason
             assert not fleet.hosts[name].sent, f"{name} was touched"
+
+
+def test_a_lock_taken_whose_answer_could_not_be_read_is_given_back(tmp_path: Path) -> None:
+    """The host took the lock, but its answer was malformed: the run does not hold it, so it
+    is given back at once (never left to block the next run)."""
+    from rollout.errors import HostAnswerError
+
+    ctx = context(tmp_path, "h1", "one")
+    real = ctx.transport.run_script
+
+    def garbled(source: str, args: Any, timeout: float | None = None, before: str = "") -> Any:
+        result = real(source, args, timeout, before)
+        if "take" in args:
+            raise HostAnswerError("h1: the host agent's answer is malformed: exit is str")
+        return result
+
+    ctx.transport.run_script = garbled  # type: ignore[method-assign]
+    rec = Recorder()
+    with fleet_locks(["h1"], lambda n: ctx, me(), LockPolicy(), rec.events()) as locks:
+        assert not locks.held and "malformed" in locks.unreachable["h1"]
+    assert not lock_file(tmp_path, "one").exists()

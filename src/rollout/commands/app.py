@@ -27,7 +27,7 @@ from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import ConfigError, Location, RolloutError, UserError
 from rollout.output.console import ConsoleSink, print_summary
 from rollout.output.events import EventBus, JsonLinesSink, open_private
-from rollout.output.journal import read_journal
+from rollout.output.resume import read_resumed
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
 from rollout.transport.ssh import SshTransport
 
@@ -256,26 +256,18 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
     journal = runs_dir() / f"{req.resume}.jsonl"
     if not journal.exists():
         raise UserError(f"no journal {journal} for run {req.resume}")
-    events, warnings = read_journal(journal)
-    for warning in warnings:
+    journaled = read_resumed(journal)  # each field's type checked: exit 2 at its line
+    for warning in journaled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    start = next((e for e in events if e["kind"] == "run_start"), None)
-    if start is None or not (start.get("data") or {}).get("request"):
-        raise UserError(f"{journal} has no run_start event: cannot resume {req.resume}")
-    old = start["data"]["request"]
-    done = frozenset(
-        str(e.get("host"))
-        for e in events
-        if e["kind"] == "host_end" and e.get("status") == "validated"
-    )
+    old, done = journaled.request, journaled.validated
     resumed = replace(
         req,
         hosts=old["hosts"],
         playbook=old["playbook"],
         sets=tuple(old["sets"]),
         limit=old["limit"],
-        release=old.get("release"),
-        adopt=req.adopt or bool(old.get("adopt", False)),
+        release=old["release"],
+        adopt=req.adopt or old["adopt"],
     )
     return resumed, done
 

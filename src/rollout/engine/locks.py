@@ -286,8 +286,12 @@ class FleetLocks:
         except LockHeld as e:
             ctx.transport.close()
             return e
-        except RolloutError as e:
-            ctx.transport.close()
+        except RolloutError as e:  # taken or not (an answer it could not read): given back
+            try:
+                with contextlib.suppress(RolloutError):
+                    release_host_lock(ctx, self.me)
+            finally:
+                ctx.transport.close()
             self._unreachable(name, e)
             return None
         self.held[name] = ctx

@@ -135,7 +135,10 @@ class Engine:
         return summary
 
     def _run_end(self, summary: RunSummary) -> None:
-        for name in self.plan.host_names:
+        refused = self._locks.refused if self._locks else {}
+        for name in self.plan.host_names:  # one machine under two entries: why, even unreached
+            if name in refused and name not in summary.outcomes:
+                summary.outcomes[name] = self._end(HostOutcome(name, "failed", refused[name]))
             summary.outcomes.setdefault(
                 name, HostOutcome(name, "not_started", summary.aborted or "not reached")
             )
@@ -147,8 +150,6 @@ class Engine:
         )
 
     def _locked_run(self, summary: RunSummary) -> None:
-        for name, why in (self._locks.refused if self._locks else {}).items():
-            summary.outcomes[name] = self._end(HostOutcome(name, "failed", why))  # untouched
         summary.release = PER_HOST if self.options.target else self._controller_steps()
         if summary.release is None:
             summary.aborted = "controller steps failed"
@@ -253,9 +254,8 @@ class Engine:
                 )
                 return
             self.bus.emit("batch_start", data={"index": index, "hosts": batch})
-            todo = [h for h in batch if h not in summary.outcomes]  # refused ones: ended
-            with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
-                outcomes = list(pool.map(lambda h: self._host(h, release), todo))
+            with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
+                outcomes = list(pool.map(lambda h: self._host(h, release), batch))
             for outcome in outcomes:
                 summary.outcomes[outcome.host] = outcome
             failed = sum(1 for o in summary.outcomes.values() if not o.succeeded)

@@ -35,6 +35,7 @@ from rollout.transport.channel import (
     run_on_channel,
     stream_to_channel,
 )
+from rollout.transport.known_hosts import load_known_hosts
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
 SMALL_UPLOAD = 4 << 20  # bytes: a smaller file is written by cat and hashed by sha256sum
@@ -209,11 +210,8 @@ class SshTransport(Transport):
             config=Config(lazy=True),  # ssh_config was read with the inventory: not again
             connect_timeout=int(t.connect_timeout), connect_kwargs=kwargs,
         )
-        try:
-            if t.known_hosts.exists():
-                conn.client.load_host_keys(str(t.known_hosts))
-        except (OSError, paramiko.SSHException) as e:
-            raise HostKeyError(f"cannot read known_hosts {t.known_hosts}: {e}") from e
+        if t.known_hosts.exists():  # a garbage line: skipped with a warning (file:line)
+            load_known_hosts(conn.client.get_host_keys(), t.known_hosts)
         policy_cls = _AcceptNew if t.host_key_policy == "accept-new" else _Refuse
         conn.client.set_missing_host_key_policy(policy_cls(t.known_hosts))
         return conn

@@ -1,0 +1,94 @@
+"""What a resumed run takes from its journal (runs/RUN_ID.jsonl): the request its run_start
+recorded and the hosts it validated. The journal is a file anyone with the runs folder may
+have edited: every field is checked for its type, and one that is wrong (or missing) is a
+UserError naming the journal's file and line (exit 2), never a crash. Reading is bounded:
+a line longer than MAX_LINE is skipped with a warning, as a cut line is."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.errors import Location, UserError
+
+MAX_LINE = 1 << 20  # bytes of one journal line; a longer one is not an event rollout wrote
+# The request's fields (commands.app.RolloutRequest.replayable) and the types they must have.
+REQUEST: dict[str, tuple[type, ...]] = {
+    "hosts": (str,),
+    "playbook": (str, type(None)),
+    "sets": (list,),
+    "limit": (str, type(None)),
+    "release": (str, type(None)),
+    "adopt": (bool,),
+}
+OPTIONAL = {"release", "adopt"}  # journals of older versions lack them
+
+
+@dataclass(frozen=True)
+class Resumed:
+    request: dict[str, Any]  # REQUEST's keys, each of its type ("sets": a list of str)
+    validated: frozenset[str]  # hosts whose host_end said validated
+    warnings: tuple[str, ...]
+
+
+def _events(path: Path, warnings: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    out: list[tuple[int, dict[str, Any]]] = []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if len(raw) > MAX_LINE:
+                warnings.append(f"{path}:{number}: a line of {len(raw)} bytes: skipped")
+                continue
+            try:
+                event = json.loads(raw.decode("utf-8", "replace"))
+            except (ValueError, RecursionError):
+                event = None
+            if isinstance(event, dict) and isinstance(event.get("kind"), str):
+                out.append((number, event))
+            elif raw.strip():
+                warnings.append(f"{path}:{number}: not a whole event (cut short when the "
+                                f"controller died?): skipped")
+    return out
+
+
+def _request(path: Path, line: int, start: dict[str, Any]) -> dict[str, Any]:
+    data = start.get("data")
+    request = data.get("request") if isinstance(data, dict) else None
+    if not isinstance(request, dict) or not request:
+        raise UserError("run_start has no request: cannot resume this run",
+                        Location(str(path), line, "data.request"))
+    out: dict[str, Any] = {}
+    for key, types in REQUEST.items():
+        if key not in request and key in OPTIONAL:
+            out[key] = None if key == "release" else False
+            continue
+        value: Any = request.get(key)
+        if key not in request or not _typed(key, value, types):
+            what = "missing" if key not in request else f"a {type(value).__name__}"
+            want = "a list of strings" if key == "sets" else " or ".join(
+                "null" if t is type(None) else t.__name__ for t in types)
+            raise UserError(f"{what}, not {want}: cannot resume this run",
+                            Location(str(path), line, f"data.request.{key}"))
+        out[key] = value
+    return out
+
+
+def _typed(key: str, value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False
+    if key == "sets":
+        return isinstance(value, list) and all(isinstance(s, str) for s in value)
+    return isinstance(value, types)
+
+
+def read_resumed(path: Path) -> Resumed:
+    """The request and the validated hosts of the run journaled at `path`."""
+    warnings: list[str] = []
+    events = _events(path, warnings)
+    start = next(((n, e) for n, e in events if e["kind"] == "run_start"), None)
+    if start is None:
+        raise UserError(f"{path} has no run_start event: cannot resume this run")
+    validated = frozenset(e["host"] for _, e in events if e["kind"] == "host_end"
+                          and e.get("status") == "validated" and isinstance(e.get("host"), str))
+    return Resumed(_request(path, *start), validated, tuple(warnings))

@@ -1,0 +1,65 @@
+"""--resume reads the journal as hostile input (issue 18): an ill-typed or missing field of
+run_start's request is exit 2 naming the journal's file, line and key, never exit 70; a line
+that is not an event (cut, garbage, nested past the parser's depth, oversized) is skipped
+with a warning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.commands import app
+from rollout.errors import UserError
+from rollout.output.resume import MAX_LINE, read_resumed
+
+REQUEST = {"hosts": "/f.yaml", "playbook": None, "sets": ["a=1"], "limit": None,
+           "release": None, "adopt": False}
+
+
+def journal(tmp_path: Path, request: Any, *extra: str) -> Path:
+    lines = [json.dumps({"kind": "note", "reason": "first"}),
+             json.dumps({"kind": "run_start", "data": {"request": request}}),
+             *extra,
+             json.dumps({"kind": "host_end", "host": "h1", "status": "validated"}),
+             json.dumps({"kind": "host_end", "host": ["h2"], "status": "validated"})]
+    path = tmp_path / "r1.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_good_request_and_the_validated_hosts(tmp_path: Path) -> None:
+    got = read_resumed(journal(tmp_path, REQUEST, "[" * 100_000, "x" * (MAX_LINE + 1)))
+    assert got.request == REQUEST and got.validated == frozenset({"h1"})
+    assert len(got.warnings) == 2 and all(":3:" in w or ":4:" in w for w in got.warnings)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("hosts", 7), ("sets", "a=1"), ("sets", [1]), ("limit", ["x"]), ("adopt", "yes"),
+    ("playbook", {"x": 1}), ("release", 3.5),
+])
+def test_an_ill_typed_field_is_exit_2_at_its_line(tmp_path: Path, field: str, value: Any) -> None:
+    path = journal(tmp_path, {**REQUEST, field: value})
+    with pytest.raises(UserError) as e:
+        read_resumed(path)
+    assert e.value.exit_code == 2
+    assert f"{path}:2: data.request.{field}" in str(e.value)
+
+
+@pytest.mark.parametrize("request_", [None, {}, [], "x", {"sets": []}])
+def test_a_run_start_without_its_request_is_exit_2(tmp_path: Path, request_: Any) -> None:
+    with pytest.raises(UserError, match=r"r1\.jsonl:2: data\.request"):
+        read_resumed(journal(tmp_path, request_))
+
+
+def test_resume_request_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_RUNS_DIR", str(tmp_path))
+    journal(tmp_path, {**REQUEST, "sets": 5})
+    with pytest.raises(UserError, match=r"r1\.jsonl:2: data\.request\.sets"):
+        app.resume_request(app.RolloutRequest("/f.yaml", resume="r1"))
+    journal(tmp_path, {k: v for k, v in REQUEST.items() if k not in ("release", "adopt")})
+    resumed, done = app.resume_request(app.RolloutRequest("/f.yaml", resume="r1"))
+    assert (resumed.sets, resumed.release, resumed.adopt, done) == (("a=1",), None, False,
+                                                                     frozenset({"h1"}))
