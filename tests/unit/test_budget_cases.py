@@ -27,6 +27,7 @@ from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.host.scripts import facts as facts_script
+from rollout.host.scripts import guard as guard_script
 from rollout.steps import config, drain, preflight
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Target
@@ -105,3 +106,17 @@ def test_budget_case(path: Path, tmp_path: Path) -> None:
     recipe = drain_recipe(ctx, HostPlan(facts, target, None, ()))  # type: ignore[arg-type]
     assert recipe.get("budget") == expect["budget"]
     assert "margin" not in recipe
+
+
+@pytest.mark.parametrize("budget, args", [
+    (900, ["--budget", "900"]), (None, []), ("900", []), (True, []), (9.5, []),
+])
+def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
+    budget: Any, args: list[str]
+) -> None:
+    """The host's guard hands drain.py the recipe's budget as it came (an int, else none),
+    and no margin, whatever the recipe holds."""
+    given = {} if budget is None else {"budget": budget}
+    host = SimpleNamespace(root="/data", r={"drain": {"deadline": 60.0, "margin": 64, **given}})
+    assert guard_script.drain_args(host, 42, 7) == [  # type: ignore[arg-type]
+        "--root", "/data", "--pid", "42", "--starttime", "7", "--deadline", "60.0", *args]

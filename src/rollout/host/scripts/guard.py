@@ -306,7 +306,7 @@ def drain_settings(h: Host) -> dict[str, Any]:
 
 def drain_args(h: Host, pid: int, starttime: int | None) -> list[str]:
     """drain.py's arguments: the recipe's drain settings, computed by the controller as its
-    drain step computes them (deadline, plateau, zombie grace, budget or margin)."""
+    drain step computes them (deadline, plateau, zombie grace, the budget rule's figure)."""
     d = drain_settings(h)
     args = ["--root", h.root, "--pid", str(pid)]
     if starttime is not None:
@@ -314,10 +314,8 @@ def drain_args(h: Host, pid: int, starttime: int | None) -> list[str]:
     for key in ("deadline", "plateau", "zombie_grace"):
         if isinstance(d.get(key), (int, float)) and not isinstance(d.get(key), bool):
             args += [f"--{key.replace('_', '-')}", repr(float(d[key]))]
-    for key in ("budget", "margin"):
-        if isinstance(d.get(key), int) and not isinstance(d.get(key), bool):
-            args += [f"--{key}", str(d[key])]
-            break
+    if isinstance(d.get("budget"), int) and not isinstance(d.get("budget"), bool):
+        args += ["--budget", str(d["budget"])]  # bytes, as the controller decided them
     return args
 
 
