@@ -63,3 +63,38 @@ def test_resume_request_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     resumed, done = app.resume_request(app.RolloutRequest("/f.yaml", resume="r1"))
     assert (resumed.sets, resumed.release, resumed.adopt, done) == (("a=1",), None, False,
                                                                      frozenset({"h1"}))
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ({"kind": "note", "time": "noon"}, "time"),
+    ({"kind": "note", "time": 1.0, "data": ["x"]}, "data"),
+    ({"kind": "host_end", "time": 1.0, "host": 7}, "host"),
+    ({"kind": "step_end", "time": 1.0, "data": {"attempts": "2"}}, "data.attempts"),
+    ({"kind": "run_end", "time": 1.0, "reason": {"a": 1}}, "reason"),
+])
+def test_rollout_report_refuses_an_ill_typed_event_at_its_line(
+    tmp_path: Path, line: dict[str, Any], key: str
+) -> None:
+    from rollout.reports.runlog import fold, read_journal
+
+    path = tmp_path / "r2.jsonl"
+    path.write_text(json.dumps({"kind": "run_start", "time": 1.0, "run_id": "r2", "data": {}})
+                    + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(UserError) as e:
+        fold(read_journal(path))
+    assert e.value.exit_code == 2 and f"{path}:2: {key}" in str(e.value)
+
+
+def test_the_report_command_exits_2_not_70(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "r3.jsonl").write_text('{"kind": "run_start", "time": "x"}\n')
+    p = subprocess.run([sys.executable, "-m", "rollout", "report", "r3", "--summary",
+                        str(tmp_path / "s.md")], env={**os.environ, "ROLLOUT_RUNS_DIR": str(runs)},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "r3.jsonl:1: time" in p.stderr

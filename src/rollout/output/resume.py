@@ -1,5 +1,6 @@
-"""What a resumed run takes from its journal (runs/RUN_ID.jsonl): the request its run_start
-recorded and the hosts it validated. The journal is a file anyone with the runs folder may
+"""Reading a run's journal (runs/RUN_ID.jsonl) as hostile input: what a resumed run takes
+from it (the request its run_start recorded, the hosts it validated) and the events `rollout
+report` renders. The journal is a file anyone with the runs folder may
 have edited: every field is checked for its type, and one that is wrong (or missing) is a
 UserError naming the journal's file and line (exit 2), never a crash. Reading is bounded:
 a line longer than MAX_LINE is skipped with a warning, as a cut line is."""
@@ -7,6 +8,7 @@ a line longer than MAX_LINE is skipped with a warning, as a cut line is."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,48 @@ class Resumed:
     request: dict[str, Any]  # REQUEST's keys, each of its type ("sets": a list of str)
     validated: frozenset[str]  # hosts whose host_end said validated
     warnings: tuple[str, ...]
+
+
+# The fields every reader of a journal takes as given, and the types they must have.
+EVENT: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "time": (int, float, type(None)),
+    "run_id": (str, type(None)),
+    "host": (str, type(None)),
+    "step": (str, type(None)),
+    "status": (str, type(None)),
+    "reason": (str, type(None)),
+    "data": (dict, type(None)),
+}
+STEP_DATA: dict[str, tuple[type, ...]] = {  # step_end's data, as reports read it
+    "attempts": (int, type(None)),
+    "duration": (int, float, type(None)),
+    "output": (str, type(None)),
+}
+
+
+def journal_events(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every event of a journal, each field of the type its readers take as given
+    (UserError naming the file, line and key otherwise: exit 2); the warnings for the lines
+    skipped (cut, garbage, too deep, too long)."""
+    warnings: list[str] = []
+    events = _events(path, warnings)
+    for line, event in events:
+        _check(path, line, event, EVENT, "")
+        if event["kind"] == "step_end" and isinstance(event.get("data"), dict):
+            _check(path, line, event["data"], STEP_DATA, "data.")
+    return [e for _, e in events], warnings
+
+
+def _check(path: Path, line: int, doc: dict[str, Any], types: dict[str, tuple[type, ...]],
+           prefix: str) -> None:
+    for key, allowed in types.items():
+        value = doc.get(key)
+        if not _typed(key, value, allowed):
+            raise UserError(f"a {type(value).__name__}, not "
+                            + " or ".join("null" if t is type(None) else t.__name__
+                                          for t in allowed),
+                            Location(str(path), line, prefix + key))
 
 
 def _events(path: Path, warnings: list[str]) -> list[tuple[int, dict[str, Any]]]:
@@ -76,6 +120,8 @@ def _request(path: Path, line: int, start: dict[str, Any]) -> dict[str, Any]:
 
 def _typed(key: str, value: Any, types: tuple[type, ...]) -> bool:
     if isinstance(value, bool) and bool not in types:
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
         return False
     if key == "sets":
         return isinstance(value, list) and all(isinstance(s, str) for s in value)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import UserError
-from rollout.output import journal
 from rollout.output.events import Event
+from rollout.output.resume import journal_events
 
 CONTROLLER = "controller"
 
@@ -151,7 +151,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     left out with a warning."""
     if not path.exists():
         raise UserError(f"no journal {path}")
-    events, warnings = journal.read_journal(path)
+    events, warnings = journal_events(path)  # each field's type checked: exit 2 at its line
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return events
