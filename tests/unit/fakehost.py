@@ -56,7 +56,8 @@ class FakeHost(Transport):
         code, out = self._answer(command, stdin or "")
         return RunResult(command, code, out, "" if code == 0 else out)
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
+    def put(self, local_path: str, remote_path: str, resume: bool = False,
+            progress: Any = None) -> None:
         self.sent.append(f"put {remote_path}")
         self.uploads[remote_path] = self.files[remote_path] = sha(Path(local_path).read_bytes())
 
@@ -110,9 +111,32 @@ class FakeHost(Transport):
             return 0, json.dumps(self._ports(command))
         if stdin.startswith('"""Run the validation proof'):
             return self._prove(shlex.split(command))
+        if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
+            return 0, json.dumps({"ok": True, "problems": []})  # nothing planted here
         if stdin.startswith('"""rollout guard') and " --left " in command:
             return 0, json.dumps({"busy": [], "runs": []})  # no guard was ever left here
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")
+
+    def _files(self, argv: list[str], stdin: str) -> tuple[int, str]:
+        """files.py write|copy, its own source first on stdin ("LENGTH\n" then the script)."""
+        size, _, rest = stdin.partition("\n")
+        text = rest.encode()[int(size):].decode()
+        if argv[0] == "copy":
+            if argv[1] not in self.files:
+                return 0, json.dumps({"ok": True, "changed": False})
+            self.files[argv[2]] = self.files[argv[1]]
+            return 0, json.dumps({"ok": True, "changed": True})
+        path = argv[1]
+        if "--if-changed" in argv and self.files.get(path) == sha(text):
+            return 0, json.dumps({"ok": True, "changed": False})
+        if "--keep" in argv and path in self.files:
+            self.files[argv[argv.index("--keep") + 1]] = self.files[path]
+        self.files[path] = sha(text)
+        if path.endswith("/validated.json"):
+            self.validated = json.loads(text)
+        if path.endswith("/previous_release"):
+            self.previous = text
+        return 0, json.dumps({"ok": True, "changed": True})
 
     def _ports(self, command: str) -> dict[str, Any]:
         argv = shlex.split(command)
@@ -213,6 +237,8 @@ class FakeHost(Transport):
             return self._probe(command)
         if command.startswith("python3 - "):
             return self._script(command, stdin)
+        if command.startswith("python3 -c ") and "files.py" in command:
+            return self._files(shlex.split(command)[3:], stdin)
         if " && python3 - " in command:  # a script after a command of its own (the hold)
             before, _, script = command.partition(" && python3 - ")
             if before.endswith("/hold") and "touch -- " in before:

@@ -352,4 +352,6 @@ def report(
 
     if not (html or junit or summary):
         raise UserError("give at least one of --html FILE, --junit FILE, --summary FILE")
-    write_run_reports(app.runs_dir() / f"{run_id}.jsonl", html, junit, summary)
+    from rollout.output.journal import journal_path
+
+    write_run_reports(journal_path(app.runs_dir(), run_id), html, junit, summary)

@@ -27,6 +27,7 @@ from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import ConfigError, Location, RolloutError, UserError
 from rollout.output.console import ConsoleSink, print_summary
 from rollout.output.events import EventBus, JsonLinesSink, open_private
+from rollout.output.journal import journal_path
 from rollout.output.resume import read_resumed
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
 from rollout.transport.ssh import SshTransport
@@ -253,7 +254,7 @@ def require_docker(build: Any) -> None:
 def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]:
     """The request of the journaled run, and the hosts it already validated."""
     assert req.resume is not None
-    journal = runs_dir() / f"{req.resume}.jsonl"
+    journal = journal_path(runs_dir(), req.resume)
     if not journal.exists():
         raise UserError(f"no journal {journal} for run {req.resume}")
     journaled = read_resumed(journal)  # each field's type checked: exit 2 at its line

@@ -86,13 +86,16 @@ class NoParams(_Strict):
     """This kind takes no params."""
 
 
-PreflightCheck = Literal["ownership", "space", "budget", "cpu", "gpus", "executables", "input"]
+PreflightCheck = Literal[
+    "files", "ownership", "space", "budget", "cpu", "gpus", "executables", "input"
+]
 
 
 class PreflightParams(_Strict):
     checks: list[PreflightCheck] | None = Field(
         default=None,
-        description="The checks to run (default: all): ownership (no daemon the supervisor "
+        description="The checks to run (default: all): files (no link where rollout writes, "
+        "root-owned folders no one else may write), ownership (no daemon the supervisor "
         "does not own, no stranger on its ports), space, budget, cpu, gpus, executables "
         "(needs the release on the host: run it again after the upload), input.",
     )

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout.errors import HostAnswerError, LockHeld, RolloutError, UserError
+from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
 from rollout.host.facts import HOST_ID_RE
 from rollout.steps.base import HostContext
 
@@ -66,7 +66,7 @@ def parse_holder(text: str) -> Holder | str:
     try:
         doc = json.loads(text)
     except ValueError:
-        return f"the lock file is not JSON (cut short?): {text[:80]!r}"
+        return f"not rollout's lock ({len(text.encode())} bytes, not JSON)"  # never its bytes
     if not isinstance(doc, dict):
         return f"the lock file holds {json.dumps(doc)[:40]}, not a holder"
     for key, types in _TYPES.items():
@@ -91,6 +91,15 @@ def _age(value: Any) -> float:
     return max(0.0, age) if math.isfinite(age) else 0.0
 
 
+def _holder_of(raw: dict[str, Any]) -> Holder | str:
+    """The holder the host's lock.py found, or why none: its "problem" (a link, not JSON:
+    said by lock.py, whose text it never sends) comes first."""
+    problem = raw.get("problem")
+    if isinstance(problem, str) and problem:
+        return problem[:300]
+    return parse_holder(str(raw.get("text", ""))[:4000])
+
+
 @dataclass(frozen=True)
 class FoundLock:
     """Another holder's lock, as read on its host."""
@@ -102,7 +111,7 @@ class FoundLock:
 
     @classmethod
     def read(cls, host: str, raw: dict[str, Any]) -> FoundLock:
-        return cls(host, parse_holder(str(raw.get("text", ""))[:4000]), _age(raw.get("age")),
+        return cls(host, _holder_of(raw), _age(raw.get("age")),
                    str(raw.get("sha256", ""))[:64])
 
     def breakable(self, stale_after: float) -> bool:
@@ -134,6 +143,8 @@ def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> dict
     mine = json.dumps({k: v for k, v in asdict(me).items() if k != "heartbeat"})
     _, out = ctx.script("lock", "--root", ctx.layout.root, action, "--holder", mine, *extra,
                         timeout=60)
+    if isinstance(out, dict) and out.get("refused"):  # a link in place of rollout/ or its guard
+        raise StepFailed(f"{ctx.name}: lock refused: {str(out['refused'])[:400]}", retryable=False)
     return out if isinstance(out, dict) else {}
 
 

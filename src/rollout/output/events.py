@@ -15,6 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
+from rollout.errors import UserError
 from rollout.secrets import redact
 
 
@@ -79,10 +80,24 @@ def open_private(path: Path, append: bool = False) -> IO[str]:
     """Open a file for writing that only its owner may read (0600: reports name hosts,
     commands and outputs, which may hold secrets the redaction does not know)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
+    refuse_link(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        refuse_link(path)  # planted since the look above
+        raise UserError(f"cannot write {path}: {e.strerror}") from e
     os.fchmod(fd, 0o600)
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+
+
+def refuse_link(path: Path) -> None:
+    """UserError when `path` is a symbolic link: a report or journal is never written
+    through one (its target, wherever it leads, would be truncated or overwritten)."""
+    if path.is_symlink():
+        raise UserError(f"{path} is a symbolic link: rollout writes reports and journals "
+                        "only to plain files, never through a link (remove it or name another "
+                        "file)")
 
 
 class EventBus:

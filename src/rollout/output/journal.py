@@ -8,8 +8,23 @@ being written, and the hosts' real state is read again anyway.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+from rollout.errors import UserError
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def journal_path(runs: Path, run_id: str) -> Path:
+    """runs/RUN_ID.jsonl; UserError for a run id that is not one (a `/`, `..`, a leading
+    `-` or `.`, a control character: never a path built from it)."""
+    if RUN_ID.fullmatch(run_id) is None or ".." in run_id:
+        raise UserError(f"not a run id: {run_id[:80]!r} (letters, digits, '_', '.' and '-', "
+                        "as rollout names its runs)")
+    return runs / f"{run_id}.jsonl"
+
 
 
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

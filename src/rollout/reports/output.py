@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.output.escape import report_text
-from rollout.output.events import Event
+from rollout.output.events import Event, open_private, refuse_link
 from rollout.reports.runlog import RunRecord, fold
 
 # Characters XML 1.0 forbids (ANSI escapes in a daemon's log would make the file invalid).
@@ -24,15 +24,17 @@ def printable(text: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename it over `path`."""
+    """Write to a temporary file in the same folder (O_EXCL, 0600: reports carry output
+    tails), then rename it over `path`; a link at `path` is refused, never replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -41,8 +43,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def append(path: Path, text: str) -> None:
     """Append (GitHub's $GITHUB_STEP_SUMMARY collects what each step appends)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
+    with open_private(path, append=True) as f:
         f.write(text)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
@@ -109,5 +109,6 @@ def render(rows: list[dict[str, Any]], now: float) -> str:
 
 def write(path: Path, rows: list[dict[str, Any]], now: float) -> None:
     """Write the metrics to `path` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(path), registry(rows, now))
+    from rollout.reports.output import write_atomic  # 0600, never through a link
+
+    write_atomic(path, render(rows, now))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+from rollout.output.events import refuse_link
 from rollout.reports import summary
 from rollout.reports.output import ReportSink, append, write_atomic
 
@@ -15,6 +16,9 @@ def report_sinks(
     junit_path: str | None, summary_path: str | None, step_summary: str | None
 ) -> list[ReportSink]:
     sinks = []
+    for path in (junit_path, summary_path, step_summary):
+        if path:
+            refuse_link(Path(path))  # before the run: never found out at its end
     if junit_path:
         from rollout.reports import junit  # xml.etree: only for a run that writes JUnit
 

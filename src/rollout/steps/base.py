@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +13,7 @@ from rollout.config.render import Command, render_command
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
-from rollout.host.scripts import script_text
+from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.output.events import StepResult
 from rollout.secrets import head, tail
 from rollout.steps.decision import Action, Decision, HostState, Target
@@ -124,16 +124,29 @@ class HostContext:
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
         """Atomically replace a file whose content differs; `keep_previous` gets the old one.
         The text goes over stdin; the file and its kept copy are private (0600): a
-        rendered config may hold secrets."""
-        want = hashlib.sha256(text.encode()).hexdigest()
-        have = self.sh(f"chmod 600 -- {q(path)} 2>/dev/null; sha256sum -- {q(path)} 2>/dev/null")
-        if have.stdout.split()[:1] == [want]:
-            return False
-        kept = q(keep_previous)
-        keep = f"if [ -f {q(path)} ]; then rm -f -- {kept} && cp -- {q(path)} {kept}; fi && "
-        self.sh(f"umask 077 && {keep if keep_previous else ''}cat > {q(path)}.new && "
-                f"mv -T -- {q(path)}.new {q(path)}", stdin=text).check()
-        return True
+        rendered config may hold secrets. Written by files.py, never through a link: a link
+        in place of the file, its temporary or its kept copy fails the step, named."""
+        keep = ["--keep", keep_previous] if keep_previous else []
+        out = self.write_file(["write", path, "--if-changed", *keep], text)
+        return bool(out.get("changed"))
+
+    def write_file(self, args: list[str], text: str = "") -> dict[str, Any]:
+        """files.py ARGS on the host with `text` on its stdin (after the script itself):
+        its JSON answer; StepFailed with its reason when it refused."""
+        command = f"python3 -c {q(bootstrap('files.py'))} {shlex.join(args)}"
+        stdin = sized(script_text("files")).decode() + text
+        result = self.sh(command, stdin=stdin)
+        try:
+            out = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as e:
+            raise StepFailed(f"files.py {args[0]} on host gave no JSON (exit "
+                             f"{result.exit_code}): {tail(result.stderr.strip(), 400)}") from e
+        if not isinstance(out, dict) or not out.get("ok"):
+            why = out.get("refused") if isinstance(out, dict) else None
+            raise StepFailed(f"refused to write {args[1]}: {why or 'no reason given'}",
+                             retryable=False)
+        return out
+
 
     def facts(self, *digests: str) -> HostFacts:
         """The host's facts, read fresh in one round trip; `digests`: files to hash too."""

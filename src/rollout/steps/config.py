@@ -32,9 +32,7 @@ def config_of(config_path: str, release_id: str) -> str:
 def restore_config_of(ctx: HostContext, release_id: str) -> bool:
     """Put back the config `release_id` ran with, if kept; True when it was."""
     path = ctx.settings.daemon.config_path
-    kept = q(config_of(path, release_id))
-    copy = f"cp -- {kept} {q(path)}.new && mv -T -- {q(path)}.new {q(path)}"
-    return ctx.sh(f"umask 077 && test -f {kept} && chmod 600 -- {kept} && {copy}").ok
+    return bool(ctx.write_file(["copy", config_of(path, release_id), path]).get("changed"))
 
 
 def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
@@ -79,7 +77,9 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     config: ConfigText = action.detail
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
-    ctx.sh(f"chmod 600 -- {q(config_of(daemon.config_path, ''))}* 2>/dev/null")  # kept copies
+    kept = config_of(daemon.config_path.rsplit("/", 1)[-1], "")  # kept copies: files, no link
+    ctx.sh(f"find {q(directory)} -maxdepth 1 -type f -name {q(kept + '*')} -exec chmod 600 -- "
+           "{} + 2>/dev/null")
     if not ctx.write_if_changed(daemon.config_path, config.text, config.keep_as):
         return skipped(f"{daemon.config_path} already up to date (budget {config.budget_text})")
     return changed(

@@ -215,6 +215,22 @@ def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> l
     return []
 
 
+def check_files(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+    """Before root acts under the root: the root, rollout/, releases/ and supervisor.py owned
+    by root and not group- or world-writable; no symbolic link under rollout/, in releases/,
+    in place of the config or its temporary; `current` pointing into releases/."""
+    config = ctx.settings.daemon.config_path
+    _, out = ctx.script("files", "check", "--root", ctx.layout.root, "--path", config,
+                        "--path", f"{config}.new", timeout=60)
+    found = out.get("problems") if isinstance(out, dict) else None
+    if not isinstance(found, list):
+        return [f"the check of the files under {ctx.layout.root} gave no answer: {out!r:.200}"]
+    if found:
+        return [f"refused: {str(p)[:300]}" for p in found[:10]]
+    notes.append(f"no link or foreign owner under {ctx.layout.root}")
+    return []
+
+
 def check_param_files(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     notes.append(check_params(ctx))  # raises StepFailed naming what is missing
     return []
@@ -236,6 +252,7 @@ def with_facts(check: FactCheck) -> Check:
 
 CHECKS: dict[str, Check] = {
     "host": with_facts(check_host_marker),
+    "files": check_files,
     "ownership": with_facts(check_ownership),
     "space": with_facts(check_space),
     "budget": with_facts(check_budget),
@@ -245,7 +262,7 @@ CHECKS: dict[str, Check] = {
     "params": with_facts(check_param_files),
     "input": with_facts(check_input),
 }
-FACTLESS = frozenset({"executables"})  # checks whose own command looks: no facts read
+FACTLESS = frozenset({"executables", "files"})  # checks whose own command looks: no facts read
 STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
 
 

@@ -245,7 +245,7 @@ def switch(ctx: HostContext, action: Action) -> StepResult:
     if checked == "sha256" and release_mismatches(ctx, directory, release):
         raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
     if before:
-        ctx.sh(f"printf %s {q(before)} > {q(ctx.layout.previous_release)}").check()
+        ctx.write_file(["write", ctx.layout.previous_release], before)
     point_current_at(ctx, release.id)
     if params.restore_config and restore_config_of(ctx, release.id):
         ctx.log(f"restored the config {release.id} ran with")

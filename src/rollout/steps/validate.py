@@ -199,9 +199,7 @@ def evidence_doc(ctx: HostContext) -> tuple[str, str]:
 
 
 def record_evidence(ctx: HostContext, doc: str) -> None:
-    path = ctx.layout.validated
-    ctx.sh(f"umask 077 && cat > {q(path)}.new && mv -T -- {q(path)}.new {q(path)}",
-           stdin=doc + "\n").check()
+    ctx.write_file(["write", ctx.layout.validated], doc + "\n")
 
 
 def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:

@@ -13,7 +13,7 @@ from importlib import resources
 
 SCRIPTS = (
     "supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard", "prove",
-    "agent",
+    "agent", "files",
 )
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"

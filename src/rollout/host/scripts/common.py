@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,6 +25,152 @@ def read_text(path: str) -> str | None:
             return f.read()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+# ---------------------------------------------------------------- writes that never follow a link
+# Every file rollout writes or removes on a host goes through these: its folder is opened with
+# O_DIRECTORY|O_NOFOLLOW, the file itself with O_NOFOLLOW (a temporary with O_EXCL too), so a
+# symbolic link planted in place of either is refused, never written through.
+
+
+class UnsafePath(OSError):
+    """A path rollout writes is a symbolic link, or not what it should be: refused."""
+
+
+def _folder_fd(path: str) -> tuple[int, str]:
+    """(fd of the folder of `path`, opened without following a link there; the file's name)."""
+    folder, name = os.path.split(path.rstrip("/") or "/")
+    if not name or name in (".", ".."):
+        raise UnsafePath(f"{path!r} names no file")
+    try:
+        return os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW), name
+    except OSError as e:
+        if os.path.islink(folder):
+            raise UnsafePath(f"{folder} is a symbolic link (to {_link_text(folder)}): "
+                             "rollout never writes through a link") from e
+        raise
+
+
+def _link_text(path: str, dir_fd: int | None = None) -> str:
+    try:
+        return repr(os.readlink(path, dir_fd=dir_fd)[:200])
+    except OSError:
+        return "?"
+
+
+def _refuse_link(folder_fd: int, name: str, path: str, kinds: tuple[int, ...]) -> bool:
+    """True when `name` exists (a kind in `kinds`); UnsafePath when it is a link or another
+    kind of file."""
+    try:
+        st = os.lstat(name, dir_fd=folder_fd)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{path} is a symbolic link (to {_link_text(name, folder_fd)}): "
+                         "rollout never writes through a link")
+    if stat.S_IFMT(st.st_mode) not in kinds:
+        raise UnsafePath(f"{path} is not a regular file: refused")
+    return True
+
+
+def safe_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` whole: a temporary `path`.new created with O_EXCL|O_NOFOLLOW (a stale
+    regular one is removed first; a link there is refused), fsynced, renamed over `path`
+    (refused when `path` is a link)."""
+    fd_dir, name = _folder_fd(path)
+    try:
+        _refuse_link(fd_dir, name, path, (stat.S_IFREG,))
+        tmp = f"{name}.new"
+        if _refuse_link(fd_dir, tmp, f"{path}.new", (stat.S_IFREG,)):
+            os.unlink(tmp, dir_fd=fd_dir)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, mode, dir_fd=fd_dir)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
+        os.fsync(fd_dir)
+    finally:
+        os.close(fd_dir)
+
+
+def safe_open(path: str, flags: int, mode: int = 0o600) -> int:
+    """An fd on `path` (created with `mode` when O_CREAT is in flags), never through a link:
+    for appends (O_APPEND) and for lock files (flock)."""
+    fd_dir, name = _folder_fd(path)
+    try:
+        _refuse_link(fd_dir, name, path, (stat.S_IFREG,))
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=fd_dir)
+        except OSError:
+            _refuse_link(fd_dir, name, path, (stat.S_IFREG,))  # planted since the look above
+            raise
+    finally:
+        os.close(fd_dir)
+
+
+def safe_append(path: str, text: str, mode: int = 0o600) -> None:
+    """Append `text` to `path` (created with `mode`), never through a link."""
+    fd = safe_open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    with os.fdopen(fd, "a") as f:
+        f.write(text)
+
+
+def safe_remove(path: str) -> bool:
+    """Remove the file `path` (a link there: the link itself, never its target); True when
+    there was one."""
+    fd_dir, name = _folder_fd(path)
+    try:
+        os.unlink(name, dir_fd=fd_dir)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd_dir)
+
+
+def safe_mkdir(path: str, mode: int = 0o755) -> None:
+    """Make the folder `path` (and its missing parents) where it is missing; a link in place
+    of it is refused."""
+    parent = os.path.dirname(path.rstrip("/"))
+    if parent and parent != path and not os.path.lexists(parent):
+        safe_mkdir(parent)
+    fd_dir, name = _folder_fd(path)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, mode, dir_fd=fd_dir)
+        _refuse_link(fd_dir, name, path, (stat.S_IFDIR,))
+    finally:
+        os.close(fd_dir)
+
+
+def trusted_owner(st: os.stat_result) -> bool:
+    """Owned by root, or by the user rollout runs as (a host reached without root)."""
+    return st.st_uid in (0, os.geteuid())
+
+
+def ownership_problem(path: str, what: str, follow: bool = False) -> str | None:
+    """Why root must not act on `path`: not owned by root (or by rollout's user), group- or
+    world-writable, or a link where none belongs; None when it is fine or missing."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{path} cannot be examined: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link (to {_link_text(path)}): {what} must not be a link"
+    if not trusted_owner(st):
+        return f"{path} is owned by uid {st.st_uid}, not by root: {what} refused"
+    if st.st_mode & 0o022:
+        return (f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o}): "
+                f"{what} refused")
+    return None
 
 
 def read_int(path: str) -> int | None:

@@ -40,7 +40,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, tail_window, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, safe_append, safe_mkdir, tail_window, working_memory  # inlined on hosts
 # isort: on
 
 MIB = 1 << 20
@@ -327,9 +327,8 @@ def main(argv: list[str]) -> int:
     line = json.dumps(result, sort_keys=True)
     if not args.no_record:
         try:
-            os.makedirs(os.path.join(args.root, "rollout"), exist_ok=True)
-            with open(os.path.join(args.root, "rollout", "drains.jsonl"), "a") as f:
-                f.write(line + "\n")
+            safe_mkdir(os.path.join(args.root, "rollout"))
+            safe_append(os.path.join(args.root, "rollout", "drains.jsonl"), line + "\n", 0o644)
         except OSError as e:
             sys.stderr.write(f"drain: cannot record in drains.jsonl: {e}\n")
     print(line)

@@ -172,10 +172,18 @@ class Facts(Collector):
         return out
 
     def current(self) -> str | None:
+        """The release `current` points at; a link that leads outside releases/ is none
+        (an error says where it leads): never taken for a release, nor recorded as one."""
+        path = os.path.join(self.root, "current")
         try:
-            return os.path.basename(os.readlink(os.path.join(self.root, "current")).rstrip("/"))
+            name = os.path.basename(os.readlink(path).rstrip("/"))
         except FileNotFoundError:
             return None
+        releases = os.path.realpath(os.path.join(self.root, "releases"))
+        if os.path.dirname(os.path.realpath(path)) != releases:
+            raise ValueError(f"{path} points outside {releases}: not a release")
+        return name
+
 
     def previous(self) -> str | None:
         """The release current pointed at before the last switch (written by the switch)."""

@@ -33,6 +33,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from rollout.host.scripts.common import safe_mkdir, safe_open  # inlined on hosts
+
 CHUNK = 1 << 20
 RETRYABLE_HTTP = (408, 425, 429, 500, 502, 503, 504)
 
@@ -152,7 +154,7 @@ def _copy_body(response: Any, path: str, start: int, size: int,
     """Append (from `start`) at most up to `size`; the bytes received."""
     received = 0
     read = getattr(response, "read1", response.read)  # what has arrived: a cut keeps it
-    with open(path, "r+b" if start else "wb") as f:
+    with os.fdopen(safe_open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as f:  # no link
         f.seek(start)
         f.truncate()
         while start + received < size:
@@ -252,7 +254,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.tether:
         tether(sys.stdin.buffer)
-    os.makedirs(args.dir, exist_ok=True)
+    safe_mkdir(args.dir)
     files: dict[str, Any] = {}
     reporter = Reporter(args.progress)
     probed: set[str] = set()

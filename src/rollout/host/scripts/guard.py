@@ -51,7 +51,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text  # inlined on hosts
+from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -74,10 +74,7 @@ def run_dir(root: str, run_id: str) -> str:
 
 
 def write_json(path: str, obj: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(obj, sort_keys=True))
-    os.replace(tmp, path)
+    safe_write(path, json.dumps(obj, sort_keys=True).encode())  # never through a link
 
 
 def read_json(path: str) -> dict[str, Any]:
@@ -102,7 +99,7 @@ class Events:
         event = {"kind": event_kind, "run_id": self.run_id, "host": self.host, "step": step,
                  "status": status, "reason": reason, "data": {**data, "guard": self.guard},
                  "time": time.time()}
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = safe_open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as f:
             f.write(json.dumps(event, sort_keys=True, default=str) + "\n")
             f.flush()
@@ -274,7 +271,7 @@ def step_stop(h: Host) -> tuple[str, str]:
     kept = h.runs(keep) if keep else None
     if kept:
         return "skipped", f"daemon {kept[0]} runs the previous release {keep}: kept"
-    open(h.hold, "a").close()  # the supervisor restarts nothing from now on
+    os.close(safe_open(h.hold, os.O_WRONLY | os.O_CREAT))  # the supervisor restarts nothing now
     d = h.daemon()
     if d is None:
         return "skipped", "hold set; no daemon of ours running"
@@ -393,11 +390,7 @@ def restore_config(h: Host) -> bool:
                 return False
     except OSError:
         pass
-    tmp = f"{path}.new"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(want)
-    os.replace(tmp, path)
+    safe_write(path, want)  # never through a link
     return True
 
 
@@ -414,7 +407,7 @@ def step_start(h: Host) -> tuple[str, str]:
     release = serving_release(h)
     held = os.path.exists(h.hold)
     if held:
-        os.unlink(h.hold)
+        safe_remove(h.hold)
     running = h.runs(release)
     if running:
         return "skipped", f"{'hold released; ' if held else ''}daemon {running[0]} already runs {release}"
@@ -598,7 +591,7 @@ def step_data(h: Host, kind: str) -> dict[str, Any]:
 
 def lock_wait(path: str, seconds: float) -> int | None:
     """An fd holding LOCK_EX on `path`, waiting up to `seconds` (None: not got)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = safe_open(path, os.O_RDWR | os.O_CREAT, 0o600)
     end = time.monotonic() + seconds
     while True:
         try:
@@ -622,7 +615,7 @@ def detach(body: Callable[[], None], log: str) -> None:
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out = safe_open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -654,7 +647,7 @@ def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events
             write_json(state_path, {**state, "ended": "inert", "reason": summary})
             return  # a guard that was never armed never acts: no event, nothing to report
         guard_lock = os.path.join(str(recipe["root"]), "rollout", "guard.lock")
-        lock = os.open(guard_lock, os.O_RDWR | os.O_CREAT, 0o600)
+        lock = safe_open(guard_lock, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
         why = not_ours(str(recipe["root"]), str(recipe["run_id"]))
         if why:
@@ -679,11 +672,7 @@ def read_sized(stdin: Any) -> bytes | None:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    safe_write(path, data)  # never through a link
 
 
 def run_done(where: str) -> bool:
@@ -741,11 +730,15 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     drain_script = read_sized(stdin)
     root = str(recipe["root"])
     where = run_dir(root, str(recipe["run_id"]))
-    os.makedirs(where, mode=0o700, exist_ok=True)
     if drain_script is None:
         say(stdout, {"ready": False, "reason": "no drain script after the recipe"})
         return 2
-    write_bytes(os.path.join(where, "drain.py"), drain_script)
+    try:  # a link in place of runs/, the run's folder or a file in it: refused, named
+        safe_mkdir(where, mode=0o700)
+        write_bytes(os.path.join(where, "drain.py"), drain_script)
+    except OSError as e:
+        say(stdout, {"ready": False, "reason": f"refused: {e}"})
+        return 2
     pruned = prune_runs(os.path.join(root, "rollout", "runs"), keep=os.path.basename(where))
     earlier = lock_wait(os.path.join(root, "rollout", "guard.lock"), wait)
     if earlier is None:  # an earlier guard is still taking over: the controller must not act
@@ -755,7 +748,7 @@ def arm(stdin: Any, stdout: Any, wait: float) -> int:
     me = str(os.getpid())
     tether = os.path.join(where, f"tether.{me}")
     state_path = os.path.join(where, f"state.{me}.json")
-    fd = os.open(tether, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = safe_open(tether, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     state: dict[str, Any] = {"phase": "untouched", "guard": me, "armed": False}
     write_json(state_path, state)
@@ -881,8 +874,7 @@ def left(root: str, wait: float, mark: bool) -> dict[str, Any]:
                 continue
             found.append({"run": name, "time": last_change(where), **got})
             if mark and name not in busy:
-                with open(os.path.join(where, "shown"), "w") as f:
-                    f.write(f"{time.time()}\n")
+                safe_write(os.path.join(where, "shown"), f"{time.time()}\n".encode())
         except OSError:  # a folder that cannot be read (or marked) is shown again next time
             continue
     found.sort(key=lambda r: r["time"])

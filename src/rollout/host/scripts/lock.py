@@ -36,12 +36,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from rollout.host.scripts.common import UnsafePath, safe_mkdir, safe_open  # inlined on hosts
+
 MAX_TEXT = 2000  # of another holder's lock, reported as found
 
 
 @contextlib.contextmanager
 def guarded(state_dir: str) -> Iterator[None]:
-    fd = os.open(os.path.join(state_dir, "lock.guard"), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = safe_open(os.path.join(state_dir, "lock.guard"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -50,20 +52,31 @@ def guarded(state_dir: str) -> Iterator[None]:
 
 
 def found(path: str) -> dict[str, Any] | None:
-    """The lock as it is: its text, sha256 and age in seconds; None when there is none."""
+    """The lock as it is: its text, sha256 and age in seconds; None when there is none.
+    Never read through a link; text that is not JSON is never sent back, only its size
+    ("problem": not rollout's lock)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        age = time.time() - os.stat(path).st_mtime
+        with os.fdopen(safe_open(path, os.O_RDONLY), "rb") as f:
+            data = f.read(1 << 20)
+            age = time.time() - os.fstat(f.fileno()).st_mtime
     except FileNotFoundError:
         return None
+    except UnsafePath as e:  # a link: named, never followed; breakable (its link removed)
+        why = f"not rollout's lock: {e}"
+        return {"text": "", "sha256": hashlib.sha256(why.encode()).hexdigest(), "age": 0.0,
+                "problem": why}
     except OSError as e:  # a directory, unreadable: still a lock someone must look at
         return {"text": f"<unreadable: {e.strerror}>", "sha256": "", "age": 0.0}
-    return {
-        "text": data[:MAX_TEXT].decode(errors="replace"),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "age": round(max(0.0, age), 3),
-    }
+    lock = {"text": data[:MAX_TEXT].decode(errors="replace"),
+            "sha256": hashlib.sha256(data).hexdigest(), "age": round(max(0.0, age), 3)}
+    try:
+        json.loads(data)
+    except ValueError:
+        if data.strip():
+            lock.update(text="", problem=f"not rollout's lock ({len(data)} bytes, not JSON)")
+    return lock
+
+
 
 
 def is_mine(lock: dict[str, Any], run_id: str) -> bool:
@@ -78,7 +91,9 @@ def write_whole(path: str, holder: dict[str, Any], replace: bool) -> bool:
     """Write the lock in one piece; without `replace`, only where there is none."""
     text = json.dumps({**holder, "heartbeat": time.time()}, sort_keys=True)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a leftover (or a link) of a dead pid: never written through
+    with os.fdopen(safe_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -92,7 +107,7 @@ def write_whole(path: str, holder: dict[str, Any], replace: bool) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         os.fsync(dir_fd)
     finally:
@@ -183,10 +198,13 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     holder = json.loads(args.holder)
     state_dir = os.path.join(args.root, "rollout")
-    os.makedirs(state_dir, exist_ok=True)
-    with guarded(state_dir):
-        result = act(args.action, os.path.join(state_dir, "lock"), holder, args.expect)
-        result.update(identify(state_dir))
+    try:
+        safe_mkdir(state_dir)
+        with guarded(state_dir):
+            result = act(args.action, os.path.join(state_dir, "lock"), holder, args.expect)
+            result.update(identify(state_dir))
+    except UnsafePath as e:  # a link in place of the state folder or the guard: refused
+        result = {"ok": False, "refused": str(e)}
     print(json.dumps(result, sort_keys=True))
     return 0
 

@@ -17,15 +17,13 @@ Standard library only; runs on python3 >= 3.9.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-from rollout.host.scripts.common import proof_verdict  # inlined on hosts
+from rollout.host.scripts.common import proof_verdict, safe_remove, safe_write  # inlined on hosts
 
 STOPPED = (124, 137)  # timeout's status when it stopped the command (TERM, KILL)
 
@@ -45,18 +43,11 @@ def status_doc(url: str) -> dict[str, Any] | None:
 
 
 def remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    safe_remove(path)  # a link there: the link itself, never its target
 
 
 def record(path: str, doc: str) -> None:
-    old = os.umask(0o077)
-    try:
-        with open(path + ".new", "w", encoding="utf-8") as f:
-            f.write(doc + "\n")
-        os.replace(path + ".new", path)
-    finally:
-        os.umask(old)
+    safe_write(path, (doc + "\n").encode())  # 0600, never through a link
 
 
 def prove(args: argparse.Namespace) -> dict[str, Any]:

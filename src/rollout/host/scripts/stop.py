@@ -20,7 +20,7 @@ from typing import Any
 # isort: off
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, is_cuzk_daemon, proc_cmdline, proc_starttime, proc_state, read_pidfile  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, is_cuzk_daemon, proc_cmdline, proc_starttime, proc_state, read_pidfile, safe_append, safe_mkdir  # inlined on hosts
 # isort: on
 # isort: on
 
@@ -100,9 +100,8 @@ def record_adoption(root: str, out: dict[str, Any]) -> None:
            "oom": mem["oom"], "note": "a daemon rollout's supervisor did not start, adopted: "
            "stopped so that the supervisor's daemon replaces it"}
     try:
-        os.makedirs(f"{root}/rollout", exist_ok=True)
-        with open(f"{root}/rollout/exits.jsonl", "a") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+        safe_mkdir(f"{root}/rollout")
+        safe_append(f"{root}/rollout/exits.jsonl", json.dumps(rec, sort_keys=True) + "\n", 0o644)
     except OSError:
         pass
 

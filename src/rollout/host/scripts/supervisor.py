@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, port_owners, read_int, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, port_owners, read_int, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, safe_append, safe_open, safe_remove, safe_write, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -92,19 +92,16 @@ def now() -> float:
 
 def unlink_quiet(path: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        safe_remove(path)
 
 
 def write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Replace `path` whole, never through a link (common.safe_write)."""
+    safe_write(path, text.encode(), 0o644)
 
 
 def append_line(path: str, obj: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj, sort_keys=True) + "\n")
+    safe_append(path, json.dumps(obj, sort_keys=True) + "\n", 0o644)
 
 
 def children_map(proc: str) -> dict[int, list[int]]:
@@ -206,11 +203,8 @@ class Supervisor:
 
     def log(self, msg: str) -> None:
         line = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f"Z supervisor: {msg}\n"
-        try:
-            with open(self.path("supervisor.log"), "a") as f:
-                f.write(line)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            safe_append(self.path("supervisor.log"), line, 0o644)
         if self.echo:
             sys.stderr.write(line)
             sys.stderr.flush()
@@ -316,7 +310,8 @@ class Supervisor:
         self.rotate_log()
         baseline = self.baseline()
         t = now()
-        logf = open(self.path("daemon.log"), "a")  # noqa: SIM115 - handed to the child
+        logf = os.fdopen(safe_open(self.path("daemon.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                   0o644), "a")  # handed to the child; never through a link
         try:
             logf.write(f"=== rollout supervisor: starting release {release}: {shlex.join(argv)}\n")
             logf.flush()
@@ -660,7 +655,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 def lock(root: str) -> int | None:
     """Single instance per root: an flock held for the supervisor's life (fd not inherited)."""
     os.makedirs(os.path.join(root, "rollout"), exist_ok=True)
-    fd = os.open(os.path.join(root, "rollout", "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = safe_open(os.path.join(root, "rollout", "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -714,7 +709,7 @@ def daemonize(root: str) -> bool:
     os.umask(0o022)
     null = os.open(os.devnull, os.O_RDONLY)
     logpath = os.path.join(root, "rollout", "supervisor.log")
-    logfd = os.open(logpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    logfd = safe_open(logpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(null, 0)
     os.dup2(logfd, 1)
     os.dup2(logfd, 2)
