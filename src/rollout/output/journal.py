@@ -26,7 +26,6 @@ def journal_path(runs: Path, run_id: str) -> Path:
     return runs / f"{run_id}.jsonl"
 
 
-
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """(the events, one warning per line that is not a whole event: where and why)."""
     events: list[dict[str, Any]] = []

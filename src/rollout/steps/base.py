@@ -147,7 +147,6 @@ class HostContext:
                              retryable=False)
         return out
 
-
     def facts(self, *digests: str) -> HostFacts:
         """The host's facts, read fresh in one round trip; `digests`: files to hash too."""
         args = [a for path in digests for a in ("--digest", path)]

@@ -184,7 +184,6 @@ class Facts(Collector):
             raise ValueError(f"{path} points outside {releases}: not a release")
         return name
 
-
     def previous(self) -> str | None:
         """The release current pointed at before the last switch (written by the switch)."""
         text = read_text(os.path.join(self.dir, "previous_release"))

@@ -77,8 +77,6 @@ def found(path: str) -> dict[str, Any] | None:
     return lock
 
 
-
-
 def is_mine(lock: dict[str, Any], run_id: str) -> bool:
     try:
         doc = json.loads(lock["text"])
