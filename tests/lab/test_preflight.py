@@ -1,12 +1,16 @@
 """Preflight refuses a host before the old daemon is touched (issue 8): a build whose daemon
-needs a library the host lacks, a budget below the proof's minimum, a CPU without a flag
-the build needs, GPUs nvidia-smi does not list. The old daemon keeps serving."""
+needs a library the host lacks, a budget below the proof's minimum, a host that shows no
+memory limit, a CPU without a flag the build needs, GPUs nvidia-smi does not list. The old
+daemon keeps serving."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import docker
 import pytest
+
+from rollout import lab
 
 from .conftest import LabFleet
 from .rollout_helpers import (
@@ -17,6 +21,7 @@ from .rollout_helpers import (
     fresh_fleet,
     rollout_args,
     run_cli,
+    sh,
 )
 
 pytestmark = pytest.mark.lab
@@ -78,4 +83,26 @@ def test_cpu_without_a_flag_the_build_needs_is_refused(fleet: LabFleet, tmp_path
 def test_gpus_are_checked_unless_the_host_has_none(fleet: LabFleet, tmp_path: Path) -> None:
     reason = refused(deploy(tmp_path, fleet, "gpu", "--set", "has_gpu=true"))
     assert reason.startswith("nvidia-smi failed on the host: "), reason
+    assert assert_serving(HOST) == "pre-base"
+
+
+def test_a_host_that_shows_no_memory_limit_is_refused_naming_the_setting(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """Issue 17: with total_budget "cgroup", a host whose cgroup shows no memory limit is
+    refused at preflight, naming daemon.total_budget; the budget is never sized from
+    MemTotal (the machine's RAM). The lab host's limit is raised out of sight (2**62 bytes,
+    which the host's reader counts as none, like cgroup v1's ~2**63) and put back after."""
+    container = docker.from_env().containers.get(f"{lab.lab_prefix()}-{HOST}")
+    pid = daemon_pid(HOST)
+    container.update(mem_limit=1 << 62, memswap_limit=1 << 62)
+    try:
+        assert int(sh(HOST, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || "
+                            "cat /sys/fs/cgroup/memory.max")) >= 1 << 60
+        reason = refused(deploy(tmp_path, fleet, "no-limit"))
+    finally:
+        container.update(mem_limit="512m", memswap_limit="512m")
+    assert "the host shows no cgroup memory limit" in reason, reason
+    assert "set daemon.total_budget" in reason and "MemTotal" in reason, reason
+    assert daemon_pid(HOST) == pid
     assert assert_serving(HOST) == "pre-base"
