@@ -281,15 +281,16 @@ def running(host: str, pid: int) -> bool:
 
 def test_forged_daemon_pid_never_gets_a_bystander_signalled(fleet: LabFleet, work: Path) -> None:
     """daemon.pid names another process with that process's real start time, with no
-    executable or with our daemon's: stop signals nothing, and says why."""
+    executable or with our daemon's: stop signals nothing, says why, and exits 1."""
     original = sh("lab-3", "cat /data/rollout/daemon.pid").strip()
     pid, start = bystander("lab-3")
     try:
         for exe in ("", f" {original.split()[2]}"):
             sh("lab-3", f"echo '{pid} {start}{exe}' > /data/rollout/daemon.pid")
             stopped = run_cli(work, "stop", "lab-3", "--hosts", str(fleet.fleet_path))
-            assert stopped.code == 0, stopped.stderr[-3000:]
+            assert stopped.code == 1, stopped.stderr[-3000:]  # it did not stop (issue 18)
             assert "nothing signalled" in stopped.stderr and "not a daemon" in stopped.stderr
+            assert "stop lab-3: not done: nothing was stopped" in stopped.stderr
             assert running("lab-3", pid)
     finally:
         sh("lab-3", f"kill -KILL {pid}; echo '{original}' > /data/rollout/daemon.pid")
