@@ -195,7 +195,7 @@ class FakeHost(Transport):
     def _staging(self, command: str) -> tuple[int, str] | None:
         """Staging ahead: the survey, the identities (a file's sha256 stands for its stat),
         the install by a rename, and the clearing."""
-        if command.startswith(f"if [ -d {STAGING} ]; then find "):
+        if command.startswith("for p in ") and f"if [ -d {STAGING} ]; then find " in command:
             rid = re.search(rf"if \[ -f {RELEASES}/([^/ ]+)/RELEASE.json", command)
             present = "present\n" if rid and rid.group(1) in self.releases else ""
             return 0, present + "dev 1\ndev 1\n"
@@ -212,8 +212,8 @@ class FakeHost(Transport):
             rid = folder.rsplit("/", 1)[-1]
             self.releases[rid] = {n: self.files.pop(f"{folder}/{n}") for n, _ in wanted}
             return 0, "".join(f"id-{d}\n" for d in self.releases[rid].values())
-        if command.startswith(f"rm -rf -- {STAGING}/"):
-            folder = shlex.split(command)[3].rstrip(";")
+        if f"rm -rf -- {STAGING}/" in command and "find " not in command:
+            folder = shlex.split(command.split("rm -rf -- ")[1].split(";")[0])[0]
             for path in [p for p in self.files if p.startswith(folder + "/")]:
                 del self.files[path]
             return 0, ""

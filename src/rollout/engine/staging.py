@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.layout import Layout, q
@@ -34,10 +34,17 @@ def staging_dir(layout: Layout, release_id: str) -> str:
     return f"{staging_root(layout)}/{release_id}"
 
 
+def _no_links(layout: Layout) -> str:
+    """Shell: true when neither the state folder nor the staging root is a symbolic link
+    (rm -rf and the upload would act in the folder it points at, outside the root)."""
+    return f"[ ! -L {q(layout.state_dir)} ] && [ ! -L {q(staging_root(layout))} ]"
+
+
 def unstage_command(layout: Layout, release_id: str) -> str:
-    """Remove this release's staging folder, and the staging root if it is then empty."""
-    return (f"rm -rf -- {q(staging_dir(layout, release_id))}; "
-            f"rmdir -- {q(staging_root(layout))} 2>/dev/null; true")
+    """Remove this release's staging folder, and the staging root if it is then empty;
+    nothing where either folder is a link."""
+    return (f"if {_no_links(layout)}; then rm -rf -- {q(staging_dir(layout, release_id))}; "
+            f"rmdir -- {q(staging_root(layout))} 2>/dev/null; fi; true")
 
 
 def _survey_command(layout: Layout, release: Release) -> str:
@@ -46,9 +53,12 @@ def _survey_command(layout: Layout, release: Release) -> str:
     devices of the releases folder and the state folder (a rename must not become a copy)."""
     root, dest = q(staging_root(layout)), q(layout.release_dir(release.id))
     files = " ".join(f"{dest}/{q(a.name)}" for a in release.artifacts)
-    return (f"if [ -d {root} ]; then find {root} -mindepth 1 -maxdepth 1 ! -name "
+    links = " ".join(q(p) for p in (layout.state_dir, staging_root(layout), layout.releases))
+    return (f"for p in {links}; do [ -L \"$p\" ] && echo \"link $p\"; done; "
+            f"if {_no_links(layout)}; then "
+            f"if [ -d {root} ]; then find {root} -mindepth 1 -maxdepth 1 ! -name "
             f"{q(release.id)} -printf 'stale %f\\n' -exec rm -rf -- {{}} + ; fi; "
-            f"rm -rf -- {q(staging_dir(layout, release.id))}; "
+            f"rm -rf -- {q(staging_dir(layout, release.id))}; fi; "
             f"if [ -f {dest}/RELEASE.json ] && ls -- {files} >/dev/null 2>&1; then "
             f"echo present; fi; "
             f"stat -c 'dev %d' -- {q(layout.releases)} {q(layout.state_dir)} 2>/dev/null; true")
@@ -59,6 +69,7 @@ class Survey:
     stale: list[str]
     present: bool
     same_device: bool
+    links: list[str] = field(default_factory=list)  # folders that are links: nothing staged
 
 
 def survey(ctx: HostContext, release: Release) -> Survey:
@@ -66,7 +77,8 @@ def survey(ctx: HostContext, release: Release) -> Survey:
     stale = [line[6:][:80] for line in out if line.startswith("stale ")]
     devices = [line for line in out if line.startswith("dev ")]
     same = len(devices) == 2 and devices[0] == devices[1]
-    return Survey(stale[:20], "present" in out, same)
+    links = [line[5:][:200] for line in out if line.startswith("link ")]
+    return Survey(stale[:20], "present" in out, same, links[:3])
 
 
 def stage(ctx: HostContext, release: Release) -> Staged:
@@ -125,6 +137,9 @@ class Stager:
         return staged
 
     def _why_not(self, found: Survey) -> str | None:
+        if found.links:
+            return (f"refused: {', '.join(found.links)} is a symbolic link: rollout never "
+                    "writes through a link: nothing staged")
         if found.present:
             return f"release {self.release.id} is on the host already: nothing to stage"
         if not found.same_device:
