@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from .conftest import LabFleet
-from .rollout_helpers import FAST_KNOBS, CliRun, fresh_fleet, rollout_args, run_cli, sh
+from .rollout_helpers import (
+    FAST_KNOBS,
+    CliRun,
+    daemon_pid,
+    fresh_fleet,
+    rollout_args,
+    run_cli,
+    sh,
+)
 
 pytestmark = pytest.mark.lab
 HOSTS = ["lab-1", "lab-2", "lab-3"]
@@ -111,3 +119,24 @@ def test_one_machine_under_two_names_is_refused_before_any_change(
     seen = run_cli(tmp_path, "status", "--hosts", str(inventory))
     assert seen.code != 70, seen.stderr[-2000:]
     assert "lab-2  same machine as lab-2-again" in seen.stdout, seen.stdout
+
+
+def test_a_single_step_whose_lock_cannot_be_taken_does_nothing(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """The host's lock script fails (a folder where its guard file goes): `rollout stop`
+    stops nothing and exits 1, naming why; the daemon runs on."""
+    served = run_cli(tmp_path, *rollout_args(fleet.fleet_path, "single-locked"), "--limit",
+                     "lab-1", "--set", f"lab_knobs={FAST_KNOBS}")
+    assert served.code == 0, served.stderr[-3000:]
+    pid = daemon_pid("lab-1")
+    sh("lab-1", "rm -f /data/rollout/lock.guard && mkdir /data/rollout/lock.guard")
+    try:
+        stopped = run_cli(tmp_path, "stop", "lab-1", "--hosts", str(fleet.fleet_path))
+        assert stopped.code == 1, stopped.stderr[-3000:]
+        assert "not locked, nothing done" in stopped.stderr, stopped.stderr[-3000:]
+        assert daemon_pid("lab-1") == pid
+        assert sh("lab-1", f"cut -d')' -f2 /proc/{pid}/stat").split()[0] in "RS"
+        assert "hold" not in sh("lab-1", "ls -A /data/rollout").split()
+    finally:
+        sh("lab-1", "rmdir /data/rollout/lock.guard")
