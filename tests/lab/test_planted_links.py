@@ -64,6 +64,8 @@ def unplant(path: str) -> str:
 LINKS = [  # (what rollout writes there, the link's target, words the refusal names)
     ("/data/zk/cuzk.toml.new", CANARY, "/data/zk/cuzk.toml.new is a symbolic link"),
     ("/data/zk/cuzk.toml", CANARY, "/data/zk/cuzk.toml is a symbolic link"),
+    ("/data/32gbench/c1.json.partial", CANARY,
+     "/data/32gbench/c1.json.partial is a symbolic link"),
     ("/data/rollout/validated.json", CANARY, "/data/rollout/validated.json is a symbolic link"),
     ("/data/rollout/validated.json.new", CANARY,
      "/data/rollout/validated.json.new is a symbolic link"),

@@ -218,10 +218,12 @@ def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> l
 def check_files(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
     """Before root acts under the root: the root, rollout/, releases/ and supervisor.py owned
     by root and not group- or world-writable; no symbolic link under rollout/, in releases/,
-    in place of the config or its temporary; `current` pointing into releases/."""
-    config = ctx.settings.daemon.config_path
-    _, out = ctx.script("files", "check", "--root", ctx.layout.root, "--path", config,
-                        "--path", f"{config}.new", timeout=60)
+    in place of the config, the validation input or their temporaries; `current` pointing
+    into releases/."""
+    config, proof_input = ctx.settings.daemon.config_path, ctx.settings.validation.input.path
+    paths = [config, f"{config}.new", proof_input, f"{proof_input}.partial"]
+    _, out = ctx.script("files", "check", "--root", ctx.layout.root,
+                        *[a for p in paths for a in ("--path", p)], timeout=60)
     found = out.get("problems") if isinstance(out, dict) else None
     if not isinstance(found, list):
         return [f"the check of the files under {ctx.layout.root} gave no answer: {out!r:.200}"]
