@@ -180,3 +180,25 @@ def test_a_lock_that_is_not_rollouts_is_named_never_read_out(
     finally:
         sh(HOST, f"rm -f /data/rollout/lock && {unplant('/data/rollout/lock.guard')}")
     assert assert_serving(HOST) == "links-base"
+
+
+def test_a_single_start_never_runs_a_supervisor_others_may_write(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """`rollout start` (no preflight) with the supervisor stopped and its script not root's:
+    refused with the reason, the script is not run; once root's again, start serves."""
+    hosts = str(fleet.fleet_path)
+    assert run_cli(tmp_path, "stop", HOST, "--hosts", hosts).code == 0
+    sh(HOST, "python3 /data/rollout/supervisor.py --root /data --stop >/dev/null; "
+             "chown nobody /data/rollout/supervisor.py")
+    try:
+        started = run_cli(tmp_path, "start", HOST, "--hosts", hosts)
+        said = started.stdout + started.stderr
+        assert started.code != 0, said[-3000:]
+        assert "refused to run the supervisor" in said and "supervisor.py" in said, said[-3000:]
+        assert sh(HOST, "pgrep -f '[s]upervisor.py' || true").strip() == ""
+    finally:
+        sh(HOST, "chown root /data/rollout/supervisor.py")
+    again = run_cli(tmp_path, "start", HOST, "--hosts", hosts)
+    assert again.code == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert assert_serving(HOST) == "links-base"

@@ -289,3 +289,36 @@ def test_staging_never_acts_through_a_linked_folder(root: Path, outside: Path) -
     subprocess.run(["sh", "-c", unstage_command(layout, "r2")], check=True)
     assert sorted(os.listdir(outside.parent)) == ["r2", "shadow", "stale-release"]
     assert untouched(outside)
+
+
+# ---------------------------------------------------------------- running the supervisor
+
+
+def test_the_supervisor_is_run_only_from_a_tree_others_cannot_write(root: Path) -> None:
+    """The shell every start (single steps too) runs before python3 supervisor.py."""
+    from rollout.host.layout import Layout
+    from rollout.steps.daemon import trusted_supervisor
+
+    sup = root / "rollout" / "supervisor.py"
+    sup.write_text("# supervisor\n")
+    sup.chmod(0o600)
+    check = trusted_supervisor(Layout(str(root)))
+
+    def verdict() -> tuple[int, str]:
+        r = subprocess.run(["sh", "-c", check], capture_output=True, text=True)
+        return r.returncode, r.stderr
+
+    assert verdict() == (0, "")
+    os.chown(sup, nobody(), -1)
+    code, why = verdict()
+    assert code != 0 and f"{sup} is a link, not root's, or writable by others" in why
+    os.chown(sup, 0, -1)
+    sup.chmod(0o666)
+    assert verdict()[0] != 0
+    sup.chmod(0o600)
+    root.chmod(0o777)
+    assert str(root) in verdict()[1]
+    root.chmod(0o755)
+    sup.unlink()
+    sup.symlink_to("/etc/hostname")
+    assert verdict()[0] != 0

@@ -11,7 +11,7 @@ from typing import Any
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
-from rollout.host.layout import q
+from rollout.host.layout import Layout, q
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
@@ -31,9 +31,24 @@ def supervisor_conf(target: Target, params: SuperviseParams) -> str:
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
 
 
+_UNTRUSTED = r"\( -type l -o -perm /022 -o ! \( -user 0 -o -user $(id -u) \) \)"
+
+
+def trusted_supervisor(lay: Layout) -> str:
+    """Shell, true when root may run supervisor.py: it, the state folder and the root (the
+    root may be a link to its disk) are no links, owned by root (or by the user rollout runs
+    as) and not group- or world-writable; else false, saying so on stderr. Checked before
+    every start, single steps included (preflight's `files` check says the same for runs)."""
+    return (f"bad=$(find -H {q(lay.root)} -maxdepth 0 {_UNTRUSTED} -print; "
+            f"find {q(lay.state_dir)} {q(lay.supervisor)} -maxdepth 0 {_UNTRUSTED} -print); "
+            '[ -z "$bad" ] || { echo "refused to run the supervisor:" $bad "is a link, not '
+            "root's, or writable by others\" >&2; false; }")
+
+
 def start_supervisor(ctx: HostContext) -> None:
     lay = ctx.layout
-    ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize").check()
+    ctx.sh(f"{trusted_supervisor(lay)} && "
+           f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize").check()
 
 
 def _sha256(text: str) -> str:
@@ -255,7 +270,8 @@ def start_command(ctx: HostContext, seconds: float) -> str:
         f"target=$(readlink -f -- {q(lay.current)}); [ -n \"$target\" ] || exit 3; "
         f"rm -f -- {q(lay.hold)} || exit 4; "
         f"flock -n -E 75 {q(lay.supervisor_lock)} true 2>/dev/null; [ $? -eq 75 ] || "
-        f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize >/dev/null || exit 5; "
+        f"{{ {trusted_supervisor(lay)} && "
+        f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize >/dev/null; }} || exit 5; "
         f"for i in $(seq {int(seconds * 20)}); do "
         f'grep -qF -- "$target" {pidfile} 2>/dev/null && cat {pidfile} && exit 0; '
         f"sleep 0.05; done; exit 1"
