@@ -51,7 +51,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
+from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, ownership_problem, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -413,6 +413,11 @@ def step_start(h: Host) -> tuple[str, str]:
         return "skipped", f"{'hold released; ' if held else ''}daemon {running[0]} already runs {release}"
     if not h.supervisor_alive():
         supervisor = os.path.join(h.state_dir, "supervisor.py")
+        why = (ownership_problem(h.root, "rollout's root", follow=True)
+               or ownership_problem(h.state_dir, "rollout's state folder")
+               or ownership_problem(supervisor, "running the supervisor"))
+        if why:  # root never runs a script others could have written
+            raise Failed(why)
         subprocess.run([sys.executable or "python3", supervisor, "--root", h.root, "--daemonize"],
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=60, check=False)
