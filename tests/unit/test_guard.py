@@ -528,6 +528,7 @@ def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
     new = host.daemon()
     recipe = host.recipe("run-f", OLD)
     recipe["drain"] = {"deadline": 60.0, "plateau": 0.5, "zombie_grace": 5.0, "budget": 1 << 60}
+    wait_for(lambda: host.path("starts.jsonl").exists())  # the supervisor records the start
     host.path("starts.jsonl").unlink()  # no baseline recorded: only the budget can drain it
     stream = arm(host, recipe)  # a budget no limit fits: the memory never counts as back
     stream.write("phase switched\nphase started\n")

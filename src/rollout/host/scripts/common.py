@@ -123,8 +123,11 @@ def safe_append(path: str, text: str, mode: int = 0o600) -> None:
 
 def safe_remove(path: str) -> bool:
     """Remove the file `path` (a link there: the link itself, never its target); True when
-    there was one."""
-    fd_dir, name = _folder_fd(path)
+    there was one. A missing folder holds nothing to remove."""
+    try:
+        fd_dir, name = _folder_fd(path)
+    except FileNotFoundError:
+        return False
     try:
         os.unlink(name, dir_fd=fd_dir)
         return True

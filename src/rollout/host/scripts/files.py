@@ -36,6 +36,15 @@ MAX_ENTRIES = 20000  # entries of rollout/ looked at for links: bounded
 RELEASE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+def private(path: str) -> None:
+    """Make the regular file `path` 0600, through its own fd: never a link's target."""
+    fd = safe_open(path, os.O_RDONLY)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def read_nofollow(path: str) -> bytes | None:
     """The bytes of the regular file `path`, never through a link; None when missing."""
     try:
@@ -50,6 +59,7 @@ def write(path: str, data: bytes, keep: str | None, if_changed: bool) -> dict[st
     have = read_nofollow(path)
     if if_changed and have is not None and \
             hashlib.sha256(have).digest() == hashlib.sha256(data).digest():
+        private(path)  # unchanged, but still 0600: a rendered config may hold secrets
         return {"ok": True, "changed": False}
     if keep and have is not None:
         safe_write(keep, have)
