@@ -102,6 +102,18 @@ def test_the_installed_command_exits_2_on_usage_errors(argv: tuple[str, ...]) ->
     assert "--help" in p.stderr  # says where the options are listed
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`rollout --help | head -1`: the pipe closes under the writer; no BrokenPipe trace."""
+    with subprocess.Popen([str(BIN / "rollout"), "--help"], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, bufsize=0) as p:  # fmt: skip
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.read(1)
+        p.stdout.close()  # the reader left after one byte
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=60) in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 @pytest.mark.parametrize("argv", [USAGE_ERRORS["unknown option for the host"],
                                   USAGE_ERRORS["bad value"]])  # fmt: skip
 def test_inv_exits_2_where_rollouts_own_arguments_parse(argv: tuple[str, ...]) -> None:

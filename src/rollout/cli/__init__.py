@@ -5,6 +5,9 @@ The engine never imports this package; tasks stay thin and call rollout.commands
 
 from __future__ import annotations
 
+import os
+import sys
+
 from invoke.collection import Collection
 
 from rollout import __version__
@@ -34,4 +37,8 @@ program = RolloutProgram(namespace=namespace, version=__version__, name="rollout
 
 
 def main() -> None:
-    program.run()
+    try:
+        program.run()
+    except BrokenPipeError:  # `rollout status | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # as a shell reports a pipe's writer killed by SIGPIPE
