@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import threading
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from rollout.config.inventory import load_inventory
+from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import LAB_PLAYBOOK, load_playbook
 from rollout.config.steps import StepSpec
 from rollout.engine.hostplan import decide_and_apply
 from rollout.host.layout import Layout
-from rollout.output.events import StepResult
 from rollout.steps.base import HostContext
+from rollout.transport.base import RunResult, Stream, script_command
 from rollout.transport.ssh import SshTransport
 
 from .conftest import LabFleet
@@ -26,7 +25,6 @@ from .rollout_helpers import reset_host, sh
 pytestmark = pytest.mark.lab
 HOST = "lab-1"
 MARK = "tok-3c1d0e5f-not-for-ps"
-WRITER = "cuzk.toml.new"
 CONFIG = StepSpec(name="config", kind="config")  # type: ignore[arg-type]
 
 
@@ -37,34 +35,47 @@ def host_context(fleet: LabFleet) -> HostContext:
     return HostContext(host, SshTransport(host), Layout(settings.release.root), settings)
 
 
-def command_lines_once_writing(host: str, timeout: float = 60) -> str:
-    """Every process's command line on the host, read once the config's writer is blocked
-    on its FIFO (a state, polled until it holds)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = sh(host, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; true")
-        if any(WRITER in line for line in lines.splitlines()):
-            return lines
-        time.sleep(0.1)
-    raise AssertionError(f"no process on {host} ever wrote {WRITER}")
+class RecordingTransport(SshTransport):
+    """The real SSH transport, recording every command line it has a host run: what `ps`
+    shows there (sshd and the host agent both run it as `sh -c COMMAND`)."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.command_lines: list[str] = []
+
+    def run(self, command: str, timeout: float | None = None,
+            stdin: str | None = None) -> RunResult:  # fmt: skip
+        self.command_lines.append(command)
+        return super().run(command, timeout=timeout, stdin=stdin)
+
+    def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
+                   before: str = "") -> RunResult:  # fmt: skip
+        self.command_lines.append(script_command(args, before))
+        return super().run_script(source, args, timeout=timeout, before=before)
+
+    def open_stream(self, command: str, stdin: bytes) -> Stream | None:
+        self.command_lines.append(command)
+        return super().open_stream(command, stdin)
 
 
 def test_the_config_travels_over_stdin_not_in_the_command_line(lab_fleet: LabFleet) -> None:
+    """The config holds MARK (a lab knob): it reaches the file on the host, and no command
+    line the host ran carries it, as is or base64'd. (A FIFO planted at the writer's
+    temporary, as this test once did, is now refused: no write follows a non-file.)"""
     reset_host(HOST)
-    sh(HOST, f"mkdir -p /data/zk && mkfifo /data/zk/{WRITER}")
     ctx = host_context(lab_fleet)
-    results: list[StepResult] = []
-    worker = threading.Thread(target=lambda: results.append(decide_and_apply(ctx, CONFIG)))
-    worker.start()
+    recorder = RecordingTransport(ctx.host)
+    ctx = HostContext(ctx.host, recorder, ctx.layout, ctx.settings)
     try:
-        seen = command_lines_once_writing(HOST)
-        text = sh(HOST, f"timeout 60 cat /data/zk/{WRITER}")  # lets the writer finish
+        result = decide_and_apply(ctx, CONFIG)
+        text = sh(HOST, "cat /data/zk/cuzk.toml")
     finally:
-        worker.join(timeout=120)
         ctx.transport.close()
         reset_host(HOST)
     assert MARK in text
-    assert results and results[0].status.value == "changed"
+    assert result.status.value == "changed"
+    seen = "\n".join(recorder.command_lines)
+    assert any("files.py" in line for line in recorder.command_lines), seen  # the writer ran
     assert MARK not in seen
     assert base64.b64encode(text.encode()).decode()[:48] not in seen
 

@@ -164,7 +164,8 @@ def _start_host(
 ) -> HostKey:
     key = new_host_key(host.name)
     labels = {LABEL: lab_prefix(), f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
-    opts = ({"type": "tmpfs", "device": "tmpfs", "o": f"size={host.data_size}"}
+    # mode 0755 as a disk's /data is: tmpfs's own default (1777) is refused by preflight
+    opts = ({"type": "tmpfs", "device": "tmpfs", "o": f"size={host.data_size},mode=0755"}
             if host.data_size else None)
     client.volumes.create(host.volume, labels=labels, driver_opts=opts)
     container = client.containers.create(
