@@ -16,7 +16,7 @@ from typing import Any
 
 from rollout.steps.identity import PORTS_MARK
 from rollout.steps.validate import STATUS_MARK
-from rollout.transport.base import RunResult, Transport
+from rollout.transport.base import RunResult, Stream, Transport
 
 ROOT = "/data"
 CURRENT = f"{ROOT}/current"
@@ -26,6 +26,28 @@ STAGING = f"{ROOT}/rollout/staging"
 
 def sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+class CannedStream(Stream):
+    """A host's stream that says these lines, one a readline, then ends; `stderr`: what
+    the host wrote there."""
+
+    def __init__(self, lines: list[str], stderr: bytes = b"") -> None:
+        self.lines = list(lines)
+        self.stderr = stderr
+
+    def readline(self, timeout: float) -> str:
+        return self.lines.pop(0) if self.lines else ""
+
+    def write(self, text: str) -> bool:
+        return True
+
+    @property
+    def ended(self) -> bool:
+        return not self.lines
+
+    def close(self) -> None:
+        self.lines = []
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakehost import FakeHost
+from fakehost import CannedStream, FakeHost
 from test_engine import Fleet
 from test_hostside_agent import PipeStream
 
@@ -23,7 +23,6 @@ from rollout.errors import HostAnswerError
 from rollout.host.facts import HostFacts
 from rollout.transport import channel
 from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command
-from rollout.transport.base import Stream
 
 
 @pytest.fixture(autouse=True)
@@ -36,26 +35,6 @@ def _fake_put_with_progress(monkeypatch: pytest.MonkeyPatch) -> None:
         real(self, local_path, remote_path, resume)
 
     monkeypatch.setattr(FakeHost, "put", put)
-
-class Canned(Stream):
-    """An agent's stream that answers each request with the next canned line."""
-
-    def __init__(self, *lines: str) -> None:
-        self.lines = list(lines)
-
-    def readline(self, timeout: float) -> str:
-        return self.lines.pop(0) if self.lines else ""
-
-    def write(self, text: str) -> bool:
-        return True
-
-    @property
-    def ended(self) -> bool:
-        return not self.lines
-
-    def close(self) -> None:
-        pass
-
 
 def answer(**fields: Any) -> str:
     return json.dumps({"id": 1, **fields})
@@ -74,7 +53,7 @@ def answer(**fields: Any) -> str:
     "\x1b]0;pwned\x07 not json",
 ])
 def test_a_malformed_agent_answer_is_a_host_answer_error(line: str) -> None:
-    agent = HostAgent("h1", Canned(line))
+    agent = HostAgent("h1", CannedStream([line]))
     with pytest.raises(HostAnswerError) as e:
         agent.shell("true", 5, None)
     assert str(e.value).startswith("h1: ")
@@ -82,7 +61,7 @@ def test_a_malformed_agent_answer_is_a_host_answer_error(line: str) -> None:
 
 
 def test_a_well_formed_answer_still_reads() -> None:
-    agent = HostAgent("h1", Canned(answer(exit=3, stdout="o", stderr="e")))
+    agent = HostAgent("h1", CannedStream([answer(exit=3, stdout="o", stderr="e")]))
     r = agent.shell("true", 5, None)
     assert (r.exit_code, r.stdout, r.stderr) == (3, "o", "e")
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from fakehost import CannedStream
 
 from rollout.errors import StepFailed
 from rollout.output.console import ConsoleSink, make_console
@@ -24,7 +25,6 @@ from rollout.output.progress import (
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Artifact, Release
 from rollout.steps.pull import follow, parse_report
-from rollout.transport.base import Stream
 
 MB = 1_000_000
 
@@ -176,27 +176,6 @@ def test_hostile_reports_are_not_reports(line: str) -> None:
     assert parse_report(line) is None
 
 
-class Lines(Stream):
-    """A stream that says these lines, then ends."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = list(lines)
-        self.stderr = b"Traceback: boom\n"
-
-    def readline(self, timeout: float) -> str:
-        return self.lines.pop(0) if self.lines else ""
-
-    def write(self, text: str) -> bool:
-        return True
-
-    @property
-    def ended(self) -> bool:
-        return not self.lines
-
-    def close(self) -> None:
-        self.lines = []
-
-
 def _ctx(emit: Recorder) -> HostContext:
     return HostContext(host=None, transport=None, layout=None, settings=None, emit=emit)  # type: ignore[arg-type]
 
@@ -205,6 +184,9 @@ RELEASE = Release("0123456789ab", "img", "v1", (
     Artifact("cuzk-daemon", "/x/cuzk-daemon", "a" * 64, 300),
     Artifact("cuzk-bench", "/x/cuzk-bench", "b" * 64, 100),
 ), source="http://web/r")
+
+
+BOOM = b"Traceback: boom\n"  # what the host's download wrote on its stderr
 
 
 def test_follow_turns_host_lines_into_events_and_ignores_the_hostile_ones() -> None:
@@ -218,7 +200,7 @@ def test_follow_turns_host_lines_into_events_and_ignores_the_hostile_ones() -> N
         '{"progress": {"file": "cuzk-bench", "bytes": 100}}',
         json.dumps(report),
     ]
-    assert follow(_ctx(emit), Lines(lines), RELEASE) == report
+    assert follow(_ctx(emit), CannedStream(lines, BOOM), RELEASE) == report
     sent = emit.data
     # a file counts up to its own size, never for the others: 300 of 400, not all of it
     assert sent[0]["bytes"] == 300 and sent[0]["total"] == 400 and sent[0]["what"] == "pull"
@@ -227,5 +209,5 @@ def test_follow_turns_host_lines_into_events_and_ignores_the_hostile_ones() -> N
 
 def test_a_download_that_ends_without_its_report_fails_the_step() -> None:
     with pytest.raises(StepFailed, match="without its report: Traceback: boom"):
-        follow(_ctx(Recorder()), Lines(['{"progress": {"file": "cuzk-bench", "bytes": 1}}']),
-               RELEASE)
+        line = '{"progress": {"file": "cuzk-bench", "bytes": 1}}'
+        follow(_ctx(Recorder()), CannedStream([line], BOOM), RELEASE)

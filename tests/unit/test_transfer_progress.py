@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fakehost import CannedStream
 
 from rollout.lab.webserver import Handler
 from rollout.steps.base import HostContext
@@ -82,31 +83,13 @@ def test_a_failed_download_says_why(slow_server: str, tmp_path: Path) -> None:
     assert code == 22 and "404" in said
 
 
-class Lines(Stream):
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = list(lines)
-
-    def readline(self, timeout: float) -> str:
-        return self.lines.pop(0) if self.lines else ""
-
-    def write(self, text: str) -> bool:
-        return True
-
-    @property
-    def ended(self) -> bool:
-        return not self.lines
-
-    def close(self) -> None:
-        self.lines = []
-
-
 class Says(LocalTransport):
     def __init__(self, lines: list[str]) -> None:
         super().__init__("h")
         self.lines = lines
 
     def open_stream(self, command: str, stdin: bytes) -> Stream:
-        return Lines(self.lines)
+        return CannedStream(self.lines)
 
 
 def test_hostile_lines_are_no_progress_and_no_exit() -> None:
