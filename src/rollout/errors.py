@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.masking import redact
+
 
 class RolloutError(Exception):
     """Root of every error rollout raises on purpose."""
@@ -73,8 +75,6 @@ class CommandFailed(RolloutError):
         self.exit_status = exit_code
         self.stdout = stdout
         self.stderr = stderr
-        from rollout.secrets import redact  # here: secrets raises UserError from this module
-
         tail = "\n".join(str(redact((stderr or stdout).strip())).splitlines()[-5:])
         super().__init__(f"`{command}` exited {exit_code}: {tail}")
 

@@ -3,24 +3,22 @@ redaction: a secret's value never appears in an event, a log line or a report.
 
 A secret is known in every form it can take on its way out (as is, shell-quoted,
 JSON-escaped, base64), and text is masked BEFORE it is cut to length, so no cut leaves
-a prefix of a secret behind.
+a prefix of a secret behind. The masking itself is rollout.masking (below rollout.errors,
+which masks a failed command's output); this module decides what is a secret, and
+re-exports the masking for the modules that print.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import threading
-from typing import Any
 
 from rollout.errors import UserError
+from rollout.masking import MASK, MIN_LENGTH, forms, head, redact, register, tail
 
-_known: set[str] = set()
-_lock = threading.Lock()
-MASK = "********"
-MIN_LENGTH = 4
-"""Shorter forms are not masked (they would mask ordinary text)."""
+__all__ = [
+    "MASK", "MIN_LENGTH", "forms", "head", "redact", "register", "secret", "tail", "weakness",
+]
+
 SECRET_MIN_LENGTH = 8
 """A `secret('NAME')` shorter than this is refused: too short to mask safely."""
 SECRET_MIN_WORD = 12
@@ -45,22 +43,6 @@ def weakness(value: str) -> str | None:
     return None
 
 
-def forms(value: str) -> set[str]:
-    """The forms a value takes in commands, JSON and encoded files."""
-    quoted = value.replace("'", "'\"'\"'")  # inside shlex.quote's single quotes
-    encoded = base64.b64encode(value.encode()).decode()
-    escaped = json.dumps(value)[1:-1]
-    candidates = {value, quoted, escaped, json.dumps(quoted)[1:-1], encoded, encoded.rstrip("=")}
-    return {form for form in candidates if len(form) >= MIN_LENGTH}
-
-
-def register(value: str) -> None:
-    """Mask `value` (in all its forms) from now on."""
-    if len(value) >= MIN_LENGTH:
-        with _lock:
-            _known.update(forms(value))
-
-
 def secret(name: str) -> str:
     """The value of environment variable NAME, remembered so that it is redacted."""
     value = os.environ.get(name)
@@ -74,28 +56,3 @@ def secret(name: str) -> str:
         )
     register(value)
     return value
-
-
-def redact(value: Any) -> Any:
-    """The same data with every known secret masked, at any depth."""
-    if not _known:
-        return value
-    if isinstance(value, str):
-        for known in sorted(_known, key=len, reverse=True):
-            value = value.replace(known, MASK)
-        return value
-    if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(redact(v) for v in value)
-    return value
-
-
-def head(text: str, length: int) -> str:
-    """The first `length` characters of `text`, masked before the cut."""
-    return str(redact(text))[:length]
-
-
-def tail(text: str, length: int) -> str:
-    """The last `length` characters of `text`, masked before the cut."""
-    return str(redact(text))[-length:]
