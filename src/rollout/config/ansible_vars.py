@@ -13,8 +13,9 @@ from pathlib import Path
 
 from rollout.errors import ConfigError, Location
 
-from .ansible import Parsed, Value
-from .ansible_yaml import vars_file
+from .ansible import YAML_SUFFIXES, Parsed, Value
+from .ansible_ini import read_ini
+from .ansible_yaml import looks_like_ansible, parse_yaml, vars_file
 from .yamlfile import load_yaml
 
 EXTENSIONS = (".yml", ".yaml", ".json")
@@ -91,10 +92,6 @@ def _read(path: Path) -> dict[str, Value]:
 def read_ansible(path: Path) -> Parsed | None:
     """The Ansible inventory at `path` with its vars folders, before validation; None when
     the file is a fleet.yaml (rollout's own format)."""
-    from .ansible_ini import read_ini
-    from .ansible_yaml import looks_like_ansible, parse_yaml
-    from .inventory import YAML_SUFFIXES
-
     if path.suffix not in YAML_SUFFIXES:
         return with_vars_dirs(read_ini(path))
     doc = load_yaml(path, "inventory")

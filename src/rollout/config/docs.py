@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from .inventory import InventoryFile
+from .inventory_file import InventoryFile
 from .playbook import RUNTIME_TEMPLATES, Playbook
 from .sections import RETIRED_KEYS
 from .steps import PARAMS
