@@ -6,19 +6,18 @@ import base64
 import json
 import stat
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
+from contexts import host_context
 
 from rollout.config.render import render_shell
 from rollout.config.steps import StepSpec
-from rollout.engine.plan import Plan
-from rollout.engine.run import Engine
+from rollout.engine.stepper import StepRunner
 from rollout.errors import CommandFailed, StepFailed
-from rollout.host.layout import Layout
 from rollout.output.events import EventBus, JsonLinesSink, StepResult
 from rollout.secrets import MASK, secret
-from rollout.steps.base import HostContext, StepTimeout
+from rollout.steps.base import StepTimeout
 from rollout.transport.base import RunResult
 from rollout.transport.local import LocalTransport
 
@@ -71,20 +70,19 @@ class _TimesOut(LocalTransport):
 
 
 def test_a_command_cut_to_80_characters_keeps_no_prefix_of_a_secret(token: str) -> None:
-    ctx = HostContext(host=None, transport=_TimesOut(), layout=Layout(), settings=None)
+    ctx = host_context(transport=_TimesOut())
     with pytest.raises(StepTimeout) as info:
         ctx.sh("x" * 70 + token)
     assert leaks(str(info.value), size=4) == []
 
 
-def test_output_is_masked_before_it_is_cut(token: str, tmp_path: Path) -> None:
+def test_output_is_masked_before_it_is_cut(token: str) -> None:
     bus = EventBus("run")
-    engine = Engine(cast(Plan, None), bus, lambda host: LocalTransport(), tmp_path)
 
     def fails() -> StepResult:
         raise StepFailed("validation failed", retryable=False, output=token + "x" * 1990)
 
-    engine._run_step(None, StepSpec(name="validate", kind="validate"), fails)  # type: ignore[arg-type]
+    StepRunner(bus).run(None, StepSpec(name="validate", kind="validate"), fails)  # type: ignore[arg-type]
     assert leaks(events_text(bus), size=4) == []
 
 
@@ -93,7 +91,7 @@ def mode(path: Path) -> int:
 
 
 def test_a_written_file_and_its_kept_copy_are_private(tmp_path: Path) -> None:
-    ctx = HostContext(host=None, transport=LocalTransport(), layout=Layout(), settings=None)
+    ctx = host_context()
     config, kept = tmp_path / "cuzk.toml", tmp_path / "cuzk.toml.for-r1"
     config.write_text("old = 1\n")
     config.chmod(0o644)

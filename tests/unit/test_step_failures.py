@@ -98,7 +98,7 @@ def test_a_bug_outside_the_steps_still_ends_the_run(
     def broken(*args: object) -> None:
         raise RuntimeError("engine bug")
 
-    monkeypatch.setattr(engine_module.Engine, "_batches", broken)
+    monkeypatch.setattr(engine_module.Batches, "run", broken)
     with pytest.raises(RuntimeError):
         engine.run()
     last = engine.bus.history[-1]

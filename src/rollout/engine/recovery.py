@@ -3,15 +3,20 @@ phase the host reached: back to the release it had, started and validated."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
-from rollout.config.steps import DrainParams, ReadyParams, StartParams, StopParams, ValidateParams
+from rollout.config.steps import (
+    DrainParams,
+    ReadyParams,
+    RetryPolicy,
+    StartParams,
+    StopParams,
+    ValidateParams,
+)
 from rollout.engine.hostplan import RollbackPlan
+from rollout.engine.stepper import RunStep
 from rollout.host.facts import HostFacts
-from rollout.output.events import StepResult
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
 from rollout.steps.config import restore_config_of
@@ -21,25 +26,15 @@ from rollout.steps.decision import Action
 from rollout.steps.drain import drain_action
 from rollout.steps.validate import ValidateFor
 
-RunStep = Callable[[HostContext | None, Any, Callable[[], StepResult]], StepResult]
-
-
-@dataclass(frozen=True)
-class _Once:
-    attempts: int = 1
-    on: tuple[str, ...] = ()
-    backoff: float = 1.0
-    max_backoff: float = 1.0
-    jitter: float = 0.0
-
 
 @dataclass(frozen=True)
 class RollbackStep:
+    """One step of a rollback, run once (a rollback step is never retried)."""
+
     name: str
     kind: str
     timeout: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    retry: _Once = _Once()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # one attempt
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ def rollback_action(ctx: HostContext, kind: str, to: str | None = None) -> Actio
         return stop_action(HostFacts(), target, StopParams(force=True))
     if kind == "drain":  # the budget rule's figure, from the host's memory facts
         return drain_action(target, DrainParams(), (ctx.state.facts or ctx.facts()).memory)
-    params: dict[str, Any] = {
+    params: dict[str, StartParams | ReadyParams | ValidateParams] = {
         "start": StartParams(), "ready": ReadyParams(), "validate": ValidateParams()
     }
     return Action(f"rollback {kind}", params[kind], ValidateFor(to) if to else None)

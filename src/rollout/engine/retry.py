@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tenacity import (
     RetryCallState,
@@ -15,15 +15,15 @@ from tenacity import (
     wait_random,
 )
 
+from rollout.config.steps import RetryPolicy
 from rollout.errors import CommandFailed, StepFailed, TransportError
+from rollout.steps.base import StepTimeout
 
 T = TypeVar("T")
 
 
 def failure_class(exc: BaseException) -> str:
     """The name a playbook's `retry.on` uses for a failure."""
-    from rollout.steps.base import StepTimeout
-
     if isinstance(exc, StepTimeout):
         return "timeout"
     if isinstance(exc, TransportError):
@@ -46,18 +46,17 @@ def is_retryable(exc: BaseException, on: list[str]) -> bool:
 
 def run_with_retry(
     fn: Callable[[], T],
-    policy: Any,
+    policy: RetryPolicy,
     on_retry: Callable[[int, BaseException], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[T, int]:
     """Call fn under the policy; returns (result, attempts). Re-raises the last failure."""
-    attempts = max(1, int(getattr(policy, "attempts", 1)))
-    on = [str(c) for c in getattr(policy, "on", ["any"])]
+    attempts = max(1, policy.attempts)
+    on = [str(c) for c in policy.on]
     wait = wait_exponential(
-        multiplier=float(getattr(policy, "backoff", 1.0)),
-        exp_base=float(getattr(policy, "multiplier", 2.0)),
-        max=float(getattr(policy, "max_backoff", 60.0)),
-    ) + wait_random(0, float(getattr(policy, "jitter", 0.0)))
+        multiplier=float(policy.backoff), exp_base=float(policy.multiplier),
+        max=float(policy.max_backoff),
+    ) + wait_random(0, float(policy.jitter))
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None

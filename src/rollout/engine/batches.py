@@ -1,0 +1,74 @@
+"""The batches in order, each host of a batch at its own pace, the later batches' hosts
+staged ahead meanwhile; and the failure policy that ends a rollout between batches (a
+failed canary, max_fail_percentage, an interrupt)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from rollout.config.batches import max_fail_exceeded
+from rollout.engine.hosts import Hosts
+from rollout.engine.options import EngineOptions
+from rollout.engine.outcome import HostOutcome, RunSummary
+from rollout.engine.runlocks import RunLocks
+from rollout.engine.staging import Stager, staging
+from rollout.steps.base import HostContext
+from rollout.steps.decision import Release
+
+RunHost = Callable[[str, Release, Stager | None], HostOutcome]
+
+
+@dataclass(frozen=True)
+class Batches:
+    hosts: Hosts
+    locks: RunLocks
+    options: EngineOptions
+    run_host: RunHost
+
+    def run(self, release: Release, summary: RunSummary) -> None:
+        plan = self.hosts.plan
+        later = [h for batch in plan.batches[1:] for h in batch
+                 if h not in self.options.done_hosts
+                 and self.locks.not_locked(h) is None]  # fmt: skip
+        with staging(release, self.hosts.bus, self._staging_host, later) as stager:
+            self._each(release, summary, stager)
+
+    def _staging_host(self, name: str) -> AbstractContextManager[HostContext]:
+        """A context for staging on a host: on its lock's connection when there is one."""
+        return self.hosts.on(name, self.locks.transport(name))
+
+    def _each(self, release: Release, summary: RunSummary, stager: Stager | None) -> None:
+        plan = self.hosts.plan
+        for index, batch in enumerate(plan.batches):
+            if self.options.interrupted.is_set():
+                summary.aborted = (f"interrupted: no new hosts started; resume with "
+                                   f"`rollout rollout --resume {plan.run_id}`")
+                return
+            self.hosts.bus.emit("batch_start", data={"index": index, "hosts": batch})
+            with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
+                outcomes = list(pool.map(lambda h: self.run_host(h, release, stager), batch))
+            for outcome in outcomes:
+                summary.outcomes[outcome.host] = outcome
+            stop = self._stop_after(index, summary)
+            if stop:
+                summary.aborted = stop
+                return
+            pause = plan.playbook.rolling.pause_between_batches
+            if pause and index + 1 < len(plan.batches):
+                time.sleep(float(pause))
+
+    def _stop_after(self, index: int, summary: RunSummary) -> str | None:
+        """Why the rollout stops after batch `index`; None: it goes on."""
+        plan = self.hosts.plan
+        rolling = plan.playbook.rolling
+        failed = sum(1 for o in summary.outcomes.values() if not o.succeeded)
+        if index == 0 and failed and len(plan.batches) > 1:
+            return "canary batch failed: rollout stopped"
+        if max_fail_exceeded(failed, len(plan.host_names), rolling.max_fail_percentage):
+            return (f"{failed} failed host(s) exceed max_fail_percentage "
+                    f"{rolling.max_fail_percentage}%")
+        return None
