@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from rollout.errors import ConfigError, Location, UserError
 
 from .hostvar_checks import check_host_vars, control_character
-from .inventory import Host
 from .playbook_checks import (
     check_files,
     check_runtime_templates,
@@ -35,25 +34,15 @@ from .playbook_checks import (
     secret_like_overrides,
     unused_overrides,
 )
+from .playbook_model import Playbook as Playbook  # re-exported: the playbook load_playbook gives
 from .render import render_tree, resolve_vars
 from .retired import retire_keys
-from .sections import (
-    BuildSpec,
-    DaemonSpec,
-    ParamsSpec,
-    PreflightSpec,
-    ReleaseSpec,
-    RollingSpec,
-    Section,
-    ValidateSpec,
-)
-from .steps import PARAMS, Scope, StepSpec, step_order_problem
+from .steps import PARAMS, step_order_problem
 from .yamlfile import (
     KeyPath,
     YamlDoc,
     check_unique_names,
     config_error,
-    dotted_key,
     load_yaml,
     to_plain,
     validate,
@@ -77,93 +66,6 @@ RUNTIME_TEMPLATES = (
     "daemon.config_template",
 )
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class Playbook(Section):
-    """A rollout playbook."""
-
-    name: str = Field(default="rollout", description="Name shown in reports.")
-    vars: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Template variables. Overridden by inventory host vars, then by --set.",
-    )
-    rolling: RollingSpec = Field(default_factory=RollingSpec, description="Batches and aborts.")
-    release: ReleaseSpec = Field(default_factory=ReleaseSpec, description="Releases on hosts.")
-    build_section: BuildSpec | None = Field(
-        default=None,
-        alias="build",
-        description="How the release is built. Required by the commands that build "
-        "(`rollout` without --release, `rollout build`); the others do not read it.",
-    )
-    daemon: DaemonSpec = Field(default_factory=DaemonSpec, description="The cuzk daemon.")
-    preflight: PreflightSpec = Field(
-        default_factory=PreflightSpec, description="What a host must offer before it is touched."
-    )
-    params: ParamsSpec = Field(
-        default_factory=ParamsSpec, description="Proof parameters in param_cache."
-    )
-    validation: ValidateSpec = Field(
-        default_factory=ValidateSpec, alias="validate", description="The validation proof."
-    )
-    steps: list[StepSpec] = Field(min_length=1, description="The steps, in order.")
-
-    _source: PlaybookSource | None = PrivateAttr(default=None)
-    _host: str | None = PrivateAttr(default=None)
-    _warnings: list[str] = PrivateAttr(default_factory=list)
-
-    @property
-    def warnings(self) -> list[str]:
-        """Load-time warnings (a --set name no template uses)."""
-        return list(self._warnings)
-
-    @property
-    def build(self) -> BuildSpec:
-        """The build section (loaded only for the commands that build)."""
-        if self.build_section is None:
-            raise ConfigError(
-                "this command loaded the playbook without its build section", self.location()
-            )
-        return self.build_section
-
-    @property
-    def path(self) -> Path | None:
-        return None if self._source is None else self._source.doc.path
-
-    @property
-    def host_name(self) -> str | None:
-        """The host this playbook was rendered for (`for_host`), or None."""
-        return self._host
-
-    def steps_in(self, scope: Scope) -> list[StepSpec]:
-        return [step for step in self.steps if step.scope == scope]
-
-    def step(self, name: str) -> StepSpec:
-        for step in self.steps:
-            if step.name == name:
-                return step
-        raise KeyError(name)
-
-    def for_host(self, host: Host) -> Playbook:
-        """This playbook rendered again with `host.vars` between its vars and --set."""
-        if self._source is None:
-            return self
-        return self._source.render(host.vars, host.name)
-
-    def location(self, *path: str | int) -> Location:
-        """Where a key is in the playbook file: `location("validate", "command")`."""
-        if self._source is None:
-            return Location("<playbook>", None, dotted_key(path))
-        return self._source.doc.location(path)
-
-    def template_context(self, host: Host | None = None, **extra: Any) -> dict[str, Any]:
-        """Names for runtime templates: vars, the sections (`daemon`, `release`, `build`,
-        `rolling`, `validate`) as plain data, `host` when given, then `extra`
-        (the engine's `release_dir`, `release_id`, ...)."""
-        context = dict(self.vars)
-        context |= self.model_dump(mode="json", by_alias=True, exclude={"vars", "steps", "name"})
-        if host is not None:
-            context["host"] = host.as_context()
-        return context | extra
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollout.errors import ConfigError, Location, UserError
 from rollout.secrets import secret
 
 from .nested import nested_placeholder
+from .playbook_model import Playbook
 from .render import as_condition, expression_value, strip_braces
 from .shellwords import ShellSyntaxError
 from .template_check import (
@@ -24,9 +25,6 @@ from .template_check import (
     strings_in,
 )
 from .yamlfile import KeyPath, YamlDoc, to_plain
-
-if TYPE_CHECKING:
-    from .playbook import Playbook
 
 CONFIG_TEMPLATE_NAMES = frozenset({"total_budget", "extra_config"})
 """Names the config step adds to the context of the daemon config template."""
