@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,83 @@ class FakeHost(Transport):
         self.sent.append(command)
         code, out = self._answer(command, stdin or "")
         return RunResult(command, code, out, "" if code == 0 else out)
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+             timeout: float | None = None) -> RunResult:
+        """A host action of ops.py: a dict in, its report out (one JSON line)."""
+        self.sent.append(f"call {call} {json.dumps(dict(kwargs), sort_keys=True)}")
+        action = call.removeprefix("ops.")
+        report = getattr(self, f"_op_{action}")(**kwargs)
+        return RunResult(f"call {call}", 0, json.dumps(report) + "\n", "")
+
+    # ---------------------------------------------------------------- ops.py, as this host does it
+
+    def _op_hold(self, root: str) -> dict[str, Any]:
+        was, self.held = self.held, True
+        return {"outcome": "kept" if was else "set", "reason": "hold set"}
+
+    def _op_release_hold(self, root: str) -> dict[str, Any]:
+        was, self.held = self.held, False
+        return {"outcome": "released" if was else "none", "reason": "hold released"}
+
+    def _op_stop(self, root: str, signal: str = "SIGTERM", grace: float = 10.0,
+                 set_hold: bool = True, adopt_pid: int = 0, adopt_starttime: Any = None,
+                 keep_release: str | None = None, **_: Any) -> dict[str, Any]:
+        if keep_release and self.daemon == keep_release:
+            return {"outcome": "kept", "reason": "kept", "pid": self.pid, "starttime": 1}
+        self.held = self.held or set_hold
+        if adopt_pid:
+            return {"outcome": "stopped", "reason": "adopted", "pid": adopt_pid,
+                    "starttime": adopt_starttime, "signal": signal, "adopted": True}
+        code, out = self._stop()
+        report: dict[str, Any] = json.loads(out)
+        report.setdefault("reason", report["outcome"])
+        return report
+
+    def _op_point_current(self, root: str, release: str) -> dict[str, Any]:
+        before = self.current
+        if release == before:
+            return {"outcome": "kept", "reason": "already", "previous": before}
+        if release not in self.releases:
+            return {"outcome": "missing", "reason": f"release {release} is not on the host",
+                    "previous": before}
+        self.current = release
+        return {"outcome": "pointed", "reason": f"current -> {release}", "previous": before}
+
+    def _op_restore_config(self, config_path: str, kept_config: str) -> dict[str, Any]:
+        if kept_config not in self.files:
+            return {"outcome": "none", "reason": "no kept config"}
+        self.files[config_path] = self.files[kept_config]
+        return {"outcome": "restored", "reason": "restored"}
+
+    def _op_start(self, root: str, wait: float = 60.0, **_: Any) -> dict[str, Any]:
+        if self.current is None:
+            return {"outcome": "no-release", "reason": "current points nowhere"}
+        self.held = False
+        self.supervisor = True
+        if self._bad("start"):
+            return {"outcome": "not-started", "reason": "not started"}
+        self.daemon = self.current
+        self.pid += 1  # a new process: a new pid
+        line = f"{self.pid} 1 {RELEASES}/{self.current}/cuzk-daemon"
+        return {"outcome": "started", "reason": "started", "pid": self.pid, "pidline": line,
+                "release": self.current}
+
+    def _op_wait_ready(self, status_url: str, seconds: float, ports: Any = (),
+                       **_: Any) -> dict[str, Any]:
+        if self._bad("ready"):
+            self.daemon = None
+            return {"outcome": "died", "reason": f"daemon {self.pid} died during start-up"}
+        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1})
+        argv = " ".join(f"--port {p}" for p in ports)
+        return {"outcome": "ready", "reason": "ready", "answer": status,
+                "owners": self._ports(argv)}
+
+    def _op_prove(self, command: str, timeout: float, kill_after: float, evidence: str,
+                  record: str = "", **_: Any) -> dict[str, Any]:
+        _, out = self._prove(["--record", record, "--evidence", evidence])
+        report: dict[str, Any] = json.loads(out)
+        return report
 
     def put(self, local_path: str, remote_path: str, resume: bool = False,
             progress: Any = None) -> None:

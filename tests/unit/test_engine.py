@@ -111,7 +111,7 @@ def test_rerun_changes_nothing(fleet: Fleet) -> None:
         host.sent.clear()
     assert fleet.roll(OLD).exit_code == 0
     for host in fleet.hosts.values():
-        assert not host.commands(r"^put |touch -- /data/rollout/hold|cat > ")
+        assert not host.commands(r"^put |^call ops\.(hold|stop|start|point_current) |cat > ")
     statuses = {k: e.status for k, e in fleet.steps("h1").items()}
     skipped = ["supervise", "upload", "config", "stop", "drain", "switch", "start", "prune"]
     assert all(statuses[k] == "skipped" for k in skipped), statuses
@@ -207,7 +207,7 @@ def test_resume_skips_hosts_still_serving_what_the_run_validated(fleet: Fleet) -
     assert "(resumed)" in summary.outcomes["h1"].reason
     assert "(resumed)" not in summary.outcomes["h2"].reason
     assert len(fleet.hosts["h1"].sent) == 1  # the facts, nothing else
-    assert fleet.hosts["h2"].commands("touch -- /data/rollout/hold")
+    assert fleet.hosts["h2"].commands(r"^call ops\.stop ")
 
 
 def test_revert_on_abort_takes_validated_hosts_back(fleet: Fleet) -> None:
@@ -379,23 +379,23 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
     assert ldd > first_put and host.sent[ldd].startswith(f"[ -d /data/releases/{NEW} ] || exit 4;")
     between = [c for c in host.sent[first_put:ldd] if re.match(FACTS_READ, c)]
     assert not between, "after the upload, the executables check looks for itself: no facts"
-    assert "touch -- /data/rollout/hold && python3 - --root /data --signal" in " ".join(
-        host.sent)  # the hold and the stop in one round trip
+    assert host.commands(r"^call ops\.stop ") and not host.commands(r"^call ops\.hold ")
+    # the hold and the stop in one round trip (ops.stop sets the hold first)
 
 
 def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:
     host = fleet.hosts["h1"]
     host.sent.clear()
     assert fleet.roll(NEW).exit_code == 0
-    started = max(i for i, c in enumerate(host.sent) if "supervisor.py" in c)
+    started = max(i for i, c in enumerate(host.sent) if c.startswith("call ops.start "))
     after = host.sent[started + 1:]
     assert len(after) == 3, after  # nothing else between the start and the end of validate
     ready, checks, proof = after
-    assert ready.startswith("python3 - --wait ") and "--grpc-url " in ready  # one host process
-    assert "--status-url " in ready and " --port " in ready  # then the ports' owners
+    assert ready.startswith("call ops.wait_ready ") and '"grpc_url": ' in ready  # one process
+    assert '"status_url": ' in ready and '"ports": [' in ready  # then the ports' owners
     assert "sha256sum -- /data/32gbench/c1.json" in checks and "/status" in checks
     assert "python3 - --port " in checks  # the ports' owners before the proof, same trip
-    assert proof.startswith("python3 - --timeout ") and "cuzk-bench" in proof
+    assert proof.startswith("call ops.prove ") and "cuzk-bench" in proof
     assert host.validated["release"] == NEW  # the proof's own trip wrote the evidence
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rollout.host.scripts import script_text
+from rollout.host.scripts import bootstrap, script_text, sized
 
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 RELEASE = "abcdefabcdef"
@@ -41,6 +41,16 @@ def run_script(name: str, *args: str) -> tuple[int, dict[str, Any]]:
     return p.returncode, json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def call(action: str, **kwargs: Any) -> dict[str, Any]:
+    """A host action of ops.py, run as a host without an agent runs it."""
+    feed = sized(script_text("ops")) + json.dumps(kwargs).encode()
+    p = subprocess.run([PYTHON, "-c", bootstrap("ops.py"), "--call", action, "--kwargs-stdin"],
+                       input=feed, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out: dict[str, Any] = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    return out
+
+
 class Host:
     def __init__(self, tmp: Path) -> None:
         self.root = tmp / "data"
@@ -60,9 +70,7 @@ class Host:
         (self.root / "rollout" / name).write_text(text)
 
     def stop(self) -> dict[str, Any]:
-        code, out = run_script("stop", "--root", str(self.root), "--grace", "5")
-        assert code == 0, out
-        return out
+        return call("stop", root=str(self.root), grace=5)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ validate step, by a rollback and by the guard alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -91,8 +92,8 @@ def test_the_guard_reads_stdout_only_and_one_block(tmp_path: Path) -> None:
 
 
 def _bench_paths(fleet: Fleet, name: str) -> list[str]:
-    return [c.split(" -- ", 1)[1] for c in fleet.hosts[name].sent
-            if "/cuzk-bench " in c and " -- " in c]
+    return [json.loads(c.split(" ", 2)[2])["command"] for c in fleet.hosts[name].sent
+            if c.startswith("call ops.prove ")]
 
 
 def test_a_rollback_validates_with_the_release_it_goes_back_to(tmp_path: Path) -> None:

@@ -121,6 +121,26 @@ class HostContext:
         return self._bounded(lambda left: self.transport.run_script(source, argv, left, before),
                              timeout, script_command(argv, before))
 
+    def call(self, action: str, call_timeout: float | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
+        arguments, within the step's deadline: its report, a JSON object (parse it with
+        rollout.host.reports). StepFailed when the host gave none."""
+        what = f"ops.{action}"
+        result = self._bounded(
+            lambda left: self.transport.call(script_text("ops"), what, kwargs, left),
+            call_timeout, what)
+        try:
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            report = None
+        if not isinstance(report, dict):
+            raise StepFailed(f"{what} on host gave no report (exit {result.exit_code}): "
+                             f"{tail((result.stderr or result.stdout).strip(), 400)}")
+        if report.get("outcome") == "bad-call":  # a bug in rollout: arguments that do not fit
+            raise StepFailed(f"{what}: {head(str(report.get('reason')), 300)}",
+                             retryable=False)
+        return report
+
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
         """Atomically replace a file whose content differs; `keep_previous` gets the old one.
         The text goes over stdin; the file and its kept copy are private (0600): a

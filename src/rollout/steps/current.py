@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from rollout.errors import StepFailed
 from rollout.host.layout import is_release_id, q
+from rollout.host.reports import PointReport
 from rollout.steps.base import HostContext
 
 
@@ -13,10 +15,13 @@ def current_release(ctx: HostContext) -> str | None:
 
 
 def point_current_at(ctx: HostContext, release_id: str) -> None:
-    """Atomically repoint current: a new symlink renamed over the old one."""
-    tmp = f"{ctx.layout.current}.new"
-    target = f"releases/{release_id}"
-    ctx.sh(f"ln -sfn -- {q(target)} {q(tmp)} && mv -T -- {q(tmp)} {q(ctx.layout.current)}").check()
+    """Atomically repoint current (ops.point_current: a new link renamed over the old one);
+    StepFailed when the host refused (no such release there, not a release id)."""
+    report = PointReport.parse(ctx.call("point_current", root=ctx.layout.root,
+                                        release=release_id))
+    if report.outcome not in ("pointed", "kept"):
+        raise StepFailed(f"could not point current at {release_id}: {report.reason}",
+                         retryable=False)
 
 
 def recorded_previous(ctx: HostContext) -> str | None:

@@ -12,13 +12,13 @@ from rollout.config.steps import ReadyParams, StartParams, StopParams, Supervise
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
+from rollout.host.reports import ReadyReport, StartReport, StopReport
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Started, Stopped, Target
-from rollout.steps.identity import PORTS_MARK, check_ports, parse_owners, ports_query, then_ports
-from rollout.transport.base import RunResult
+from rollout.steps.identity import check_ports, ports_query
 from rollout.units import format_size
 
 
@@ -145,16 +145,12 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
 
 
-def hold_command(ctx: HostContext) -> str:
-    return f"mkdir -p -- {q(ctx.layout.state_dir)} && touch -- {q(ctx.layout.hold)}"
-
-
 def set_hold(ctx: HostContext) -> None:
-    ctx.sh(hold_command(ctx)).check()
+    ctx.call("hold", root=ctx.layout.root)
 
 
 def release_hold(ctx: HostContext) -> None:
-    ctx.sh(f"rm -f -- {q(ctx.layout.hold)}").check()
+    ctx.call("release_hold", root=ctx.layout.root)
 
 
 def serving(facts: HostFacts, target: Target) -> Skip | None:
@@ -196,35 +192,32 @@ def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decisio
     return _and(skip, "nothing to stop") if skip else stop_action(facts, target, params)
 
 
+def _data(report: dict[str, Any]) -> dict[str, Any]:
+    """A host report as a step result's data (its reason is the result's own)."""
+    return {k: v for k, v in report.items() if k != "reason"}
+
+
 def stop(ctx: HostContext, action: Action) -> StepResult:
     how: StopHow = action.detail
     if how.adopt:
         set_hold(ctx)
         return _adopt(ctx, how)
-    code, out = ctx.script(  # the hold first, in the same round trip
-        "stop",
-        "--root",
-        ctx.layout.root,
-        "--signal",
-        how.signal,
-        "--grace",
-        how.grace,
-        timeout=float(how.grace) + 30,
-        before=hold_command(ctx),
-    )
+    out = ctx.call("stop", root=ctx.layout.root, signal=how.signal, grace=float(how.grace),
+                   call_timeout=float(how.grace) + 30)  # the hold first, in the same call
+    report = StopReport.parse(out)
     ctx.state.stopped = Stopped.of(out)
-    if out.get("outcome") == "none":
-        return skipped("hold set; no daemon pidfile, nothing to stop", **out)
-    if out.get("outcome") == "untrusted":
-        return skipped(f"hold set; nothing signalled: {out.get('note')}", **out)
-    if out.get("outcome") == "already-dead":
-        return skipped(f"hold set; daemon {out['pid']} already {out['state']}", **out)
-    if code != 0:
+    if report.outcome == "none":
+        return skipped("hold set; no daemon pidfile, nothing to stop", **_data(out))
+    if report.outcome == "untrusted":
+        return skipped(f"hold set; {report.reason}", **_data(out))
+    if report.outcome == "already-dead":
+        return skipped(f"hold set; daemon {report.pid} already {report.state}", **_data(out))
+    if report.outcome != "stopped":
         raise StepFailed(
-            f"daemon {out.get('pid')} survived {how.signal} and SIGKILL", retryable=False
+            f"daemon {report.pid} survived {how.signal} and SIGKILL", retryable=False
         )
-    how_text = f"{out['signal']}, escalated to SIGKILL" if out.get("escalated") else out["signal"]
-    return changed(f"hold set; daemon {out['pid']} stopped ({how_text})", **out)
+    how_text = f"{report.signal}, escalated to SIGKILL" if report.escalated else report.signal
+    return changed(f"hold set; daemon {report.pid} stopped ({how_text})", **_data(out))
 
 
 def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
@@ -233,49 +226,28 @@ def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
     stops the run on this host: it keeps serving, and the parent is named."""
     done: list[dict[str, Any]] = []
     for pid, starttime in how.adopt:
-        code, out = ctx.script(
-            "stop", "--root", ctx.layout.root, "--signal", how.signal, "--grace", how.grace,
-            "--adopt-pid", pid, "--adopt-starttime", starttime, timeout=float(how.grace) + 30,
-        )
-        if out.get("outcome") == "respawned":
+        out = ctx.call("stop", root=ctx.layout.root, signal=how.signal, grace=float(how.grace),
+                       adopt_pid=pid, adopt_starttime=starttime,
+                       call_timeout=float(how.grace) + 30)
+        report = StopReport.parse(out)
+        if report.outcome == "respawned":
             # nothing of ours changed what serves: no rollback; the hold stays so that the
             # supervisor never starts a daemon next to the respawned one
             ctx.state.phase = Phase.UNTOUCHED
             raise StepFailed(
-                f"adopted daemon {pid} was respawned by its parent pid {out.get('parent')} "
-                f"({out.get('parent_cmdline') or '?'}): new daemon(s) "
-                f"{out.get('respawned')}; the host keeps serving from them. Hand the loop's "
+                f"adopted daemon {pid} was respawned by its parent pid {report.parent} "
+                f"({report.parent_cmdline or '?'}): new daemon(s) "
+                f"{list(report.respawned)}; the host keeps serving from them. Hand the loop's "
                 "cuzk over to rollout's supervisor first (docs/adopt.md)",
                 retryable=False, data={"adopted": out},
             )
-        if code != 0:
+        if report.outcome not in ("stopped", "already-dead"):
             raise StepFailed(f"adopted daemon {pid} survived {how.signal} and SIGKILL",
                              retryable=False, data={"adopted": out})
         done.append(out)
     ctx.state.stopped = Stopped.of(done[-1]) if done else None
-    names = ", ".join(f"{o['pid']} ({o.get('cmdline') or '?'})" for o in done)
+    names = ", ".join(f"{o.get('pid')} ({o.get('cmdline') or '?'})" for o in done)
     return changed(f"hold set; adopted and stopped daemon(s) {names}", adopted=done)
-
-
-def start_command(ctx: HostContext, seconds: float) -> str:
-    """One round trip: find the release current points at (exit 3: none), release the hold,
-    make sure the supervisor runs (a running one holds its flock and answers
-    already-running; exit 5: it could not start), then wait up to `seconds` for it to run a
-    daemon of that release and print its daemon.pid line (exit 1: it did not). The flock
-    is tested first, as the supervisor itself tests it: a python3 that starts only to say
-    already-running cost the host more than the rest of the step."""
-    lay = ctx.layout
-    pidfile = q(lay.daemon_pid)
-    return (
-        f"target=$(readlink -f -- {q(lay.current)}); [ -n \"$target\" ] || exit 3; "
-        f"rm -f -- {q(lay.hold)} || exit 4; "
-        f"flock -n -E 75 {q(lay.supervisor_lock)} true 2>/dev/null; [ $? -eq 75 ] || "
-        f"{{ {trusted_supervisor(lay)} && "
-        f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize >/dev/null; }} || exit 5; "
-        f"for i in $(seq {int(seconds * 20)}); do "
-        f'grep -qF -- "$target" {pidfile} 2>/dev/null && cat {pidfile} && exit 0; '
-        f"sleep 0.05; done; exit 1"
-    )
 
 
 def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decision:
@@ -288,25 +260,28 @@ def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decis
 
 
 def start(ctx: HostContext, action: Action) -> StepResult:
+    """Release the hold; the supervisor (started where none runs, never one others could
+    have written) runs a daemon of the release current points at (ops.start)."""
     params: StartParams = action.params
     lay = ctx.layout
-    r = ctx.sh(start_command(ctx, params.wait), timeout=params.wait + 15)
-    if r.exit_code == 3:
+    out = ctx.call("start", root=lay.root, wait=float(params.wait),
+                   call_timeout=params.wait + 75)
+    report = StartReport.parse(out)
+    if report.outcome == "no-release":
         raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
-    if r.exit_code in (4, 5):
-        what = "release the hold" if r.exit_code == 4 else "start the supervisor"
-        raise StepFailed(f"could not {what}: {head(r.stderr.strip(), 300)}", output=r.stderr)
-    if not r.ok:
+    if report.outcome == "refused":
+        raise StepFailed(f"could not start the supervisor: {head(report.reason, 300)}",
+                         output=report.reason)
+    if report.outcome not in ("started", "running"):
         tail = ctx.sh(f"tail -n 20 -- {q(lay.daemon_log)} 2>/dev/null").stdout
         raise StepFailed(f"supervisor did not start the daemon within {params.wait:.0f}s",
                          output=tail)
-    lines = r.stdout.strip().splitlines()
-    if not lines:
+    if not report.pidline:
         raise StepFailed("the supervisor's daemon.pid named the release but came back empty")
-    pidline = lines[-1]
-    ctx.state.started = Started(pidline)
+    ctx.state.started = Started(report.pidline)
     return changed(
-        f"hold released; supervisor started daemon {pidline.split()[0]}", pidfile=pidline
+        f"hold released; supervisor started daemon {report.pidline.split()[0]}",
+        pidfile=report.pidline,
     )
 
 
@@ -347,35 +322,18 @@ def _grpc_url(listen: str) -> str:
     return status_url(listen).removesuffix("/status") + "/"
 
 
-def wait_ready(ctx: HostContext, seconds: float, url: str) -> tuple[RunResult, str, Any]:
-    """One round trip: wait until the gRPC port accepts and then the status port answers
-    (exit 3: the daemon died meanwhile; 1: not in time), then the ports' owners. The wait
-    polls in one host process (ports.py --wait) where the daemon's ports are TCP; else it
-    is a shell loop with curl."""
-    daemon = ctx.settings.daemon
+def wait_ready(ctx: HostContext, seconds: float, url: str) -> ReadyReport:
+    """One call (ops.wait_ready): wait until the gRPC port accepts and then the status port
+    answers ("died": the daemon died meanwhile; "timeout": not in time), then the ports'
+    owners, polled in one host process."""
     known = ctx.state.started.pid if ctx.state.started else None
-    _, _, args = ports_query(ctx)
-    if args:
-        watch = ["--watch", known] if known else ["--pidfile", ctx.layout.daemon_pid]
-        r = ctx.run_script("ports", "--wait", seconds, "--grpc-url", _grpc_url(daemon.listen),
-                           "--status-url", url, *watch, *args, timeout=seconds + 10)
-        answer, mark, after = r.stdout.rpartition(f"\n{PORTS_MARK}\n")
-        if not mark:
-            return r, r.stdout, None
-        return r, answer, parse_owners(r, after)
-    pidfile = q(ctx.layout.daemon_pid)
-    first = q(known) if known else f"$(cut -d' ' -f1 {pidfile} 2>/dev/null)"
-    loop = (
-        f"pid={first}; "
-        f"for i in $(seq {int(seconds * 20)}); do "
-        # the gRPC port bound (curl 7: refused, 28: timed out), then the status port answers
-        f"curl -s --max-time 1 -o /dev/null {q(_grpc_url(daemon.listen))}; rc=$?; "
-        f"if [ $rc -ne 7 ] && [ $rc -ne 28 ]; then curl -fsS --max-time 1 {q(url)} && exit 0; fi; "
-        f"if [ -n \"$pid\" ] && ! grep -qv '^[^)]*) [ZX] ' /proc/$pid/stat 2>/dev/null; "
-        f'then echo "daemon $pid died during start-up"; exit 3; fi; '
-        f"sleep 0.05; done; exit 1"
-    )
-    return then_ports(ctx, loop, seconds + 10)
+    ports, pid, _ = ports_query(ctx)
+    watch = {"watch": int(known)} if known and known.isdigit() else {
+        "pidfile": ctx.layout.daemon_pid}
+    out = ctx.call("wait_ready", status_url=url, seconds=seconds,
+                   grpc_url=_grpc_url(ctx.settings.daemon.listen), ports=ports, pid=pid,
+                   call_timeout=seconds + 10, **watch)
+    return ReadyReport.parse(out)
 
 
 def ready(ctx: HostContext, action: Action) -> StepResult:
@@ -386,13 +344,14 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     daemon = ctx.settings.daemon
     seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
     url = status_url(daemon.status_listen)
-    r, answer, owners = wait_ready(ctx, seconds, url)  # the ports' owners in the same trip
-    if r.exit_code == 3:
+    report = wait_ready(ctx, seconds, url)  # the ports' owners in the same call
+    answer, owners = report.answer, report.owners
+    if report.outcome == "died":
         tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
         raise StepFailed(
-            f"{r.stdout.strip()}; status port {url} never answered", retryable=False, output=tail
+            f"{report.reason}; status port {url} never answered", retryable=False, output=tail
         )
-    if not r.ok:
+    if report.outcome != "ready":
         raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
     try:
         status = json.loads(answer)

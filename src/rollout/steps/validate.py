@@ -16,6 +16,7 @@ from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id, q
+from rollout.host.reports import ProveReport
 from rollout.host.scripts.common import proof_verdict
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
@@ -148,27 +149,20 @@ class Proof:
 def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "",
                 record: str = "") -> Proof:
     """Run the validation on the host under `timeout`, in one round trip (host script
-    prove.py): a proof that never answers (cuzk-bench has no timeout of its own) is stopped
+    ops.prove): a proof that never answers (cuzk-bench has no timeout of its own) is stopped
     there, its whole process group with it. The evidence of an earlier validation goes
     first: only a proof whose output matches `pattern` writes `record` again."""
     listen = ctx.settings.daemon.status_listen if ctx.settings is not None else ""
-    _, doc = ctx.script(
-        "prove", "--timeout", f"{seconds:g}", "--kill-after", KILL_AFTER,
-        "--evidence", ctx.layout.validated, "--record", record, "--pattern", pattern,
-        "--status-url", status_url(listen) if listen else "", "--", command,
-        timeout=seconds + KILL_AFTER + 30,
-    )
-    doc = doc if isinstance(doc, dict) else {}
-    code = doc.get("exit")
-    code = code if isinstance(code, int) else 1
-    ran = doc.get("elapsed")
-    ran = float(ran) if isinstance(ran, (int, float)) else 0.0
-    hung = code == TIMED_OUT or (code == KILLED and ran >= seconds)
-    after = doc.get("status_after")
-    out, err = str(doc.get("stdout") or ""), str(doc.get("stderr") or "")
-    result = RunResult("validation", code, out, err)
-    return Proof(result, hung, after if isinstance(after, dict) else None,
-                 doc.get("recorded") is True)
+    report = ProveReport.parse(ctx.call(
+        "prove", command=command, timeout=seconds, kill_after=float(KILL_AFTER),
+        evidence=ctx.layout.validated, record=record, pattern=pattern,
+        status_url=status_url(listen) if listen else "",
+        call_timeout=seconds + float(KILL_AFTER) + 30,
+    ))
+    code = report.exit
+    hung = code == TIMED_OUT or (code == KILLED and report.elapsed >= seconds)
+    result = RunResult("validation", code, report.stdout, report.stderr)
+    return Proof(result, hung, report.status_after, report.recorded)
 
 
 def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:

@@ -15,7 +15,7 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout.errors import HostAnswerError, TransportError
@@ -81,6 +81,20 @@ class HostAgent:
             answer = self._call({**request, "source": source}, timeout)
         self._known.add(sha)
         return self._result(script_command(args, before), answer)
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+             timeout: float | None) -> RunResult:
+        """One function of a host module, run by the agent in a forked child."""
+        sha = _sha256(source)
+        request: dict[str, Any] = {"call": call, "kwargs": dict(kwargs), "sha": sha,
+                                   "timeout": timeout}
+        if sha not in self._known:
+            request["source"] = source
+        answer = self._call(request, timeout)
+        if "unknown" in answer:
+            answer = self._call({**request, "source": source}, timeout)
+        self._known.add(sha)
+        return self._result(f"call {call}", answer)
 
     def _call(self, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         with self._lock:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rollout.errors import CommandFailed
+from rollout.host.scripts import bootstrap, sized
 
 Progress = Callable[[int], None]  # bytes sent so far
 
@@ -74,6 +77,19 @@ class Transport(ABC):
         shell command run first (the script runs only when it exits 0). Transports that keep
         a warm interpreter on the host run it there."""
         return self.run(script_command(args, before), timeout=timeout, stdin=source)
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+             timeout: float | None = None) -> RunResult:
+        """Call one function of a host module (`call`: "ops.stop"; `source`: the module's
+        text, which runs it by its call() dispatcher) with keyword arguments: its report is
+        the result's stdout, one JSON line. Without an agent the module runs as
+        `python3 -c BOOTSTRAP --call NAME --kwargs-stdin`, the module and then the kwargs
+        on its stdin (never in the command line)."""
+        module, _, function = call.partition(".")
+        command = (f"python3 -c {shlex.quote(bootstrap(module + '.py'))} "
+                   f"--call {shlex.quote(function)} --kwargs-stdin")
+        feed = sized(source).decode() + json.dumps(dict(kwargs))
+        return self.run(command, timeout=timeout, stdin=feed)
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str, resume: bool = False,

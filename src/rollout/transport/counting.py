@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rollout.transport.base import Progress, RunResult, Stream, Transport
 
@@ -40,6 +41,11 @@ class CountingTransport(Transport):
         size = len(source.encode()) + sum(len(a.encode()) for a in args) + len(before.encode())
         self.sent.add(self.name, size)
         return self.inner.run_script(source, args, timeout=timeout, before=before)
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+             timeout: float | None = None) -> RunResult:
+        self.sent.add(self.name, len(source.encode()) + len(repr(kwargs).encode()))
+        return self.inner.call(source, call, kwargs, timeout)
 
     def put(self, local_path: str, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:

@@ -16,7 +16,7 @@ import os
 import posixpath
 import shlex
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -244,6 +244,13 @@ class SshTransport(Transport):
         if agent is None:
             return super().run_script(source, args, timeout, before)
         return self._through(agent, lambda: agent.script(source, args, timeout, before))
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+             timeout: float | None = None) -> RunResult:
+        agent = self._host_agent()
+        if agent is None:
+            return super().call(source, call, kwargs, timeout)
+        return self._through(agent, lambda: agent.call(source, call, kwargs, timeout))
 
     def _host_agent(self) -> HostAgent | None:
         """The connection's agent, started on its first command; None where the host has

@@ -12,8 +12,8 @@ import functools
 from importlib import resources
 
 SCRIPTS = (
-    "supervisor", "drain", "facts", "stop", "diagnose", "lock", "fetch", "ports", "guard", "prove",
-    "agent", "files",
+    "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "ports", "guard", "ops", "agent",
+    "files",
 )
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"

@@ -8,6 +8,7 @@ and sends each command as one JSON line; the answer is one JSON line. A request 
 
     {"id": 1, "sh": "COMMAND", "stdin": "TEXT", "timeout": 30}
     {"id": 2, "script": "facts", "sha": "HEX", "source": "...", "args": [...], "before": "CMD"}
+    {"id": 3, "call": "ops.stop", "kwargs": {...}, "sha": "HEX", "source": "...", "timeout": 30}
 
 A shell command runs as `sh -c COMMAND`, its stdin fed from "stdin", as the session's own
 exec channel would run it. A host script (rollout.host.scripts) runs in a forked child of
@@ -17,6 +18,10 @@ child skips what each `python3 -` paid for again: the interpreter's start, compi
 script (compiled once per connection, by its sha256; "source" is sent only the first time)
 and importing the standard modules most scripts use (imported here, once). "before" is a
 shell command run first; the script runs only when it exits 0, as `before && python3 -`.
+A call runs one function of a host module (ops.py, rollout's host API) in a forked child:
+the module (compiled once per connection, by its sha256, like a script) is run as a module
+of that name, the function called with the keyword arguments; its report, one JSON line, is
+the answer's stdout.
 
 Each command is a process group of its own; at its timeout the group is killed and the
 answer says so (exit 124, "timed_out"). The agent ends when its stdin does: the
@@ -138,6 +143,38 @@ def _done(code: int, out: bytes, err: bytes, timed_out: bool,
 
 def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> None:
     """In the forked child: become `python3 - ARGS` running the script, then exit."""
+    def body() -> None:
+        sys.argv = ["-", *args]
+        module = types.ModuleType("__main__")
+        module.__file__ = "<stdin>"
+        sys.modules["__main__"] = module
+        exec(code, module.__dict__)  # noqa: S102 - a rollout host script, sent by the controller
+
+    _as_child(body, out_w, err_w)
+
+
+def _call_child(code: types.CodeType, call: str, kwargs: dict[str, Any], out_w: int,
+                err_w: int) -> None:
+    """In the forked child: load the module, call the function, print its report."""
+    module_name, _, function = call.partition(".")
+    module = types.ModuleType(module_name)
+    module.__file__ = f"<{module_name}>"
+    sys.modules[module_name] = module
+
+    def body() -> None:
+        exec(code, module.__dict__)  # noqa: S102 - rollout's host module, sent by the controller
+        dispatch = getattr(module, "call", None)
+        if not callable(dispatch):
+            raise SystemExit(f"agent: module {module_name} has no call()")
+        report = dispatch(function, kwargs)
+        sys.stdout.write(json.dumps(report, sort_keys=True, default=str) + "\n")
+
+    _as_child(body, out_w, err_w)
+
+
+def _as_child(body: Any, out_w: int, err_w: int) -> None:
+    """Run body() as the forked child's whole life: its own group, stdin /dev/null, stdout
+    and stderr to the pipes; exit with its status, as python3 would."""
     status: Any = 0
     try:
         os.setpgid(0, 0)
@@ -147,11 +184,7 @@ def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> Non
         os.dup2(err_w, 2)
         os.closerange(3, 65536)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0, /dev/null now
-        sys.argv = ["-", *args]
-        module = types.ModuleType("__main__")
-        module.__file__ = "<stdin>"
-        sys.modules["__main__"] = module
-        exec(code, module.__dict__)  # noqa: S102 - a rollout host script, sent by the controller
+        body()
     except SystemExit as e:
         status = e.code
     except BaseException:  # noqa: BLE001 - reported as python3 would, exit 1
@@ -169,7 +202,16 @@ def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> Non
         os._exit(status & 0xFF)
 
 
+def run_call(code: types.CodeType, call: str, kwargs: dict[str, Any],
+             timeout: float | None) -> dict[str, Any]:
+    return _forked(lambda out_w, err_w: _call_child(code, call, kwargs, out_w, err_w), timeout)
+
+
 def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> dict[str, Any]:
+    return _forked(lambda out_w, err_w: _child(code, args, out_w, err_w), timeout)
+
+
+def _forked(child: Any, timeout: float | None) -> dict[str, Any]:
     started = time.monotonic()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -179,7 +221,7 @@ def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> 
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        _child(code, args, out_w, err_w)
+        child(out_w, err_w)
     os.close(out_w)
     os.close(err_w)
     with contextlib.suppress(OSError):
@@ -199,16 +241,15 @@ class Agent:
         if isinstance(req.get("sh"), str):
             feed = str(req.get("stdin") or "").encode()
             return run_shell(req["sh"], feed, timeout)
-        sha = str(req.get("sha") or "")
-        code = self.compiled.get(sha)
-        if code is None:
-            source = req.get("source")
-            if not isinstance(source, str):
-                return {"unknown": sha}
-            if hashlib.sha256(source.encode()).hexdigest() != sha:
-                return {"exit": 2, "stdout": b"", "stderr": b"agent: script sha256 mismatch\n",
+        code = self.code(req)
+        if isinstance(code, dict):
+            return code
+        if isinstance(req.get("call"), str):
+            kwargs = req.get("kwargs")
+            if not isinstance(kwargs, dict):
+                return {"exit": 2, "stdout": b"", "stderr": b"agent: kwargs is no object\n",
                         "timed_out": False}
-            code = self.compiled[sha] = compile(source, "<stdin>", "exec", dont_inherit=True)
+            return run_call(code, req["call"], kwargs, timeout)
         started = time.monotonic()
         before = req.get("before")
         first: dict[str, Any] = {"stdout": b"", "stderr": b""}
@@ -224,6 +265,23 @@ class Agent:
             done["stdout"] = first["stdout"] + done["stdout"]
             done["stderr"] = first["stderr"] + done["stderr"]
         return done
+
+
+    def code(self, req: dict[str, Any]) -> types.CodeType | dict[str, Any]:
+        """The request's script or module, compiled once by its sha256 (an answer instead
+        where it cannot be had: "unknown" asks the controller for its source)."""
+        sha = str(req.get("sha") or "")
+        code = self.compiled.get(sha)
+        if code is not None:
+            return code
+        source = req.get("source")
+        if not isinstance(source, str):
+            return {"unknown": sha}
+        if hashlib.sha256(source.encode()).hexdigest() != sha:
+            return {"exit": 2, "stdout": b"", "stderr": b"agent: script sha256 mismatch\n",
+                    "timed_out": False}
+        code = self.compiled[sha] = compile(source, "<stdin>", "exec", dont_inherit=True)
+        return code
 
 
 def answer(req_id: Any, result: dict[str, Any]) -> str:

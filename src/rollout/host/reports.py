@@ -1,0 +1,155 @@
+"""What each host action (rollout.host.scripts.ops) reported, as typed values.
+
+A report is hostile data: it comes from the host. Every field is read with its type
+checked; a wrong type becomes "unknown" (an outcome), None or empty, never a crash. The raw
+report stays with each value (`raw`), for the step's events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+UNKNOWN = "unknown"
+
+
+def _str(doc: dict[str, Any], key: str, default: str = "") -> str:
+    value = doc.get(key)
+    return value if isinstance(value, str) else default
+
+
+def _int(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(doc: dict[str, Any], key: str) -> float | None:
+    value = doc.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _dict(doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = doc.get(key)
+    return value if isinstance(value, dict) else None
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else []
+    return tuple(v for v in items if isinstance(v, int) and not isinstance(v, bool))
+
+
+@dataclass(frozen=True)
+class Report:
+    """Any action's report: its outcome word and why."""
+
+    outcome: str
+    reason: str
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> Report:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), doc)
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """ops.stop: none, untrusted, already-dead, stopped, still-running, respawned, kept."""
+
+    outcome: str
+    reason: str
+    pid: int | None
+    starttime: int | None
+    signal: str
+    escalated: bool
+    state: str
+    parent: int | None
+    parent_cmdline: str
+    cmdline: str
+    respawned: tuple[int, ...]
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> StopReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _int(doc, "pid"),
+                   _int(doc, "starttime"), _str(doc, "signal", "?"),
+                   doc.get("escalated") is True, _str(doc, "state", UNKNOWN),
+                   _int(doc, "parent"), _str(doc, "parent_cmdline"), _str(doc, "cmdline"),
+                   _ints(doc.get("respawned")), doc)
+
+
+@dataclass(frozen=True)
+class StartReport:
+    """ops.start: no-release, refused, started, running, not-started."""
+
+    outcome: str
+    reason: str
+    release: str
+    pid: int | None
+    pidline: str
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> StartReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "release"),
+                   _int(doc, "pid"), _str(doc, "pidline"), doc)
+
+
+@dataclass(frozen=True)
+class ReadyReport:
+    """ops.wait_ready: ready (the status answer and the ports' owners), died, timeout."""
+
+    outcome: str
+    reason: str
+    answer: str
+    owners: dict[str, Any] | None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> ReadyReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "answer"),
+                   _dict(doc, "owners"), doc)
+
+
+@dataclass(frozen=True)
+class ProveReport:
+    """ops.prove: the proof's exit code (1 when unknown), how long it ran, its output,
+    /status after a proof that was stopped, and whether the evidence was written."""
+
+    exit: int
+    elapsed: float
+    stdout: str
+    stderr: str
+    status_after: dict[str, Any] | None
+    recorded: bool
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> ProveReport:
+        doc = doc if isinstance(doc, dict) else {}
+        code = _int(doc, "exit")
+        return cls(1 if code is None else code, _float(doc, "elapsed") or 0.0,
+                   _str(doc, "stdout"), _str(doc, "stderr"), _dict(doc, "status_after"),
+                   doc.get("recorded") is True, doc)
+
+
+@dataclass(frozen=True)
+class PointReport:
+    """ops.point_current: refused, kept, missing, pointed; the release it pointed at before."""
+
+    outcome: str
+    reason: str
+    previous: str | None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: Any) -> PointReport:
+        doc = doc if isinstance(doc, dict) else {}
+        previous = doc.get("previous")
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
+                   previous if isinstance(previous, str) else None, doc)

@@ -1,0 +1,530 @@
+"""rollout's host API: every action that changes the daemon's host, written once.
+
+Each action is a function that takes keyword arguments (JSON data, never code) and returns
+a JSON-able report: "outcome" (one word) and "reason" (what it did, or why it did nothing:
+each action checks before it acts). The controller's steps call them through the host's
+agent ({"call": "ops.stop", "kwargs": {...}}) or, without an agent, as
+
+    python3 -c BOOTSTRAP --call stop --kwargs-stdin   (stdin: this script, sized; the kwargs)
+
+and the guard calls the same functions when it takes over. One JSON line is printed: the
+report. Every path under the root is opened through common.py's safe_* helpers (a link
+planted there is refused, never followed). Standard library only; python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal as signals
+import sys
+import time
+from typing import Any
+
+# ruff: noqa: E501
+# isort: off
+from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, distrust_supervisor, is_cuzk_daemon, ownership_problem, ports_owners, proc_cmdline, proc_starttime, proc_stat, proc_state, process_brief, proof_verdict, read_pidfile, read_text, safe_append, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
+# isort: on
+
+POLL = 0.05  # seconds between looks
+STOPPED = (124, 137)  # timeout's status when it stopped the proof (TERM, KILL)
+
+
+def _state_dir(root: str) -> str:
+    return os.path.join(root, "rollout")
+
+
+def _release_id_ok(release: str) -> bool:
+    return bool(release) and "/" not in release and release not in (".", "..") \
+        and not release.startswith(".")
+
+
+def _report(outcome: str, reason: str, **data: Any) -> dict[str, Any]:
+    return {"outcome": outcome, "reason": reason, **data}
+
+
+# ---------------------------------------------------------------- the hold
+
+
+def hold(root: str) -> dict[str, Any]:
+    """Set the hold: the supervisor restarts no daemon while <root>/rollout/hold exists."""
+    path = os.path.join(_state_dir(root), "hold")
+    if os.path.lexists(path):
+        return _report("kept", "hold already set")
+    safe_mkdir(_state_dir(root))
+    os.close(safe_open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    return _report("set", "hold set")
+
+
+def release_hold(root: str) -> dict[str, Any]:
+    if safe_remove(os.path.join(_state_dir(root), "hold")):
+        return _report("released", "hold released")
+    return _report("none", "no hold was set")
+
+
+# ---------------------------------------------------------------- stop (our daemon, or adopt one)
+
+
+def _daemon_state(proc: str, root: str, pid: int, starttime: int, exe: str) -> str:
+    """running, zombie or gone: a pid that is no longer our daemon (reused) is gone."""
+    state = proc_state(proc, pid, starttime)[0]
+    if state != "running":
+        return state
+    return "gone" if distrust_daemon(proc, root, pid, starttime, exe) else "running"
+
+
+def _adopted_state(proc: str, pid: int, starttime: int) -> str:
+    """running, zombie or gone for a daemon being adopted: still a cuzk daemon at that start."""
+    state = proc_state(proc, pid, starttime)[0]
+    if state != "running":
+        return state
+    return "running" if is_cuzk_daemon(proc, pid) else "gone"
+
+
+def _wait_dead(state_now: Any, seconds: float) -> str:
+    end = time.monotonic() + seconds
+    state: str = state_now()
+    while state == "running" and time.monotonic() < end:
+        time.sleep(POLL)
+        state = state_now()
+    return state
+
+
+def _signal_and_wait(pid: int, state_now: Any, sig_name: str, grace: float) -> dict[str, Any]:
+    sig = signals.Signals[sig_name]
+    os.kill(pid, sig)
+    out: dict[str, Any] = {"signal": sig.name, "signalled_at": time.time()}
+    state = _wait_dead(state_now, grace)
+    if state == "running":
+        os.kill(pid, signals.SIGKILL)
+        out.update(escalated=True, killed_at=time.time())
+        state = _wait_dead(state_now, 10)
+    stopped = state != "running"
+    how = f"{sig.name}, escalated to SIGKILL" if out.get("escalated") else sig.name
+    out.update(outcome="stopped" if stopped else "still-running", state=state,
+               died_at=time.time(),
+               reason=f"daemon {pid} stopped ({how})" if stopped
+               else f"daemon {pid} survived {sig.name} and SIGKILL")
+    return out
+
+
+def _respawned(proc: str, parent: int | None, old: int, window: float) -> list[dict[str, Any]]:
+    """New cuzk daemons whose parent is the adopted daemon's parent (a loop respawning it)."""
+    if not parent or parent <= 1:
+        return []
+    end = time.monotonic() + window
+    while True:
+        found = [p for p in cuzk_processes(proc, None)
+                 if p["ppid"] == parent and p["pid"] != old and p["state"] == "running"]
+        if found or time.monotonic() >= end:
+            return found
+        time.sleep(POLL)
+
+
+def _record_adoption(root: str, out: dict[str, Any]) -> None:
+    """An exit record for the adopted daemon, like the supervisor's for its own."""
+    mem = cgroup_memory("/sys/fs/cgroup")
+    rec = {"time": out.get("died_at"), "recorded": time.time(), "pid": out["pid"],
+           "adopted": True, "adopted_by": "rollout stop", "cmdline": out.get("cmdline"),
+           "signal": out.get("signal"), "exit_code": None, "held": True,
+           "memory": {"usage": mem["usage"], "limit": mem["limit"], "source": mem["source"]},
+           "oom": mem["oom"], "note": "a daemon rollout's supervisor did not start, adopted: "
+           "stopped so that the supervisor's daemon replaces it"}
+    try:
+        safe_mkdir(_state_dir(root))
+        safe_append(os.path.join(_state_dir(root), "exits.jsonl"),
+                    json.dumps(rec, sort_keys=True) + "\n", 0o644)
+    except OSError:
+        pass
+
+
+def _adopt(root: str, proc: str, pid: int, starttime: int | None, sig: str, grace: float,
+           window: float) -> dict[str, Any]:
+    """Stop a daemon rollout's supervisor did not start, named by pid and start time from
+    fresh facts (never a pidfile): only while it is still a cuzk daemon at that start time."""
+    if pid <= 1 or starttime is None or proc_starttime(proc, pid) != starttime \
+            or not is_cuzk_daemon(proc, pid):
+        return _report("already-dead", f"daemon {pid} to adopt is already gone", pid=pid,
+                       starttime=starttime, state="gone", adopted=True)
+    parent = proc_state(proc, pid, starttime)[1]
+    out: dict[str, Any] = {
+        "pid": pid, "starttime": starttime, "exe": "", "adopted": True, "parent": parent,
+        "parent_cmdline": " ".join(proc_cmdline(proc, parent or 0))[:300],
+        "cmdline": " ".join(proc_cmdline(proc, pid))[:300]}
+    out.update(_signal_and_wait(pid, lambda: _adopted_state(proc, pid, starttime), sig, grace))
+    if out["outcome"] == "stopped":
+        again = _respawned(proc, parent, pid, window)
+        if again:
+            out.update(outcome="respawned", respawned=[p["pid"] for p in again],
+                       reason=f"daemon {pid} was respawned by its parent {parent}")
+        _record_adoption(root, out)
+    return out
+
+
+def stop(root: str, signal: str = "SIGTERM", grace: float = 10.0, set_hold: bool = True,
+         adopt_pid: int = 0, adopt_starttime: int | None = None, respawn_window: float = 3.0,
+         keep_release: str | None = None, proc: str = "/proc") -> dict[str, Any]:
+    """Set the hold (set_hold), then stop the daemon daemon.pid names, confirmed through
+    /proc (never a pid that is not our daemon: "untrusted"), escalating to SIGKILL after
+    `grace`; or the hand-started daemon adopt_pid (adopt). keep_release: a daemon of that
+    release is kept ("kept")."""
+    if keep_release:
+        kept = serving(root, keep_release, proc)
+        if kept:
+            return _report("kept", f"daemon {kept[0]} runs release {keep_release}: kept",
+                           pid=kept[0], starttime=kept[1])
+    held = hold(root)["outcome"] == "set" if set_hold else False
+    out = _stop(root, signal, grace, adopt_pid, adopt_starttime, respawn_window, proc)
+    out["held"] = held
+    return out
+
+
+def _stop(root: str, sig: str, grace: float, adopt_pid: int, adopt_starttime: int | None,
+          window: float, proc: str) -> dict[str, Any]:
+    if adopt_pid:
+        return _adopt(root, proc, adopt_pid, adopt_starttime, sig, grace, window)
+    found = read_pidfile(os.path.join(_state_dir(root), "daemon.pid"))
+    pid, starttime, exe = found if found is not None else (0, None, "")
+    if starttime is None:  # no pidfile, or one without a start time to confirm the pid by
+        return _report("none", "no daemon pidfile: nothing to stop")
+    state = proc_state(proc, pid, starttime)[0]
+    if state != "running" and pid > 1:
+        return _report("already-dead", f"daemon {pid} already {state}", pid=pid,
+                       starttime=starttime, exe=exe, state=state)
+    distrust = distrust_daemon(proc, root, pid, starttime, exe)
+    if distrust:  # never signal what a pidfile names unless it is our daemon
+        return _report("untrusted", f"nothing signalled: daemon.pid: {distrust}",
+                       named_pid=pid, note=f"daemon.pid: {distrust}")
+    out: dict[str, Any] = {"pid": pid, "starttime": starttime, "exe": exe}
+    out.update(_signal_and_wait(
+        pid, lambda: _daemon_state(proc, root, pid, starttime, exe), sig, grace))
+    return out
+
+
+# ---------------------------------------------------------------- drain (drain.py's rule)
+
+
+def drain(root: str, script: str, pid: int = 0, starttime: int | None = None,
+          settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """drain.py's rule, run from `script` (the drain script the controller left on the
+    host): the stopped daemon is gone and its memory back. `settings`: deadline, plateau,
+    zombie_grace and the budget, as the controller computed them. drain.py's own report,
+    its outcome "drained" or why not."""
+    import subprocess
+
+    if not os.path.isfile(script) or os.path.islink(script):
+        return _report("no-script", f"no drain script at {script}")
+    args = ["--root", root, "--pid", str(pid)]
+    args += ["--starttime", str(starttime)] if starttime is not None else []
+    given = settings or {}
+    for key in ("deadline", "plateau", "zombie_grace"):
+        if _number(given.get(key)):
+            args += [f"--{key.replace('_', '-')}", repr(float(given[key]))]
+    if _number(given.get("budget")) and isinstance(given.get("budget"), int):
+        args += ["--budget", str(given["budget"])]
+    deadline = float(given["deadline"]) if _number(given.get("deadline")) else 600.0
+    p = subprocess.run([sys.executable or "python3", script, *args], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=deadline + 60, check=False)
+    lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        out = None
+    if not isinstance(out, dict) or not out.get("outcome"):
+        return _report("silent", f"drain.py said nothing (exit {p.returncode}): "
+                       f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------- current and its config
+
+
+def current_release(root: str) -> str | None:
+    try:
+        found = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
+    except OSError:
+        return None
+    return found if _release_id_ok(found) else None
+
+
+def point_current(root: str, release: str) -> dict[str, Any]:
+    """Atomically repoint <root>/current at releases/RELEASE: a new link renamed over it."""
+    if not _release_id_ok(release):
+        return _report("refused", f"not a release id: {release[:80]!r}")
+    before = current_release(root)
+    if before == release:
+        return _report("kept", f"current already points at {release}", previous=before)
+    where = os.path.join(root, "releases", release)
+    if not os.path.isdir(where) or os.path.islink(where):
+        return _report("missing", f"release {release} is not on the host", previous=before)
+    tmp = os.path.join(root, "current.new")
+    safe_remove(tmp)  # a link or file left there: the entry itself, never its target
+    os.symlink(f"releases/{release}", tmp)
+    os.replace(tmp, os.path.join(root, "current"))
+    return _report("pointed", f"current: {before or 'none'} -> {release}", previous=before)
+
+
+def restore_config(config_path: str, kept_config: str) -> dict[str, Any]:
+    """Put back the config a release ran with (kept_config) at config_path, if it differs."""
+    if not config_path or not kept_config:
+        return _report("none", "no config to restore")
+    fd = _open_read(kept_config)
+    if fd is None:
+        return _report("none", f"no kept config at {kept_config}")
+    with os.fdopen(fd, "rb") as f:
+        want = f.read()
+    have = _open_read(config_path)
+    if have is not None:
+        with os.fdopen(have, "rb") as f:
+            if f.read() == want:
+                return _report("kept", f"{config_path} already holds the kept config")
+    safe_write(config_path, want)  # never through a link
+    return _report("restored", f"restored {config_path} from {kept_config}")
+
+
+def _open_read(path: str) -> int | None:
+    try:
+        return safe_open(path, os.O_RDONLY)
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- start and ready
+
+
+def serving(root: str, release: str, proc: str = "/proc") -> tuple[int, int, str] | None:
+    """(pid, start time, exe) of our daemon while it runs `release`, else None."""
+    found = read_pidfile(os.path.join(_state_dir(root), "daemon.pid"))
+    if found is None or found[1] is None or found[0] <= 1:
+        return None
+    pid, starttime, exe = found[0], int(found[1]), found[2]
+    if proc_state(proc, pid, starttime)[0] != "running" \
+            or distrust_daemon(proc, root, pid, starttime, exe):
+        return None
+    return (pid, starttime, exe) if exe.startswith(
+        os.path.join(root, "releases", release) + "/") else None
+
+
+def _supervisor_alive(root: str, proc: str) -> bool:
+    found = read_pidfile(os.path.join(_state_dir(root), "supervisor.pid"))
+    if found is None or found[0] <= 1:
+        return False
+    pid, starttime = found[0], found[1]
+    return proc_state(proc, pid, starttime)[0] == "running" \
+        and not distrust_supervisor(proc, root, pid, starttime)
+
+
+def _start_supervisor(root: str) -> str | None:
+    """Start the supervisor (it refuses itself when one runs); why not, else None."""
+    import subprocess
+
+    state, script = _state_dir(root), os.path.join(_state_dir(root), "supervisor.py")
+    why = (ownership_problem(root, "rollout's root", follow=True)
+           or ownership_problem(state, "rollout's state folder")
+           or ownership_problem(script, "running the supervisor"))
+    if why:  # root never runs a script others could have written
+        return f"refused to run the supervisor: {why}"
+    p = subprocess.run([sys.executable or "python3", script, "--root", root, "--daemonize"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=60, check=False)
+    return None if p.returncode == 0 else (
+        f"the supervisor did not start (exit {p.returncode}): "
+        f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
+
+
+def start(root: str, wait: float = 60.0, proc: str = "/proc") -> dict[str, Any]:
+    """Release the hold and have the supervisor run a daemon of the release current points
+    at (starting the supervisor where none runs); wait up to `wait` s for that daemon."""
+    release = current_release(root)
+    if release is None or not os.path.isdir(os.path.join(root, "releases", release)):
+        return _report("no-release", f"{root}/current does not point at a release")
+    already = serving(root, release, proc)
+    released = release_hold(root)["outcome"] == "released"
+    if not _supervisor_alive(root, proc):
+        why = _start_supervisor(root)
+        if why:
+            return _report("refused", why, release=release, released=released)
+    end = time.monotonic() + wait
+    while True:
+        running = serving(root, release, proc)
+        if running:
+            line = read_text(os.path.join(_state_dir(root), "daemon.pid")) or ""
+            word = "running" if already and already[:2] == running[:2] else "started"
+            verb = "already runs" if word == "running" else "started by the supervisor:"
+            return _report(word, f"daemon {running[0]} {verb} {release}", pid=running[0],
+                           starttime=running[1], release=release, released=released,
+                           pidline=line.strip())
+        if time.monotonic() >= end:
+            return _report("not-started", f"the supervisor did not start the daemon of "
+                           f"{release} within {wait:g}s", release=release, released=released)
+        time.sleep(POLL)
+
+
+def _accepts(url: str) -> bool:
+    """The URL's port takes a TCP connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), 1):
+            return True
+    except OSError:
+        return False
+
+
+def _status_answer(url: str) -> str | None:
+    """The status port's answer (HTTP below 400), else None."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=1)
+    try:
+        conn.request("GET", parts.path or "/")
+        reply = conn.getresponse()
+        body = reply.read(1 << 20).decode("utf-8", "replace")
+        return body if reply.status < 400 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def owners(ports: list[int], pid: int | None = None, proc: str = "/proc") -> dict[str, Any]:
+    """Who holds the daemon's TCP ports and, for `pid`, that process's age."""
+    found = ports_owners(proc, ports)
+    out: dict[str, Any] = {"ports": {str(p): found[p] for p in ports}}
+    if pid is not None:
+        out["pid"] = process_brief(proc, pid) if proc_stat(proc, pid) else None
+    return out
+
+
+def wait_ready(status_url: str, seconds: float, grpc_url: str = "", watch: int = 0,
+               pidfile: str = "", ports: list[int] | None = None, pid: int | None = None,
+               proc: str = "/proc") -> dict[str, Any]:
+    """Wait until the gRPC port accepts and then the status port answers (cuzk binds the
+    status port first); "died" once the daemon (watch, else the pid `pidfile` names) is gone.
+    "ready" carries the status answer and the ports' owners."""
+    if not watch and pidfile:
+        found = read_pidfile(pidfile)
+        watch = found[0] if found and found[0] > 0 else 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not grpc_url or _accepts(grpc_url):
+            answer = _status_answer(status_url)
+            if answer is not None:
+                return _report("ready", f"{status_url} answered", answer=answer,
+                               owners=owners(list(ports or []), pid, proc))
+        if watch and proc_state(proc, watch, None)[0] != "running":
+            return _report("died", f"daemon {watch} died during start-up", pid=watch)
+        time.sleep(POLL)
+    return _report("timeout", f"status port {status_url} did not answer within {seconds:g}s")
+
+
+# ---------------------------------------------------------------- prove
+
+
+def _status_doc(url: str) -> dict[str, Any] | None:
+    answer = _status_answer(url) if url else None
+    try:
+        doc = json.loads(answer) if answer is not None else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def prove(command: str, timeout: float, kill_after: float, evidence: str, record: str = "",
+          pattern: str = "", status_url: str = "") -> dict[str, Any]:
+    """Run the validation proof (`sh -c command`) under `timeout`; the evidence of an
+    earlier validation goes first, `record` is written again only when stdout passes
+    proof_verdict (stderr never counts). /status is asked after a proof that was stopped."""
+    import subprocess
+
+    safe_remove(evidence)  # a link there: the link itself, never its target
+    started = time.monotonic()
+    r = subprocess.run(["timeout", "-k", f"{kill_after:g}", f"{timeout:g}", "sh", "-c", command],
+                       stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    stdout = r.stdout.decode("utf-8", "replace")
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode
+    out = _report("ran", f"the proof exited {code}", exit=code,
+                  elapsed=round(time.monotonic() - started, 3), stdout=stdout,
+                  stderr=r.stderr.decode("utf-8", "replace"), status_after=None, recorded=False)
+    if code in STOPPED and status_url:
+        out["status_after"] = _status_doc(status_url)
+    if record and pattern and proof_verdict(stdout, pattern)[0]:
+        safe_write(evidence, (record + "\n").encode())  # 0600, never through a link
+        out["recorded"] = True
+    return out
+
+
+# ---------------------------------------------------------------- prune
+
+
+def prune(root: str, releases: list[str], keep: list[str] | None = None) -> dict[str, Any]:
+    """Remove the named release folders; never what current points at, one in `keep`, a
+    name that is not a release id, or a link (a link is removed, never followed)."""
+    import shutil
+
+    protected = set(keep or []) | {current_release(root) or ""}
+    removed, kept = [], []
+    for release in releases:
+        where = os.path.join(root, "releases", release)
+        if not _release_id_ok(release) or release in protected:
+            kept.append(release)
+            continue
+        if os.path.islink(where):
+            os.unlink(where)
+        elif os.path.isdir(where):
+            shutil.rmtree(where)
+        else:
+            continue
+        removed.append(release)
+    if not removed:
+        return _report("none", "no release to remove", kept=kept)
+    return _report("pruned", f"removed {len(removed)} release(s)", removed=removed, kept=kept)
+
+
+ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_current,
+                                   restore_config, start, wait_ready, owners, prove, prune)}
+
+
+def call(action: str, kwargs: Any) -> dict[str, Any]:
+    """Run one action; an unknown action or arguments that do not fit it: "bad-call"."""
+    fn = ACTIONS.get(action)
+    if fn is None:
+        return _report("bad-call", f"no host action {action[:80]!r}")
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        return _report("bad-call", "keyword arguments must be a JSON object")
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(**kwargs)
+    except TypeError as e:
+        return _report("bad-call", f"{action}: {e}")
+    report: dict[str, Any] = fn(**kwargs)
+    return report
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description="run one host action (rollout's host API)")
+    p.add_argument("--call", required=True, choices=sorted(ACTIONS))
+    p.add_argument("--kwargs", default=None, help="its keyword arguments, a JSON object")
+    p.add_argument("--kwargs-stdin", action="store_true", help="read them from stdin")
+    args = p.parse_args(argv)
+    text = sys.stdin.read() if args.kwargs_stdin else (args.kwargs or "{}")
+    try:
+        kwargs = json.loads(text or "{}")
+    except ValueError:
+        kwargs = None
+    print(json.dumps(call(args.call, kwargs), sort_keys=True, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,266 @@
+"""ops.py, rollout's host API, run here as a host runs it (python3 -c BOOTSTRAP --call NAME
+--kwargs-stdin, and through the agent): on a temporary root folder, with real processes."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.host.scripts import bootstrap, script_text, sized
+
+
+class Status(http.server.BaseHTTPRequestHandler):
+    code = 200
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        body = json.dumps({"uptime_secs": 1.5}).encode()
+        self.send_response(self.code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Failing(Status):
+    code = 503
+
+
+def _serve(handler: type[Status]) -> Iterator[int]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def status_port() -> Iterator[int]:
+    yield from _serve(Status)
+
+
+@pytest.fixture
+def failing_status_port() -> Iterator[int]:
+    yield from _serve(Failing)
+
+
+@pytest.fixture
+def grpc_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield s.getsockname()[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def call(action: str, **kwargs: Any) -> dict[str, Any]:
+    """A host action, run as a host without an agent runs it; its one JSON line."""
+    feed = sized(script_text("ops")) + json.dumps(kwargs).encode()
+    p = subprocess.run([sys.executable, "-c", bootstrap("ops.py"), "--call", action,
+                        "--kwargs-stdin"], input=feed, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out: dict[str, Any] = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    return out
+
+
+def wait(grpc: int, status: int, seconds: float = 20, **extra: Any) -> dict[str, Any]:
+    return call("wait_ready", seconds=seconds, grpc_url=f"http://127.0.0.1:{grpc}/",
+                status_url=f"http://127.0.0.1:{status}/status", ports=[status], **extra)
+
+
+def test_both_ports_answer_then_their_owners(grpc_port: int, status_port: int) -> None:
+    out = wait(grpc_port, status_port, watch=os.getpid())
+    assert out["outcome"] == "ready", out
+    assert json.loads(out["answer"]) == {"uptime_secs": 1.5}
+    assert str(status_port) in out["owners"]["ports"]
+
+
+def test_grpc_port_not_bound_is_not_ready(status_port: int) -> None:
+    out = wait(_free_port(), status_port, seconds=0.5)
+    assert out["outcome"] == "timeout" and "answer" not in out
+
+
+def test_status_port_answering_an_error_is_not_ready(grpc_port: int,
+                                                     failing_status_port: int) -> None:
+    assert wait(grpc_port, failing_status_port, seconds=0.5)["outcome"] == "timeout"
+
+
+def test_daemon_that_died_ends_the_wait() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = wait(_free_port(), _free_port(), watch=dead.pid, seconds=60)
+    assert out["outcome"] == "died"
+    assert out["reason"] == f"daemon {dead.pid} died during start-up"
+
+
+def test_pid_read_from_the_pidfile_as_hostile_text(tmp_path: Path, grpc_port: int) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    pidfile.write_text("$(reboot) 1 /x\n")  # not a pid: nothing watched, the wait runs out
+    assert wait(grpc_port, _free_port(), seconds=0.5, pidfile=str(pidfile))["outcome"] == "timeout"
+
+
+# ---------------------------------------------------------------- the other actions
+
+
+RELEASE = "abcdefabcdef"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "data"
+    (r / "releases" / RELEASE).mkdir(parents=True)
+    (r / "releases" / "0123456789ab").mkdir()
+    (r / "rollout").mkdir()
+    return r
+
+
+def test_hold_is_set_once_and_released(root: Path) -> None:
+    assert call("hold", root=str(root))["outcome"] == "set"
+    assert call("hold", root=str(root))["outcome"] == "kept"
+    assert (root / "rollout" / "hold").exists()
+    assert call("release_hold", root=str(root))["outcome"] == "released"
+    assert call("release_hold", root=str(root))["outcome"] == "none"
+
+
+def test_hold_never_writes_through_a_link(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (root / "rollout").rmdir()
+    (root / "rollout").symlink_to(tmp_path / "elsewhere")
+    p = subprocess.run([sys.executable, "-c", bootstrap("ops.py"), "--call", "hold",
+                        "--kwargs-stdin"], input=sized(script_text("ops")) + json.dumps(
+                            {"root": str(root)}).encode(), capture_output=True, timeout=60)
+    assert p.returncode != 0 and b"symbolic link" in p.stderr
+    assert not (tmp_path / "elsewhere" / "hold").exists()
+
+
+def test_point_current_checks_before_it_acts(root: Path) -> None:
+    out = call("point_current", root=str(root), release=RELEASE)
+    assert out["outcome"] == "pointed" and out["previous"] is None
+    assert os.readlink(root / "current") == f"releases/{RELEASE}"
+    assert call("point_current", root=str(root), release=RELEASE)["outcome"] == "kept"
+    out = call("point_current", root=str(root), release="0123456789ab")
+    assert out["outcome"] == "pointed" and out["previous"] == RELEASE
+    assert call("point_current", root=str(root), release="ffffffffffff")["outcome"] == "missing"
+
+
+@pytest.mark.parametrize("hostile", ["../../etc", "a/b", "..", "", ".hidden", "$(reboot)"])
+def test_point_current_refuses_what_is_no_release_id(root: Path, hostile: str) -> None:
+    out = call("point_current", root=str(root), release=hostile)
+    assert out["outcome"] in ("refused", "missing")
+    assert not (root / "current").exists()
+
+
+def test_restore_config_puts_back_what_differs(root: Path) -> None:
+    kept, config = root / "rollout" / "kept.toml", root / "config.toml"
+    kept.write_text("a = 1\n")
+    assert call("restore_config", config_path=str(config),
+                kept_config=str(kept))["outcome"] == "restored"
+    assert config.read_text() == "a = 1\n"
+    assert call("restore_config", config_path=str(config),
+                kept_config=str(kept))["outcome"] == "kept"
+    assert call("restore_config", config_path=str(config),
+                kept_config=str(root / "none"))["outcome"] == "none"
+
+
+def test_prune_never_removes_current_or_a_link_target(root: Path, tmp_path: Path) -> None:
+    (root / "current").symlink_to(f"releases/{RELEASE}")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("x")
+    (root / "releases" / "linkedlinked").symlink_to(precious)
+    out = call("prune", root=str(root), releases=[RELEASE, "0123456789ab", "linkedlinked",
+                                                   "../.."])
+    assert out["outcome"] == "pruned"
+    assert sorted(out["removed"]) == ["0123456789ab", "linkedlinked"]
+    assert (root / "releases" / RELEASE).is_dir() and (precious / "keep").exists()
+
+
+def test_prove_records_evidence_only_for_a_passing_proof(root: Path) -> None:
+    evidence = root / "rollout" / "validated.json"
+    evidence.write_text("old")
+    passing = "printf '=== Proof Result ===\nstatus: COMPLETED\nok\n'"
+    out = call("prove", command=passing, timeout=30, kill_after=5, evidence=str(evidence),
+               record='{"release": "x"}', pattern="ok")
+    assert out["exit"] == 0 and out["recorded"] is True, out
+    assert evidence.read_text() == '{"release": "x"}\n'
+    out = call("prove", command="echo no; exit 3", timeout=30, kill_after=5,
+               evidence=str(evidence), record="{}", pattern="ok")
+    assert out["exit"] == 3 and out["recorded"] is False and not evidence.exists()
+
+
+def test_prove_is_stopped_at_its_timeout(root: Path) -> None:
+    out = call("prove", command="sleep 30", timeout=0.3, kill_after=1,
+               evidence=str(root / "rollout" / "v.json"))
+    assert out["exit"] == 124 and out["elapsed"] < 10
+
+
+def test_a_call_that_does_not_fit_is_refused_not_run(root: Path) -> None:
+    assert call("hold", root=str(root), rm="-rf /")["outcome"] == "bad-call"
+    assert not (root / "rollout" / "hold").exists()
+
+
+def daemon_release(root: Path) -> Path:
+    exe = root / "releases" / RELEASE / "cuzk-daemon"
+    exe.write_text(f"#!{sys.executable}\nimport time\nwhile True:\n    time.sleep(0.05)\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def starttime(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def test_stop_keeps_the_daemon_of_the_release_to_keep(root: Path) -> None:
+    exe = daemon_release(root)
+    d = subprocess.Popen([str(exe)])
+    try:
+        (root / "rollout" / "daemon.pid").write_text(f"{d.pid} {starttime(d.pid)} {exe}\n")
+        out = call("stop", root=str(root), grace=5, keep_release=RELEASE)
+        assert out["outcome"] == "kept" and d.poll() is None
+        assert not (root / "rollout" / "hold").exists()
+        out = call("stop", root=str(root), grace=5)
+        assert out["outcome"] == "stopped" and out["held"] is True, out
+        assert (root / "rollout" / "hold").exists()
+    finally:
+        d.kill()
+        d.wait()
+
+
+def test_start_without_a_release_says_so(root: Path) -> None:
+    (root / "rollout" / "hold").write_text("")
+    out = call("start", root=str(root), wait=1)
+    assert out["outcome"] == "no-release"
+    assert (root / "rollout" / "hold").exists()  # nothing was changed
+
+
+def test_the_agent_runs_a_call_in_a_forked_child(root: Path) -> None:
+    """The same function through the agent: one request line, one answer line."""
+    source = script_text("ops")
+    import hashlib
+
+    req = {"id": 7, "call": "ops.hold", "kwargs": {"root": str(root)},
+           "sha": hashlib.sha256(source.encode()).hexdigest(), "source": source}
+    stdin = sized(script_text("agent")) + (json.dumps(req) + "\n").encode()
+    p = subprocess.run([sys.executable, "-c", bootstrap("agent.py")], input=stdin,
+                       capture_output=True, timeout=60)
+    lines = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    answer = next(x for x in lines if x.get("id") == 7)
+    assert answer["exit"] == 0, answer
+    assert json.loads(answer["stdout"])["outcome"] == "set"
+    assert (root / "rollout" / "hold").exists()
