@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import IO, Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
@@ -15,8 +16,30 @@ from rollout.output.events import Event
 from rollout.output.progress import PlainLines, format_progress
 from rollout.secrets import redact
 
-if TYPE_CHECKING:
-    from rollout.engine.run import RunSummary
+
+class OutcomeRow(Protocol):
+    """One host's line of the summary table (the engine's HostOutcome)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def release(self) -> str | None: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class Summary(Protocol):
+    """What the summary table shows of a run (the engine's RunSummary): output sits below the
+    engine and reads its results through this shape."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def outcomes(self) -> Mapping[str, OutcomeRow]: ...
+    @property
+    def aborted(self) -> str | None: ...
 
 _STYLE = {
     "ok": "green",
@@ -164,7 +187,7 @@ def _is_failure(e: Event) -> bool:
     return e.kind in ("host_end", "guard_report") and e.status != "validated"
 
 
-def summary_table(summary: RunSummary) -> Table:
+def summary_table(summary: Summary) -> Table:
     table = Table(title=f"rollout {summary.run_id}")
     for column in ("host", "result", "release", "reason"):
         table.add_column(column)
@@ -178,7 +201,7 @@ def summary_table(summary: RunSummary) -> Table:
     return table
 
 
-def print_summary(summary: RunSummary, console: Console | None = None) -> None:
+def print_summary(summary: Summary, console: Console | None = None) -> None:
     console = console or make_console()
     console.print(summary_table(summary))
     if summary.aborted:
