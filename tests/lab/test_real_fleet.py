@@ -65,7 +65,7 @@ def test_a_users_inventory_plans_the_real_cuzk_build_never_the_stand_in(
         run = run_cli(tmp_path, "rollout", "--hosts", str(inventory), "--dry-run",
                       "--set", f"curio_dir={checkout}", cwd=cwd)
         assert run.code == 0, run.stderr[-2000:]
-        assert "would build rollout/cuzk:c-" in run.stdout and "(cuzk.Dockerfile)" in run.stdout
+        assert "would build rollout/cuzk:v1 (cuzk.Dockerfile)" in run.stdout, run.stdout
         assert "rollout-lab" not in run.stdout and "prover" not in run.stdout
     # Without a checkout, the real build is what it fails on (exit 2, naming the key).
     run = run_cli(tmp_path, "rollout", "--hosts", str(inventory), "--dry-run")

@@ -23,7 +23,7 @@ def _manifest(ctx: ControllerContext) -> Manifest:
     return manifest_for(
         ctx.release,
         image_digest=str(ctx.docker().images.get(ctx.image).id),
-        build_args={k: str(v) for k, v in (spec.args or {}).items()},
+        build_args=spec.build_args(),
         source_revision=source_revision(Path(spec.context), Path(spec.dockerfile)),
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )

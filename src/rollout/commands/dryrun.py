@@ -3,9 +3,10 @@
 The plan printed is the one the engine would apply (rollout.engine.hostplan): the same decisions
 from the same facts, and the rollback for each point where a host can fail.
 
-On the controller it only reads: an image already built for these inputs gives the release
-id (its executables are copied out to the local cache); otherwise the plan says a build
-would come first and the upload cannot be checked yet.
+On the controller it only reads, and never the build context's files (only their names and
+sizes): an image an earlier build made from this very context gives the release id (its
+executables are copied out to the local cache); otherwise the plan says a build would come
+first and the upload cannot be checked yet.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def known_release(plan: Plan, cache_dir: Any) -> Release | None:
               f"({Path(spec.dockerfile).name}): {e}")
         return None
     if ctx.image is None:
-        print(f"  controller: build: would build {image.content_tag(spec)} "
-              f"({Path(spec.dockerfile).name})")
+        print(f"  controller: build: would build {spec.tag} ({Path(spec.dockerfile).name}): "
+              f"{image.context_summary(spec)}; its content is not read in a dry run")
         return None
     image.extract(ctx, {})
     assert ctx.release is not None

@@ -21,6 +21,7 @@ from pydantic import (
 
 from rollout.host.layout import EXECUTABLE_NAME
 
+from . import cuda
 from .batches import BatchSize, parse_serial
 from .durations import Seconds
 
@@ -234,6 +235,19 @@ class BuildSpec(Section):
     target: str | None = Field(
         default=None, description="Build stage to stop at (docker --target)."
     )
+    cuda_archs: str | None = Field(
+        default=None,
+        description='GPU architectures to build for, space separated ("86 89 120": sm_XX '
+        "without the sm_), passed as the CUDA_ARCHS build argument; they choose the CUDA "
+        "base (docs/real-fleet.md has the table: 120, RTX 50xx, needs 12.8). null: not a "
+        "CUDA build (the lab's stand-in).",
+    )
+    cuda_base: str | None = Field(
+        default=None,
+        description="The CUDA devel image, passed as CUDA_BASE; one that cannot build an "
+        "architecture of cuda_archs is refused. null: the oldest base rollout knows that "
+        "builds them all.",
+    )
     args: dict[str, str] = Field(default_factory=dict, description="Build arguments.")
     image_paths: dict[Executable, RemotePath] = Field(
         description="Where each executable is inside the image: name -> absolute path."
@@ -249,6 +263,58 @@ class BuildSpec(Section):
                 "letter, digit or '_'); a value set with --set or an inventory var ends up here"
             )
         return value
+
+    @field_validator("cuda_archs", "cuda_base", mode="before")
+    @classmethod
+    def _unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip() in ("", "None") else value
+
+    @field_validator("cuda_archs")
+    @classmethod
+    def _archs(cls, value: str | None) -> str | None:
+        return value if value is None else " ".join(str(a) for a in cuda.parse_archs(value))
+
+    @field_validator("cuda_base")
+    @classmethod
+    def _base(cls, value: str | None, info: ValidationInfo) -> str | None:
+        archs = info.data.get("cuda_archs")
+        if value is None:
+            return None
+        if not IMAGE_REFERENCE.match(value):
+            raise ValueError(f"{value!r} is not a Docker image name with an optional tag")
+        if archs is None:
+            raise ValueError("a CUDA base without build.cuda_archs: set both, or neither")
+        problem = cuda.refusal(value, cuda.parse_archs(archs))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _cuda_args(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """CUDA_ARCHS and CUDA_BASE come from cuda_archs and cuda_base where those are set;
+        given only as build arguments (a playbook from an earlier release), they are checked
+        against each other all the same."""
+        named = sorted({"CUDA_ARCHS", "CUDA_BASE"} & set(value))
+        if named and info.data.get("cuda_archs") is not None:
+            raise ValueError(f"{' and '.join(named)} come from build.cuda_archs and "
+                             "build.cuda_base: remove them from build.args")
+        if value.get("CUDA_ARCHS") and value.get("CUDA_BASE"):
+            problem = cuda.refusal(value["CUDA_BASE"], cuda.parse_archs(value["CUDA_ARCHS"]))
+            if problem:
+                raise ValueError(f"CUDA_BASE: {problem}")
+        return value
+
+    def build_args(self) -> dict[str, str]:
+        """The build arguments docker gets: `args`, plus CUDA_ARCHS and CUDA_BASE (the one
+        set, or the one picked for the architectures) when cuda_archs is set."""
+        out = {k: str(v) for k, v in (self.args or {}).items()}
+        if self.cuda_archs is not None:
+            archs = cuda.parse_archs(self.cuda_archs)
+            out["CUDA_ARCHS"] = self.cuda_archs
+            out["CUDA_BASE"] = self.cuda_base or cuda.pick_base(archs)
+        return out
+
 
 
 class DrainSpec(Section):

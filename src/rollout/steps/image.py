@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
+from rollout.steps import buildcontext
 from rollout.steps.decision import Artifact, Release
 from rollout.steps.manifest import release_id_of
+from rollout.units import format_size
 
 if TYPE_CHECKING:
     import docker
@@ -47,17 +49,6 @@ class ControllerContext:
         return self._client
 
 
-def context_digest(context: Path, dockerfile: Path, args: dict[str, str]) -> str:
-    """Content hash of everything that goes into a build: the tag names these inputs."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
-    h.update(dockerfile.read_bytes())
-    for key in sorted(args):
-        h.update(f"{key}={args[key]}\0".encode())
-    return h.hexdigest()[:16]
-
-
 def _repository(tag: str) -> str:
     """`registry:5000/name:tag` -> `registry:5000/name`."""
     last = tag.rsplit("/", 1)[-1]
@@ -73,19 +64,50 @@ def check_build_inputs(spec: Any) -> None:
         raise StepFailed(f"build.context {spec.context} is not a folder", retryable=False)
 
 
-def content_tag(spec: Any) -> str:
-    """The image tag that names these build inputs: same inputs, same tag, no rebuild."""
+def _context(spec: Any) -> tuple[Path, Path, list[buildcontext.Entry]]:
     check_build_inputs(spec)
-    args = {k: str(v) for k, v in (spec.args or {}).items()}
-    digest = context_digest(Path(spec.context), Path(spec.dockerfile), args)
+    context, dockerfile = Path(spec.context), Path(spec.dockerfile)
+    return context, dockerfile, buildcontext.included(context, dockerfile)
+
+
+def content_tag(spec: Any, cache_dir: Path) -> str:
+    """The image tag that names these build inputs: same inputs, same tag, no rebuild. The
+    content is hashed once; later runs find its digest by the context's stat fingerprint."""
+    context, dockerfile, entries = _context(spec)
+    args = spec.build_args()
+    key = buildcontext.fingerprint(context, entries, dockerfile, args)
+    digest = buildcontext.cached_digest(cache_dir, key)
+    if digest is None:
+        digest = buildcontext.content_digest(context, entries, dockerfile, args)
+        buildcontext.remember_digest(cache_dir, key, digest)
     return f"{_repository(spec.tag)}:c-{digest}"
 
 
+def known_tag(spec: Any, cache_dir: Path) -> str | None:
+    """The content tag when an earlier build hashed this very context (same fingerprint);
+    None otherwise. Reads no file of the context: what a dry run may do."""
+    context, dockerfile, entries = _context(spec)
+    key = buildcontext.fingerprint(context, entries, dockerfile, spec.build_args())
+    digest = buildcontext.cached_digest(cache_dir, key)
+    return None if digest is None else f"{_repository(spec.tag)}:c-{digest}"
+
+
+def context_summary(spec: Any) -> str:
+    """What a build would send, from the file sizes alone."""
+    _, _, entries = _context(spec)
+    files = [e for e in entries if e.is_file]
+    return (f"{len(files)} file(s), {format_size(sum(e.st.st_size for e in files))} after "
+            ".dockerignore and target/")
+
+
 def existing_image(ctx: ControllerContext) -> str | None:
-    """The content tag when the image for these inputs is already built (reads only)."""
+    """The content tag when the image for these inputs is already built and an earlier
+    build hashed this context (reads no file of it)."""
     from docker.errors import ImageNotFound
 
-    tag = content_tag(ctx.build)
+    tag = known_tag(ctx.build, ctx.cache_dir)
+    if tag is None:
+        return None
     try:
         ctx.docker().images.get(tag)
     except ImageNotFound:
@@ -97,10 +119,8 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
     from docker.errors import BuildError, ImageNotFound
 
     spec = ctx.build
-    context, dockerfile = Path(spec.context), Path(spec.dockerfile)
-    args = {k: str(v) for k, v in (spec.args or {}).items()}
     repository = _repository(spec.tag)
-    tag = content_tag(spec)
+    tag = content_tag(spec, ctx.cache_dir)
     client = ctx.docker()
     try:
         image = client.images.get(tag)
@@ -109,11 +129,13 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
         return skipped(f"image {tag} for these inputs exists ({image.short_id})", image=tag)
     except ImageNotFound:
         pass
+    fileobj, dockerfile = buildcontext.archive(Path(spec.context), Path(spec.dockerfile))
     try:
         image, _logs = client.images.build(
-            path=str(context),
-            dockerfile=str(dockerfile.resolve()),
-            buildargs=args,
+            fileobj=fileobj,
+            custom_context=True,
+            dockerfile=dockerfile,
+            buildargs=spec.build_args(),
             tag=tag,
             target=spec.target,
             rm=True,
@@ -125,6 +147,8 @@ def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
         raise StepFailed(
             f"docker build failed: {e.msg}", retryable=False, output=tail("".join(lines), 3000)
         ) from e
+    finally:
+        fileobj.close()
     ctx.image = tag
     return changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)
 

@@ -14,7 +14,11 @@
 # extern/bellpepper-core and extern/supraseal-c2.
 #
 # Build arguments:
-#   CUDA_BASE     the CUDA 12 *devel* image (nvcc, headers, the libcuda stub)
+#   CUDA_BASE     the CUDA 12 *devel* image (nvcc, headers, the libcuda stub). It must build
+#                 every arch of CUDA_ARCHS: 12.8 or newer for 100 and 120 (RTX 50xx), 12.6
+#                 for the rest (the table is in docs/real-fleet.md). rollout picks it from
+#                 build.cuda_archs and refuses a base that cannot; by hand, the nvcc check
+#                 below fails the build at its first step
 #   RUNTIME_BASE  the slim stage the executables are copied into; use the distribution of
 #                 CUDA_BASE, so the glibc and libstdc++ the binaries need are the same
 #   CUDA_ARCHS    nvcc target architectures, space separated ("75 80 86 89 90"); both
@@ -29,6 +33,13 @@ ARG RUNTIME_BASE=ubuntu:22.04
 
 FROM ${CUDA_BASE} AS build
 ARG CUDA_ARCHS="89"
+# Every arch asked for is one this nvcc can build: fail here, not after a long cargo build.
+RUN archs="$(nvcc --list-gpu-arch)" && for arch in ${CUDA_ARCHS}; do \
+      case "$arch" in *[!0-9a-z]*|"") echo "CUDA_ARCHS: bad word $arch" >&2; exit 1;; esac; \
+      echo "$archs" | grep -qx "compute_${arch}" || { \
+        echo "this CUDA base's nvcc cannot build sm_${arch} (RTX 50xx, sm_120, needs CUDA 12.8+)" >&2; \
+        exit 1; }; \
+    done
 ENV DEBIAN_FRONTEND=noninteractive \
     RUSTUP_HOME=/opt/rustup CARGO_HOME=/opt/cargo PATH=/opt/cargo/bin:${PATH}
 # protobuf-compiler: cuzk-proto's build.rs runs tonic-build (prost), which needs protoc.
