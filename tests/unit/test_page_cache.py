@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rollout.host.scripts import facts
-from rollout.steps import release
+from rollout.steps import install
 from rollout.transport.base import RunResult
 
 
@@ -43,6 +43,6 @@ def test_the_release_check_evicts_what_it_read(tmp_path: Path) -> None:
     for name in names:
         (tmp_path / name).write_bytes(name.encode())
     shell = Shell()
-    sums = release._sha256s(shell, str(tmp_path), names)  # type: ignore[arg-type]
+    sums = install._sha256s(shell, str(tmp_path), names)  # type: ignore[arg-type]
     assert set(sums) == set(names) and all(len(v) == 64 for v in sums.values())
     assert "iflag=nocache" in shell.sent[0] and "sha256sum" in shell.sent[0]

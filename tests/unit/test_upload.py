@@ -22,7 +22,8 @@ from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
-from rollout.steps.release import parse_identities, switch, upload
+from rollout.steps.install import parse_identities
+from rollout.steps.release import switch, upload
 from rollout.transport.channel import _stream
 from rollout.transport.local import LocalTransport
 from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport

@@ -20,7 +20,7 @@ from rollout.host.layout import Layout, q
 from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release, Staged
-from rollout.steps.release import evict_command, identity_command, parse_identities, push_into
+from rollout.steps.install import evict_command, identity_command, parse_identities, push_into
 
 STAGING_WORKERS = 4  # hosts staged at once: the controller's CPU is shared with the canary
 OpenHost = Callable[[str], contextlib.AbstractContextManager[HostContext]]

@@ -17,7 +17,7 @@ from typing import Any
 from rollout.errors import StepFailed
 from rollout.host.layout import EXECUTABLE_NAME, is_release_id, q
 from rollout.steps.base import Artifact, HostContext, Release
-from rollout.steps.release import release_mismatches
+from rollout.steps.install import release_mismatches
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -20,7 +20,7 @@ from rollout.output.events import StepResult, changed
 from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.secrets import tail
 from rollout.steps.base import HostContext, Release
-from rollout.steps.release import install_partial, push_into
+from rollout.steps.install import install_partial, push_into
 from rollout.steps.transfer import follow_lines
 from rollout.transport.base import Stream
 
