@@ -129,14 +129,45 @@ def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
 
 
 def test_page_cache_left_behind_is_not_waited_for(tmp_path: Path) -> None:
-    """Usage is 900 of 1000, but 800 of it is inactive page cache: the headroom fits."""
+    """Usage is 900 of 1000, but 850 of it is page cache no process maps: the headroom fits."""
     cg = v2_tree(tmp_path, 900, inactive_file=800, file=850, active_file=50)
     rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
                         "--budget", "150", "--deadline", "20")
     assert rc == 0 and out["drained_by"] == "budget", out
-    assert out["working_set"] == 100 and out["page_cache"] == 850
+    assert out["working_set"] == 50 and out["page_cache"] == 850
     assert out["memory"]["inactive_file"] == 800
-    assert len(out["samples"]) == 1 and out["samples"][0][1] == 100
+    assert len(out["samples"]) == 1 and out["samples"][0][1] == 50
+
+
+def test_active_page_cache_nobody_maps_is_not_waited_for(tmp_path: Path) -> None:
+    """Issue 17: the old daemon's params, mmapped and read many times, left 600 MiB on the
+    ACTIVE list when it died. Nobody maps them now: they are not waited for, active or not
+    (counting only the inactive list, the working set was 700 MiB and the drain hit its
+    plateau)."""
+    cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30), anon=90 * MIB, file=600 * MIB,
+                 active_file=590 * MIB, inactive_file=10 * MIB)
+    rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
+                        "--budget", str(900 * MIB), "--plateau", "0.5", "--deadline", "20")
+    assert rc == 0 and out["drained_by"] == "budget", out
+    assert out["working_set"] == 100 * MIB and out["page_cache"] == 600 * MIB
+
+
+@pytest.mark.parametrize("held", ["shmem", "file_mapped", "file_dirty", "file_writeback"])
+def test_page_cache_that_cannot_go_is_counted(tmp_path: Path, held: str) -> None:
+    """tmpfs and /dev/shm (shmem), pages a live process maps, dirty and writeback pages
+    stay in the working set: 300 MiB of 600 here, so the headroom misses the budget."""
+    stat = {"anon": 90 * MIB, "file": 600 * MIB, "active_file": 590 * MIB,
+            "inactive_file": 10 * MIB, held: 300 * MIB}
+    cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30), **stat)
+    rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
+                        "--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
+    assert rc == 3 and out["outcome"] == "plateau", out
+    assert out["working_set"] == 400 * MIB and out["page_cache"] == 300 * MIB
+    reason = failure_reason(out)
+    assert "usage 700.0MiB less 300.0MiB of page cache no live process maps" in reason
+    name = {"shmem": "tmpfs/shm", "file_mapped": "mapped", "file_dirty": "dirty",
+            "file_writeback": "writeback"}[held]
+    assert f"(file 600.0MiB less {name} 300.0MiB; active or inactive alike)" in reason, reason
 
 
 def test_back_to_the_baseline_recorded_before_the_daemon_started(tmp_path: Path) -> None:
@@ -284,6 +315,8 @@ total_shmem 100663296
 total_mapped_file 1048576
 total_inactive_file 419430400
 total_active_file 209715200
+total_dirty 0
+total_writeback 0
 """
 V2_STAT = """anon 104857600
 file 734003200
@@ -293,11 +326,14 @@ file_mapped 1048576
 active_anon 1000
 inactive_file 419430400
 active_file 209715200
+file_dirty 0
+file_writeback 0
 """
 
 
 def test_working_memory_v1_and_v2_from_fixture_files(tmp_path: Path) -> None:
-    """Same figures from either layout; the working set leaves out the inactive file pages."""
+    """Same figures from either layout; the working set leaves out the file pages nobody maps
+    (700 MiB of file pages less 96 MiB of shmem and 1 MiB mapped), active or inactive."""
     v1 = tmp_path / "v1" / "memory"
     v1.mkdir(parents=True)
     (v1 / "memory.usage_in_bytes").write_text(f"{900 * MIB}\n")
@@ -314,9 +350,10 @@ def test_working_memory_v1_and_v2_from_fixture_files(tmp_path: Path) -> None:
     m2 = drain_mod.working_memory(str(v2), noproc)
     assert m1.pop("source") == "cgroup-v1" and m2.pop("source") == "cgroup-v2"
     assert m1 == m2 == {
-        "usage": 900 * MIB, "limit": 1 << 30, "working_set": 500 * MIB,
-        "page_cache": 604 * MIB, "anon": 100 * MIB, "file": 700 * MIB, "shmem": 96 * MIB,
+        "usage": 900 * MIB, "limit": 1 << 30, "working_set": 297 * MIB,
+        "page_cache": 603 * MIB, "anon": 100 * MIB, "file": 700 * MIB, "shmem": 96 * MIB,
         "inactive_file": 400 * MIB, "active_file": 200 * MIB, "mapped_file": MIB,
+        "dirty": 0, "writeback": 0,
     }
 
 
@@ -349,26 +386,37 @@ def test_thin_keeps_ends_and_at_most_200() -> None:
 
 
 def test_step_failure_reason_names_the_holders() -> None:
+    """What was counted, and each holder by what it holds."""
     out = {
         "outcome": "plateau", "plateau": 5, "pid": 7, "state": "gone",
         "working_set": 300 * MIB, "page_cache": 128 * MIB, "budget": 448 * MIB,
-        "memory": {"limit": 512 * MIB},
+        "memory": {"limit": 512 * MIB, "usage": 428 * MIB, "file": 224 * MIB,
+                   "shmem": 96 * MIB, "source": "cgroup-v2"},
         "holders": {
             "shm": [
                 {"path": "/dev/shm/lab-srs-pool.7", "bytes": 96 * MIB},
                 {"path": "/dev/shm/x", "bytes": 0},
             ],
-            "processes": [{"pid": 99, "cmdline": "python3 -c hog", "rss": 100 * MIB}],
+            "processes": [
+                {"pid": 99, "cmdline": "python3 -c hog", "rss": 100 * MIB,
+                 "anon": 90 * MIB, "file": 10 * MIB, "shmem": 0},
+                {"pid": 98, "cmdline": "old-host", "rss": 5 * MIB},
+            ],
             "anon": 150 * MIB, "shmem": 96 * MIB, "file": 224 * MIB,
         },
     }
     reason = failure_reason(out)
-    assert reason.startswith("memory stopped falling for 5s: working set 300.0MiB")
-    assert "page cache 128.0MiB not counted" in reason and "headroom 212.0MiB" in reason
+    assert reason.startswith("memory stopped falling for 5s: working set 300.0MiB (usage "
+                             "428.0MiB less 128.0MiB of page cache no live process maps "
+                             "(file 224.0MiB less tmpfs/shm 96.0MiB; active or inactive "
+                             "alike)) of limit 512.0MiB: headroom 212.0MiB"), reason
     assert "budget 448.0MiB" in reason
-    assert "/dev/shm/lab-srs-pool.7 (96.0MiB)" in reason and "/dev/shm/x" not in reason
-    assert "pid 99 `python3 -c hog` (RSS 100.0MiB)" in reason
-    assert "anon 150.0MiB, shmem 96.0MiB, file 224.0MiB" in reason
+    assert "/dev/shm/lab-srs-pool.7 (96.0MiB in /dev/shm)" in reason
+    assert "/dev/shm/x" not in reason
+    assert ("pid 99 `python3 -c hog` (holds anon 90.0MiB, mapped file 10.0MiB, shmem 0B)"
+            in reason), reason
+    assert "pid 98 `old-host` (RSS 5.0MiB)" in reason  # a host that says no more
+    assert "the cgroup's anon 150.0MiB, shmem 96.0MiB, file 224.0MiB" in reason
     out |= {"outcome": "deadline", "state": "running"}
     assert failure_reason(out).startswith("daemon 7 still running at the drain deadline")
 
@@ -380,6 +428,11 @@ def test_failure_reason_reads_the_hosts_answer_as_hostile_data() -> None:
            "holders": {"shm": "x", "processes": [7, {"pid": 9}], "anon": None}}
     reason = failure_reason(out)
     assert reason.startswith("memory stopped falling for None")
-    assert "working set - (page cache - not counted) of -: headroom -, budget -" in reason
+    assert ("working set - (usage - less - of page cache no live process maps (file -; "
+            "active or inactive alike)) of limit -: headroom -, budget -") in reason, reason
     assert "pid 9 `?` (RSS -)" in reason and "anon -, shmem -, file -" in reason
+    hostile = {"memory": {"source": "cgroup-v2", "shmem": "x", "mapped_file": [1]},
+               "holders": {"processes": [{"pid": 1, "anon": "lots", "file": None}]}}
+    reason = failure_reason(hostile)
+    assert "less tmpfs/shm -, mapped -" in reason and "(holds anon -, mapped file -)" in reason
     assert failure_reason({}).startswith("drain deadline passed")

@@ -24,7 +24,7 @@ KEYS = {
     "registered", "validated", "host_id",
     "releases", "disk", "root_writable",
     "last_exit", "restarts_last_hour", "exits_last_hour", "exit_counts_complete", "last_start",
-    "restarts_total", "errors",
+    "restarts_total", "errors", "neighbours", "cuzk_loops",
 }
 
 
@@ -100,7 +100,8 @@ def test_shape_on_fake_tree(tree: tuple[Path, Path, subprocess.Popen[bytes]]) ->
     out = run_facts("--root", str(root), "--cgroup-root", str(cg))
     assert set(out) == KEYS and out["errors"] == {}
     assert out["cgroup"] == {"version": 2,
-                             "memory": {"usage": 4096, "limit": 8192, "source": "cgroup-v2"},
+                             "memory": {"usage": 4096, "limit": 8192, "source": "cgroup-v2",
+                                        "working_set": 4096, "page_cache": None},
                              "oom": {"oom": 1, "oom_kill": 1}}
     assert out["meminfo"]["total"] > 0 and out["meminfo"]["available"] > 0
     d = out["daemon"]
@@ -178,7 +179,8 @@ def test_v1_cgroup(tmp_path: Path) -> None:
     (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     c = facts_mod.cgroup(str(tmp_path))
     assert c["version"] == 1 and c["memory"] == {"usage": 10, "limit": None,
-                                                 "source": "cgroup-v1"}
+                                                 "source": "cgroup-v1", "working_set": 10,
+                                                 "page_cache": None}
     assert c["oom"] == {"failcnt": 0, "oom_kill": 2, "under_oom": 0}
 
 

@@ -46,3 +46,32 @@ def test_the_release_check_evicts_what_it_read(tmp_path: Path) -> None:
     sums = install._sha256s(shell, str(tmp_path), names)  # type: ignore[arg-type]
     assert set(sums) == set(names) and all(len(v) == 64 for v in sums.values())
     assert "iflag=nocache" in shell.sent[0] and "sha256sum" in shell.sent[0]
+
+
+MIB = 1 << 20
+
+
+def test_status_shows_the_figure_the_drain_uses_beside_raw_usage(tmp_path: Path) -> None:
+    """Issue 17: 600 MiB of page cache the old daemon left on the active list, mapped by no
+    one. The facts (which `status` shows) and the drain count the same working set, 100 MiB,
+    and status shows the raw 700 MiB beside it."""
+    from rollout.commands import status
+    from rollout.host.facts import HostFacts
+    from rollout.host.scripts import common
+
+    cg = tmp_path / "cgroup"
+    cg.mkdir()
+    (cg / "cgroup.controllers").write_text("memory\n")
+    (cg / "memory.current").write_text(f"{700 * MIB}\n")
+    (cg / "memory.max").write_text(f"{1 << 30}\n")
+    (cg / "memory.stat").write_text(
+        f"anon {90 * MIB}\nfile {600 * MIB}\nshmem 0\nfile_mapped 0\nfile_dirty 0\n"
+        f"file_writeback 0\nactive_file {590 * MIB}\ninactive_file {10 * MIB}\n")
+    memory = HostFacts.parse({"cgroup": facts.cgroup(str(cg))}).memory
+    drained = common.working_memory(str(cg), str(tmp_path / "noproc"))
+    assert memory.working_set == drained["working_set"] == 100 * MIB
+    assert memory.page_cache == drained["page_cache"] == 600 * MIB
+    row = {"memory_used": memory.usage, "memory_limit": memory.limit,
+           "memory_working_set": memory.working_set}
+    assert status._memory_text(row) == "100.0MiB (raw 700.0MiB) / 1.0GiB"
+    assert status._memory_text({**row, "memory_working_set": None}) == "700.0MiB / 1.0GiB"

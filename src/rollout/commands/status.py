@@ -124,6 +124,9 @@ def _host_row(ev: HostEvidence) -> dict[str, Any]:
         "restart_count_complete": facts.exit_counts_complete,
         "restarts_total": facts.restarts_total,
         "memory_used": facts.memory.usage, "memory_limit": facts.memory.limit,
+        # the drain's figure: usage less the page cache no live process maps
+        "memory_working_set": facts.memory.working_set,
+        "memory_page_cache": facts.memory.page_cache,
         "supervisor": supervisor_state(facts),
         "supervisor_reason": facts.supervisor.reason if facts.supervisor.alive else None,
         "supervisor_registered": facts.registered or "none",
@@ -164,12 +167,20 @@ def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
         "uptime": format_duration(row.get("uptime_secs")),
         "restarts_1h": "-" if restarts is None else
         f"{restarts}{'' if row.get('restart_count_complete', True) else '+'}",
-        "memory": f"{format_size(row.get('memory_used'))} / {format_size(row.get('memory_limit'))}",
+        "memory": _memory_text(row),
         "last_exit": _last_exit_text(row.get("last_exit"), now) or "-",
         "cause": (str(row.get("supervisor_reason") or "")[:80] if row["state"] == "blocked"
                   else row.get("last_exit_cause") or "-"),
         "on_restart": str(row.get("supervisor_registered") or "none")[:40],
     }
+
+
+def _memory_text(row: dict[str, Any]) -> str:
+    """The working set the drain measures, and raw usage beside it, against the limit."""
+    used, limit = format_size(row.get("memory_used")), format_size(row.get("memory_limit"))
+    if row.get("memory_working_set") is None:
+        return f"{used} / {limit}"
+    return f"{format_size(row.get('memory_working_set'))} (raw {used}) / {limit}"
 
 
 def fleet_rows(plan: Plan) -> list[dict[str, Any]]:

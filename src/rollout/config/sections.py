@@ -453,8 +453,15 @@ class PreflightSpec(Section):
     )
     min_budget: Size = Field(
         default="0",
-        description="The least memory budget the validation's proof type needs; a smaller "
-        "budget is refused at preflight, naming both numbers.",
+        description="A least memory budget of your own: a smaller budget is refused at "
+        "preflight, naming both numbers. proof_kind gives cuzk's own figure.",
+    )
+    proof_kind: Literal["porep-32g", "wpost-32g", "winning-32g", "snap-32g", "none"] = Field(
+        default="none",
+        description="The validation proof's kind (cuzk's circuit id): preflight refuses a "
+        "host whose memory budget cannot hold one such proof in cuzk's memory model (its "
+        "SRS + one partition's working set: porep-32g 58 GiB), before anything is stopped. "
+        "none: only min_budget.",
     )
     adopt: bool = Field(
         default=False,

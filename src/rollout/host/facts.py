@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.host.layout import is_release_id
+from rollout.host.scripts.common import format_size
 
 HOST_ID_RE = re.compile(r"[0-9a-f]{32}")
 
@@ -120,26 +121,80 @@ class SupervisorFacts:
         )
 
 
+def _text(value: Any, most: int) -> str:
+    """A host's string for people: at most `most` characters, control characters (an ESC
+    that would drive the operator's terminal) shown as '?'."""
+    text = (_str(value) or "")[:most]
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _size(value: Any) -> int | None:
+    """A byte count a host reported: a non-negative int, else None."""
+    number = _int(value)
+    return number if number is not None and number >= 0 else None
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A process in the container that is not the daemon (a curio sidecar, the supervisor),
+    and what it holds, in bytes."""
+
+    pid: int
+    cmdline: str = ""
+    rss: int = 0
+    anon: int | None = None
+    file: int | None = None
+    shmem: int | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> Neighbour | None:
+        d = _dict(raw)
+        pid, rss = _int(d.get("pid")), _size(d.get("rss"))
+        if pid is None or rss is None:
+            return None
+        return cls(pid, _text(d.get("cmdline"), 200), rss, _size(d.get("anon")),
+                   _size(d.get("file")), _size(d.get("shmem")))
+
+    def describe(self) -> str:
+        kinds = [f"{k} {format_size(v)}" for k, v in (
+            ("anon", self.anon), ("mapped file", self.file), ("shmem", self.shmem)) if v]
+        held = ", ".join(kinds) if kinds else f"RSS {format_size(self.rss)}"
+        return f"pid {self.pid} `{self.cmdline or '?'}` ({held})"
+
+
 @dataclass(frozen=True)
 class MemoryFacts:
-    """The container's memory: the cgroup's usage and limit (bytes), and where they came from."""
+    """The container's memory: the cgroup's usage and limit (bytes), and where they came from;
+    the working set the drain measures (usage less the page cache no live process maps) and
+    that page cache; what the container's other processes hold (neighbours_bytes, the
+    biggest of them in neighbours), measured before any stop."""
 
     usage: int | None = None
     limit: int | None = None
     source: str | None = None
     meminfo_total: int | None = None  # /proc/meminfo: the HOST's RAM inside a container
     meminfo_available: int | None = None
+    working_set: int | None = None
+    page_cache: int | None = None  # what the working set leaves out
+    neighbours_bytes: int | None = None  # None: not measured
+    neighbours: tuple[Neighbour, ...] = ()
 
     @classmethod
-    def parse(cls, cgroup: Any, meminfo: Any) -> MemoryFacts:
+    def parse(cls, cgroup: Any, meminfo: Any, others: Any = None) -> MemoryFacts:
         m = _dict(_dict(cgroup).get("memory"))
         info = _dict(meminfo)
+        near = _dict(others)
+        found = (Neighbour.parse(r) for r in _list(near.get("processes"))[:50])
         return cls(
             usage=_int(m.get("usage")),
             limit=_int(m.get("limit")),
             source=_str(m.get("source")),
             meminfo_total=_int(info.get("total")),
             meminfo_available=_int(info.get("available")),
+            working_set=_size(m.get("working_set")),
+            page_cache=_size(m.get("page_cache")),
+            neighbours_bytes=_size(near.get("bytes")),
+            neighbours=tuple(n for n in found if n is not None),
         )
 
 
@@ -192,6 +247,31 @@ def tcp_port(listen: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class Parent:
+    """One process of a daemon's parent chain: pid, program (the executable's name, or a
+    Python script's) and command line, as the host reported them."""
+
+    pid: int
+    program: str = ""
+    cmdline: str = ""
+    shell: bool = False
+    starts_cuzk: bool = False  # its command line, or the script it runs, names cuzk
+
+    @classmethod
+    def parse(cls, raw: Any) -> Parent | None:
+        d = _dict(raw)
+        pid = _int(d.get("pid"))
+        if pid is None or pid < 1:
+            return None
+        return cls(pid, _text(d.get("program"), 100), _text(d.get("cmdline"), 300),
+                   _bool(d.get("shell")),
+                   _bool(d.get("starts_cuzk")))
+
+    def describe(self) -> str:
+        return f"pid {self.pid} (`{self.cmdline or self.program or '?'}`)"
+
+
+@dataclass(frozen=True)
 class ProcessFacts:
     """A cuzk daemon found on the host, or a process holding one of the daemon's ports,
     whoever started it. supervised: rollout's supervisor is its parent or ancestor."""
@@ -205,6 +285,7 @@ class ProcessFacts:
     state: str = "running"
     supervised: bool = False
     starttime: int | None = None  # clock ticks since boot: with pid, names this process
+    parents: tuple[Parent, ...] = ()  # its parent chain, nearest first (cuzk daemons only)
 
     @classmethod
     def parse(cls, raw: Any) -> ProcessFacts | None:
@@ -213,10 +294,12 @@ class ProcessFacts:
         if pid is None:
             return None
         ancestors = [a for a in _list(d.get("ancestors")) if _int(a) is not None]
+        found = (Parent.parse(r) for r in _list(d.get("parents"))[:16])
         return cls(pid, _int(d.get("ppid")) or (ancestors[0] if ancestors else None),
                    _str(d.get("exe")), _str(d.get("cmdline")) or "", _float(d.get("age_secs")),
                    _float(d.get("started_at")), _str(d.get("state")) or "running",
-                   _bool(d.get("supervised")), _int(d.get("starttime")))
+                   _bool(d.get("supervised")), _int(d.get("starttime")),
+                   tuple(p for p in found if p is not None))
 
     def describe(self) -> str:
         up = f"up {self.age_secs:.0f}s" if self.age_secs is not None else "uptime unknown"
@@ -262,6 +345,7 @@ class HostFacts:
     registered: str | None = None  # how a restart brings the supervisor back (none: nothing)
     cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
     port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
+    cuzk_loops: tuple[Parent, ...] = ()  # shells that start cuzk, outside any SSH session
     errors: dict[str, str] = field(default_factory=dict)
     host_id: str | None = None  # <root>/rollout/host-id: what this machine is (read, not made)
 
@@ -276,7 +360,7 @@ class HostFacts:
             root=_str(d.get("root")),
             hostname=_str(d.get("hostname")),
             python=_str(d.get("python")),
-            memory=MemoryFacts.parse(d.get("cgroup"), d.get("meminfo")),
+            memory=MemoryFacts.parse(d.get("cgroup"), d.get("meminfo"), d.get("neighbours")),
             daemon=DaemonFacts.parse(d.get("daemon")),
             supervisor=SupervisorFacts.parse(d.get("supervisor")),
             held=_bool(d.get("held")),
@@ -296,6 +380,8 @@ class HostFacts:
             registered=_str(d.get("registered")),
             cuzk=_processes(d.get("cuzk_processes")),
             port_owners=_port_owners(d.get("port_owners")),
+            cuzk_loops=tuple(p for p in (Parent.parse(r) for r in _list(
+                d.get("cuzk_loops"))[:16]) if p is not None),
             errors={str(k)[:200]: str(v)[:500] for k, v in _dict(d.get("errors")).items()},
             host_id=_host_id(d.get("host_id")),
         )

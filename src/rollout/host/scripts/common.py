@@ -374,11 +374,14 @@ def cgroup_memory(cgroup_root: str) -> dict[str, Any]:
 STAT_KEYS = {
     "cgroup-v1": {"anon": "total_rss", "file": "total_cache", "shmem": "total_shmem",
                   "inactive_file": "total_inactive_file", "active_file": "total_active_file",
-                  "mapped_file": "total_mapped_file"},
+                  "mapped_file": "total_mapped_file", "dirty": "total_dirty",
+                  "writeback": "total_writeback"},
     "cgroup-v2": {"anon": "anon", "file": "file", "shmem": "shmem",
                   "inactive_file": "inactive_file", "active_file": "active_file",
-                  "mapped_file": "file_mapped"},
+                  "mapped_file": "file_mapped", "dirty": "file_dirty",
+                  "writeback": "file_writeback"},
 }
+UNRECLAIMABLE = ("shmem", "mapped_file", "dirty", "writeback")  # file pages that stay
 
 
 def cgroup_dir(cgroup_root: str, source: str | None) -> str | None:
@@ -399,20 +402,35 @@ def memory_stat(cgroup_root: str, source: str | None) -> dict[str, int | None]:
     return {name: stat.get(key) for name, key in keys.items()}
 
 
+def reclaimable_cache(st: dict[str, int | None]) -> int | None:
+    """Page cache the kernel drops on demand: the cgroup's file pages less tmpfs and /dev/shm
+    (shmem: no swap to go to), less the pages a live process maps (mapped_file, which can
+    count mapped shmem as well: the figure errs low, never high), less dirty and writeback
+    pages (written out before they can go). Active and inactive alike: once nobody maps
+    them, the active list is reclaimed as surely as the inactive one, only later."""
+    file = st.get("file")
+    if file is None:
+        return None
+    return max(0, file - sum(st.get(k) or 0 for k in UNRECLAIMABLE))
+
+
+def cgroup_working_set(cgroup_root: str, source: str | None, usage: int) -> dict[str, Any]:
+    """The cgroup's working set (usage less reclaimable_cache) and the figures behind it."""
+    st = memory_stat(cgroup_root, source)
+    cache = reclaimable_cache(st)
+    return {"working_set": max(0, usage - (cache or 0)), "page_cache": cache, **st}
+
+
 def working_memory(cgroup_root: str, proc: str) -> dict[str, Any]:
-    """The memory that matters: the working set, i.e. usage minus the reclaimable page cache
-    (inactive file pages, as the kubelet computes it), against the cgroup limit; where the
-    container has no limit, MemTotal - MemAvailable against MemTotal. Also the figures behind
-    it: page_cache (file pages that are not tmpfs), anon, shmem, file, active/inactive file."""
+    """The memory that matters: the working set, i.e. usage less the page cache no live
+    process maps (reclaimable_cache), against the cgroup limit; where the container has no
+    limit, MemTotal - MemAvailable against MemTotal. Also the figures behind it: page_cache
+    (what was not counted), anon, shmem, file, active/inactive file, mapped, dirty."""
     m = cgroup_memory(cgroup_root)
     usage, limit, source = m["usage"], m["limit"], m["source"]
     if usage is not None and limit is not None:
-        st = memory_stat(cgroup_root, source)
-        inactive = st.get("inactive_file") or 0
-        file, shmem = st.get("file"), st.get("shmem")
-        cache = None if file is None else max(0, file - (shmem or 0))
         return {"usage": usage, "limit": limit, "source": source,
-                "working_set": max(0, usage - inactive), "page_cache": cache, **st}
+                **cgroup_working_set(cgroup_root, source, usage)}
     mi = meminfo(proc)
     if "MemTotal" in mi and "MemAvailable" in mi:
         total, cached = mi["MemTotal"], mi.get("Cached")
@@ -425,6 +443,76 @@ def working_memory(cgroup_root: str, proc: str) -> dict[str, Any]:
                 "mapped_file": mi.get("Mapped")}
     return {"usage": usage, "limit": None, "source": source, "working_set": usage,
             "page_cache": None}
+
+
+STATUS_MEMORY = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
+
+
+def process_memory(proc: str, pid: int) -> dict[str, int] | None:
+    """What one process holds, by kind (/proc/PID/status): anon, file (mapped files, shared
+    libraries too) and shmem bytes, and rss, their sum; None when it is gone."""
+    text = read_text(f"{proc}/{pid}/status")
+    if text is None:
+        return None
+    held = {"anon": 0, "file": 0, "shmem": 0}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in STATUS_MEMORY and parts[1].isdigit():
+            held[STATUS_MEMORY[parts[0]]] = int(parts[1]) * 1024
+    return {**held, "rss": sum(held.values())}
+
+
+def cgroup_pids(cgroup_root: str, source: str | None, proc: str) -> list[int]:
+    """Processes charged to the container's memory cgroup (every process when unknown)."""
+    folder = cgroup_dir(cgroup_root, source)
+    text = read_text(os.path.join(folder, "cgroup.procs")) if folder else None
+    if text is None:
+        return all_pids(proc)
+    return [int(n) for n in text.split() if n.isdigit()]
+
+
+def parents_of(proc: str, pids: Iterable[int]) -> dict[int, int]:
+    """{pid: its parent's pid} for the pids still there."""
+    out: dict[int, int] = {}
+    for pid in pids:
+        fields = proc_stat(proc, pid)
+        if fields and len(fields) > 1 and fields[1].lstrip("-").isdigit():
+            out[pid] = int(fields[1])
+    return out
+
+
+def under(pid: int, tops: set[int], parent: dict[int, int], limit: int = 64) -> bool:
+    """pid is one of tops or descends from one of them (bounded: a cycle ends the walk)."""
+    for _ in range(limit):
+        if pid in tops:
+            return True
+        if pid not in parent or pid <= 1:
+            return False
+        pid = parent[pid]
+    return False
+
+
+NEIGHBOURS_LISTED = 10
+
+
+def neighbours(cgroup_root: str, source: str | None, proc: str, daemons: Iterable[int]
+               ) -> dict[str, Any]:
+    """Memory other processes in the container hold (a curio sidecar, rollout's supervisor
+    and guard): every process charged to the cgroup but the daemons and their children and
+    this script's own session. bytes: their RSS added up (shared pages count in each: the
+    figure errs high); processes: the biggest, each with what it holds."""
+    pids = cgroup_pids(cgroup_root, source, proc)
+    parent = parents_of(proc, set(pids) | set(all_pids(proc)))
+    mine = {p for p in [os.getpid(), *proc_ancestors(proc, os.getpid())] if p > 1}
+    skip = set(daemons)
+    rows: list[dict[str, Any]] = []
+    for pid in pids:
+        held = None if pid in mine or under(pid, skip, parent) else process_memory(proc, pid)
+        if held and held["rss"]:
+            rows.append({"pid": pid, "cmdline": " ".join(proc_cmdline(proc, pid))[:200], **held})
+    rows.sort(key=lambda r: -int(r["rss"]))
+    return {"bytes": sum(int(r["rss"]) for r in rows), "count": len(rows),
+            "processes": rows[:NEIGHBOURS_LISTED]}
 
 
 def meminfo(proc: str) -> dict[str, int]:
@@ -632,29 +720,50 @@ def _first(items: Any) -> list[dict[str, Any]]:
     return [i for i in listed if isinstance(i, dict)]
 
 
+def _held(p: dict[str, Any]) -> str:
+    """What one process holds, by kind where the host said so, else its RSS."""
+    kinds = [k for k in ("anon", "file", "shmem") if k in p]
+    if not kinds:
+        return f"RSS {format_size(p.get('rss'))}"
+    return "holds " + ", ".join(f"{k if k != 'file' else 'mapped file'} "
+                                f"{format_size(p.get(k))}" for k in kinds)
+
+
 def _holder_names(holders: Any) -> list[str]:
     held = holders if isinstance(holders, dict) else {}
-    names = [f"{f.get('path')} ({format_size(f.get('bytes'))})"
+    names = [f"{f.get('path')} ({format_size(f.get('bytes'))} in /dev/shm)"
              for f in _first(held.get("shm")) if f.get("bytes")]
-    names += [f"pid {p.get('pid')} `{p.get('cmdline') or '?'}` (RSS {format_size(p.get('rss'))})"
+    names += [f"pid {p.get('pid')} `{p.get('cmdline') or '?'}` ({_held(p)})"
               for p in _first(held.get("processes"))]
     figures = ", ".join(f"{k} {format_size(held.get(k))}" for k in ("anon", "shmem", "file"))
-    return [*names, figures]
+    return [*names, f"the cgroup's {figures}"]
+
+
+def _counted(out: dict[str, Any], mem: dict[str, Any]) -> str:
+    """How the working set was counted: usage less the page cache no live process maps."""
+    if mem.get("source") == "meminfo":
+        return "MemTotal less MemAvailable: the host shows no cgroup limit"
+    parts = ", ".join(f"{name} {format_size(mem.get(key))}" for key, name in (
+        ("shmem", "tmpfs/shm"), ("mapped_file", "mapped"), ("dirty", "dirty"),
+        ("writeback", "writeback")) if mem.get(key))
+    less = f" less {parts}" if parts else ""
+    return (f"usage {format_size(mem.get('usage'))} less {format_size(out.get('page_cache'))}"
+            f" of page cache no live process maps (file {format_size(mem.get('file'))}"
+            f"{less}; active or inactive alike)")
 
 
 def drain_failure(out: dict[str, Any]) -> str:
-    """Why drain.py did not drain, naming what still holds the memory. The drain step and
-    the guard both say it this way; drain.py's answer is read as hostile data (a field
-    missing or of the wrong type shows as "-")."""
+    """Why drain.py did not drain: what it counted, and what still holds the memory, each
+    holder by what it holds. The drain step and the guard both say it this way; drain.py's
+    answer is read as hostile data (a field missing or of the wrong type shows as "-")."""
     memory = out.get("memory")
     mem: dict[str, Any] = memory if isinstance(memory, dict) else {}
     limit, ws = mem.get("limit"), out.get("working_set")
     numbers = [v for v in (limit, ws) if isinstance(v, (int, float)) and not isinstance(v, bool)]
     headroom = numbers[0] - numbers[1] if len(numbers) == 2 else None
     figures = (
-        f"working set {format_size(ws)} (page cache {format_size(out.get('page_cache'))} "
-        f"not counted) of {format_size(limit)}: headroom {format_size(headroom)}, "
-        f"budget {format_size(out.get('budget'))}"
+        f"working set {format_size(ws)} ({_counted(out, mem)}) of limit {format_size(limit)}: "
+        f"headroom {format_size(headroom)}, budget {format_size(out.get('budget'))}"
     )
     if out.get("outcome") == "plateau":
         why = f"memory stopped falling for {out.get('plateau')}s"

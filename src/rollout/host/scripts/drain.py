@@ -9,10 +9,11 @@ A zombie (/proc/P/stat state Z) is dead but not gone: `kill -0` and pgrep still 
 its memory may not be back. A zombie its parent does not reap within --zombie-grace seconds
 is noted, and the drain then finishes once the memory is back.
 
-The memory that matters is the working set: cgroup usage minus the reclaimable page cache
-(inactive file pages: v1 total_inactive_file, v2 inactive_file, as the kubelet computes it);
-where the container has no limit, MemTotal - MemAvailable. Page cache the old daemon left
-(a params file it mmap'd) is not waited for. The memory is back when the headroom (limit
+The memory that matters is the working set: cgroup usage less the page cache no live
+process maps (memory.stat's file pages less shmem, mapped, dirty and writeback pages:
+common.reclaimable_cache), on the active list or the inactive one; where the container has
+no limit, MemTotal - MemAvailable. Page cache the old daemon left (a params file it mmap'd
+and read many times, so its pages turned active) is not waited for. The memory is back when the headroom (limit
 minus working set) fits the new daemon's budget (--budget bytes: the controller's budget
 rule decides the figure, rollout.steps.budget; this script never works it out), or when the
 working set is back to the baseline the supervisor recorded just before it started the old
@@ -21,7 +22,8 @@ while a crashed daemon's memory was still charged cannot raise it).
 
 When the process is gone and the working set has not fallen for --plateau seconds, the
 drain fails early and names what still holds memory: the processes charged to the cgroup
-(pid, command line, RSS), the files in /dev/shm, and the anon, shmem and file figures.
+(pid, command line, and what each holds: anon, mapped file, shmem), the files in /dev/shm,
+and the cgroup's anon, shmem, file and mapped figures.
 
 Prints one JSON object and appends it to <root>/rollout/drains.jsonl.
 Exit status: 0 drained, 3 deadline or plateau, 2 bad arguments.
@@ -40,7 +42,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_dir, parse_jsonl, proc_cmdline, proc_stat, proc_starttime, proc_state, read_text, safe_append, safe_mkdir, tail_window, working_memory  # inlined on hosts
+from rollout.host.scripts.common import neighbours, parse_jsonl, proc_starttime, proc_state, safe_append, safe_mkdir, tail_window, working_memory  # inlined on hosts
 # isort: on
 
 MIB = 1 << 20
@@ -102,54 +104,6 @@ def thin(samples: list[list[Any]], keep: int = MAX_SAMPLES) -> list[list[Any]]:
 # ---------------------------------------------------------------- evidence: who holds memory
 
 
-def cgroup_pids(cgroup_root: str, source: str | None, proc: str) -> list[int]:
-    """Processes charged to the container's memory cgroup (every process when unknown)."""
-    folder = cgroup_dir(cgroup_root, source)
-    text = read_text(os.path.join(folder, "cgroup.procs")) if folder else None
-    if text is None:
-        try:
-            return [int(n) for n in os.listdir(proc) if n.isdigit()]
-        except OSError:
-            return []
-    return [int(n) for n in text.split() if n.isdigit()]
-
-
-def rss_of(proc: str, pid: int) -> int | None:
-    for line in (read_text(f"{proc}/{pid}/status") or "").splitlines():
-        if line.startswith("VmRSS:"):
-            try:
-                return int(line.split()[1]) * 1024
-            except (ValueError, IndexError):
-                return None
-    return None
-
-
-def ancestors(proc: str, pid: int) -> set[int]:
-    """pid and its parents: the drain's own session is no holder."""
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        fields = proc_stat(proc, pid)
-        try:
-            pid = int(fields[1]) if fields else 0
-        except (ValueError, IndexError):
-            break
-    return seen
-
-
-def process_holders(cgroup_root: str, source: str | None, proc: str) -> list[dict[str, Any]]:
-    mine = ancestors(proc, os.getpid())
-    rows: list[dict[str, Any]] = []
-    for pid in cgroup_pids(cgroup_root, source, proc):
-        rss = rss_of(proc, pid)
-        if pid in mine or not rss:
-            continue
-        cmd = " ".join(proc_cmdline(proc, pid))[:200]
-        rows.append({"pid": pid, "rss": rss, "cmdline": cmd})
-    rows.sort(key=lambda r: -int(r["rss"]))
-    return rows[:TOP]
-
-
 def shm_files(shm: str) -> list[dict[str, Any]]:
     """Files in /dev/shm (one level of folders too), biggest first, by memory they hold."""
     rows: list[dict[str, Any]] = []
@@ -172,13 +126,16 @@ def shm_files(shm: str) -> list[dict[str, Any]]:
 
 
 def holders(args: argparse.Namespace, mem: dict[str, Any]) -> dict[str, Any]:
-    source = mem.get("source")
+    """What still holds the memory: the processes charged to the cgroup (the drain's own
+    session left out), each with what it holds (anon, file, shmem), the files in /dev/shm,
+    and the cgroup's own figures."""
+    others = neighbours(args.cgroup_root, mem.get("source"), args.proc, [])
     return {
-        "processes": process_holders(args.cgroup_root, source, args.proc),
+        "processes": others["processes"],
+        "processes_bytes": others["bytes"],
         "shm": shm_files(args.shm),
-        "anon": mem.get("anon"),
-        "shmem": mem.get("shmem"),
-        "file": mem.get("file"),
+        **{k: mem.get(k) for k in ("anon", "shmem", "file", "mapped_file", "active_file",
+                                   "inactive_file")},
     }
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import sys
 import time
 from functools import partial
@@ -24,7 +25,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import Collector, cgroup_memory, cuzk_processes, ports_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_cmdline, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.host.scripts.common import Collector, all_pids, cgroup_memory, cgroup_working_set, cuzk_processes, neighbours, ports_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_ancestors, proc_cmdline, proc_exe, proc_program, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 # isort: on
 
 TAIL_BYTES = 256 * 1024
@@ -47,12 +48,78 @@ def process_state(proc: str, pid: int, starttime: int | None, exe: str) -> tuple
 
 
 def cgroup(cgroup_root: str) -> dict[str, Any]:
+    """The cgroup's usage and limit, and the working set the drain measures (usage less the
+    page cache no live process maps), with the page cache it left out."""
     m = cgroup_memory(cgroup_root)
+    memory = {"usage": m["usage"], "limit": m["limit"], "source": m["source"]}
+    if m["usage"] is not None and m["source"] is not None:
+        ws = cgroup_working_set(cgroup_root, m["source"], m["usage"])
+        memory.update(working_set=ws["working_set"], page_cache=ws["page_cache"])
     return {
         "version": {"cgroup-v1": 1, "cgroup-v2": 2}.get(m["source"]),
-        "memory": {"usage": m["usage"], "limit": m["limit"], "source": m["source"]},
+        "memory": memory,
         "oom": m["oom"],
     }
+
+
+PARENTS = 8  # a daemon's parent chain, as far as facts report it
+SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox")
+SCRIPT_BYTES = 64 * 1024
+
+
+def script_of(proc: str, pid: int, argv: list[str]) -> str:
+    """The start of the script a shell runs (`sh /root/entrypoint.sh`: that file), read
+    as data: a regular file only, never through a FIFO, at most SCRIPT_BYTES; "" if none."""
+    words = [w for w in argv[1:] if not w.startswith("-")]
+    if not words or "-c" in argv[1:]:
+        return ""
+    path = words[0] if words[0].startswith("/") else os.path.join(f"{proc}/{pid}/cwd", words[0])
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return f.read(SCRIPT_BYTES).decode(errors="replace")
+
+
+def what_it_is(proc: str, pid: int) -> dict[str, Any]:
+    """pid, program, command line, and whether it starts cuzk: its command line, or the
+    script a shell runs, names cuzk (a loop such as an entrypoint.sh)."""
+    argv = proc_cmdline(proc, pid)
+    program = os.path.basename(proc_program(proc, pid) or (argv[0] if argv else ""))
+    shell = program in SHELLS or (bool(argv) and os.path.basename(argv[0]) in SHELLS)
+    text = " ".join(argv[1:]) + (script_of(proc, pid, argv) if shell else "")
+    return {"pid": pid, "program": program[:100], "cmdline": " ".join(argv)[:300],
+            "shell": shell, "starts_cuzk": "cuzk" in text}
+
+
+def parent_chain(proc: str, ancestors: list[int]) -> list[dict[str, Any]]:
+    """Each ancestor of a daemon, nearest first, and what it is (for preflight to judge: a
+    shell loop, an entrypoint, an init that only reaps)."""
+    return [what_it_is(proc, pid) for pid in ancestors[:PARENTS]]
+
+
+def cuzk_loops(proc: str, skip: set[int]) -> list[dict[str, Any]]:
+    """Shells whose command line or script starts cuzk, daemon or not running now (a loop
+    between two restarts): whatever their delay, they would start it again."""
+    out: list[dict[str, Any]] = []
+    for pid in all_pids(proc):
+        argv = proc_cmdline(proc, pid)
+        if pid in skip or not argv or os.path.basename(argv[0]) not in SHELLS:
+            continue
+        found = what_it_is(proc, pid)
+        if found["starts_cuzk"] and not in_ssh_session(proc, pid):
+            out.append(found)
+    return out[:PARENTS]
+
+
+def in_ssh_session(proc: str, pid: int) -> bool:
+    """A command of a live SSH session (rollout's own, or someone's at a prompt): not a loop
+    the container runs (a loop started with setsid nohup is init's child, not sshd's)."""
+    return any(os.path.basename(proc_exe(proc, a) or "") == "sshd"
+               for a in proc_ancestors(proc, pid) if a > 1)
 
 
 def memory_summary(proc: str) -> dict[str, Any]:
@@ -159,8 +226,23 @@ class Facts(Collector):
         }
 
     def processes(self, supervisor_pid: int | None) -> list[dict[str, Any]]:
-        """Every cuzk daemon on the host, whatever its parent (supervised: ours)."""
-        return cuzk_processes(self.proc, supervisor_pid)
+        """Every cuzk daemon on the host, whatever its parent (supervised: ours), with its
+        parent chain."""
+        found = cuzk_processes(self.proc, supervisor_pid)
+        for p in found:
+            p["parents"] = parent_chain(self.proc, p.get("ancestors") or [])
+        return found
+
+    def loops(self) -> list[dict[str, Any]]:
+        """Shells that start cuzk (not this script's own session)."""
+        mine = {os.getpid(), *proc_ancestors(self.proc, os.getpid())}
+        return cuzk_loops(self.proc, mine)
+
+    def neighbours(self, daemons: list[dict[str, Any]]) -> dict[str, Any]:
+        """Memory the container's other processes hold (not the daemons nor their children):
+        measured before any stop, for the budget rule."""
+        source = cgroup_memory(self.cgroup_root)["source"]
+        return neighbours(self.cgroup_root, source, self.proc, [p["pid"] for p in daemons])
 
     def port_owners(self, supervisor_pid: int | None) -> dict[str, list[dict[str, Any]]]:
         """Who holds each of the daemon's TCP ports (--port): pid, command line, uptime."""
@@ -281,6 +363,9 @@ class Facts(Collector):
         sup_pid = sup.get("pid") if sup.get("alive") else None
         out["cuzk_processes"] = self.safe("cuzk_processes", lambda: self.processes(sup_pid))
         out["port_owners"] = self.safe("port_owners", lambda: self.port_owners(sup_pid))
+        out["cuzk_loops"] = self.safe("cuzk_loops", self.loops)
+        out["neighbours"] = self.safe("neighbours", lambda: self.neighbours(
+            out["cuzk_processes"] or []))
         out["registered"] = self.safe("registered", lambda: (read_text(
             os.path.join(self.dir, "registered")) or "").strip()[:200] or None)
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
