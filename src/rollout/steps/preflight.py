@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
-from rollout.host.facts import HostFacts
+from rollout.host.facts import HostFacts, Parent, ProcessFacts
 from rollout.host.layout import q
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
@@ -176,11 +176,47 @@ def check_executables(ctx: HostContext, facts: HostFacts | None, notes: list[str
     return problems
 
 
+ROLLOUTS_OWN = ("supervisor.py", "guard.py")  # parents that are rollout's own
+HAND_OVER = (
+    "whatever its restart delay, it would start cuzk again behind rollout's supervisor: hand "
+    "it over first (docs/adopt.md, 'A parent that respawns it': change it so it no longer "
+    "starts cuzk, restart only it so the running cuzk is orphaned), then rerun with --adopt"
+)
+
+
+def respawner(p: ProcessFacts) -> Parent | None:
+    """The process that would start a foreign daemon again, found by what it is, not by
+    timing: its parent, unless that is rollout's own or the container's init (pid 1) that
+    does not start cuzk itself (an orphan's reaper); None when there is none."""
+    parent = p.parents[0] if p.parents else None
+    if parent is None or parent.program in ROLLOUTS_OWN:
+        return None
+    return parent if parent.pid != 1 or parent.starts_cuzk else None
+
+
+def respawners(facts: HostFacts) -> list[str]:
+    """Each foreign daemon's respawning parent, and each shell loop that starts cuzk (one
+    between two restarts has no daemon to find it by)."""
+    problems, named = [], set()
+    for p in facts.foreign_daemons:
+        parent = respawner(p)
+        if parent is not None:
+            named.add(parent.pid)
+            problems.append(f"cuzk daemon pid {p.pid} ({p.cmdline or p.exe or '?'}) is started "
+                            f"by {parent.describe()}, which is not rollout's supervisor: "
+                            + HAND_OVER)
+    for loop in facts.cuzk_loops:
+        if loop.pid not in named:
+            problems.append(f"a shell that starts cuzk runs: {loop.describe()}; " + HAND_OVER)
+    return problems
+
+
 def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    """No cuzk daemon runs that rollout's supervisor does not own (unless adopt), and no
-    other process holds the daemon's ports: checked, never assumed."""
+    """No cuzk daemon runs that rollout's supervisor does not own (unless adopt), nothing
+    would start one behind the supervisor (a respawning parent, a shell loop: adopt or
+    not), and no other process holds the daemon's ports: checked, never assumed."""
     adopt = ctx.settings.preflight.adopt
-    problems = []
+    problems = respawners(facts)
     foreign = {p.pid: p for p in facts.foreign_daemons}
     for p in foreign.values():
         held = [str(port) for port, owners in sorted(facts.port_owners.items())
