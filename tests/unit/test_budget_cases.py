@@ -27,7 +27,7 @@ from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.host.scripts import facts as facts_script
-from rollout.host.scripts import guard as guard_script
+from rollout.host.scripts import ops as ops_script
 from rollout.steps import config, drain, preflight
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Target
@@ -117,6 +117,6 @@ def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
     """The host's guard hands drain.py the recipe's budget as it came (an int, else none),
     and no margin, whatever the recipe holds."""
     given = {} if budget is None else {"budget": budget}
-    host = SimpleNamespace(root="/data", r={"drain": {"deadline": 60.0, "margin": 64, **given}})
-    assert guard_script.drain_args(host, 42, 7) == [  # type: ignore[arg-type]
+    settings = {"deadline": 60.0, "margin": 64, **given}
+    assert ops_script.drain_args("/data", 42, 7, settings) == [
         "--root", "/data", "--pid", "42", "--starttime", "7", "--deadline", "60.0", *args]

@@ -23,6 +23,7 @@ import rollout.engine.guard as guard_module
 import rollout.engine.locks as locks_module
 from rollout.engine.guard import (
     BOOTSTRAP,
+    GuardCalls,
     HostGuard,
     arm_input,
     guards_left,
@@ -32,7 +33,7 @@ from rollout.engine.guard import (
 from rollout.engine.hostplan import LOST, rollback_plan
 from rollout.engine.locks import FleetLocks, Holder, LockEvents, LockPolicy
 from rollout.errors import StepFailed
-from rollout.host.scripts import guard, script_text
+from rollout.host.scripts import guard, ops, script_text
 from rollout.output.events import EventBus
 from rollout.steps.decision import Action, Phase, Skip
 from rollout.transport.base import Stream
@@ -82,20 +83,27 @@ def test_the_guard_and_the_controller_roll_back_by_one_rule(
     previous release, are the controller's rollback_plan for that phase: one function."""
     controller = rollback_plan(phase, LOST, previous, NEW)
     ran: list[str] = []
-    for kind in guard.STEPS:
-        monkeypatch.setitem(guard.STEPS, kind, lambda h, k=kind: (ran.append(k), ("ok", k))[1])
+    calls: list[list[str]] = []
+
+    def run_entry(h: Any, entry: dict[str, Any], stopped: Any) -> tuple[str, str, Any]:
+        ran.append(entry["step"])
+        calls.append([c["call"] for c in entry["calls"]])
+        return "ok", entry["step"], {}
+
+    monkeypatch.setattr(guard, "run_entry", run_entry)
     monkeypatch.setattr(guard, "not_ours", lambda root, run: None)
     recipe = {"run_id": "run-1", "host": "h", "root": str(tmp_path), "release": NEW,
               "previous": previous if previous != NEW else None,
-              "rollback": rollback_recipe(previous, NEW)}
+              "rollback": rollback_recipe(previous, NEW, GuardCalls(str(tmp_path), "run"))}
     (tmp_path / "rollout" / "runs" / "run-1").mkdir(parents=True)
-    h = guard.Host(recipe)
+    h = guard.Host(recipe, ops)
     events = guard.Events(str(tmp_path / "events.jsonl"), recipe, "1")
     ended = guard.take_over(h, events, {"phase": phase.label, "armed": True})
     if phase is Phase.UNTOUCHED:  # the watcher never gets here: a guard never acts there
         assert ran == [] and controller.kinds == ()
         return
     assert ran == list(controller.kinds), (phase, previous)
+    assert all(calls), calls  # each step is host calls of ops.py, nothing of the guard's own
     assert h.to == controller.to
     want = "validated" if controller.rolled_back or not controller.kinds else "held"
     assert ended == want, (phase, previous)
@@ -196,20 +204,22 @@ class TwoReleases(Host):
         shutil.copy(self.script, self.path("supervisor.py"))
         self.script = self.path("supervisor.py")
 
-    def recipe(self, run_id: str, previous: str | None) -> dict[str, Any]:
+    def recipe(self, run_id: str, previous: str | None,
+               commands: dict[str, str] | None = None,
+               drain: dict[str, float | int] | None = None) -> dict[str, Any]:
+        calls = GuardCalls(
+            root=str(self.root), run_dir=str(self.root / "rollout" / "runs" / run_id),
+            stop_signal="SIGTERM", stop_grace=5.0, config_path=str(self.config),
+            kept_config=str(self.root / f"cuzk.toml.for-{OLD}") if previous else None,
+            start_wait=60.0, ready_timeout=60.0, validate_timeout=60.0,
+            validate_commands=commands or {
+                rid: "printf '=== Proof Result ===\\nstatus:    COMPLETED\\n'; "
+                     f"echo {rid} $(readlink current)"
+                for rid in (OLD, NEW)},
+            success_pattern=r"^status:\s+COMPLETED",
+            drain=drain or {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0})
         return {"run_id": run_id, "host": "tmp", "root": str(self.root), "release": NEW,
-                "previous": previous, "config_path": str(self.config),
-                "kept_config": str(self.root / f"cuzk.toml.for-{OLD}") if previous else None,
-                "status_url": None, "grpc_port": None, "status_port": None,
-                "stop_signal": "SIGTERM", "stop_grace": 5.0, "start_wait": 60.0,
-                "ready_timeout": 60.0, "validate_timeout": 60.0,
-                "validate_commands": {
-                    rid: "printf '=== Proof Result ===\\nstatus:    COMPLETED\\n'; "
-                         f"echo {rid} $(readlink current)"
-                    for rid in (OLD, NEW)},
-                "success_pattern": r"^status:\s+COMPLETED",
-                "drain": {"deadline": 60.0, "plateau": 30.0, "zombie_grace": 5.0, "budget": 0},
-                "rollback": rollback_recipe(previous, NEW)}
+                "previous": previous, "rollback": rollback_recipe(previous, NEW, calls)}
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         path = self.root / "rollout" / "runs" / run_id / "guard.jsonl"
@@ -351,11 +361,10 @@ def test_a_guard_never_validates_with_a_bench_that_is_not_on_the_host(
     """The previous release validated with its own command; its executable missing: failed,
     never another release's bench."""
     host.start()
-    recipe = host.recipe("run-x", OLD)
-    recipe["validate_commands"] = {
+    recipe = host.recipe("run-x", OLD, commands={
         NEW: "echo 'status: COMPLETED'",
         OLD: f"{host.root}/releases/{OLD}/cuzk-bench single",  # never uploaded
-    }
+    })
     stream = arm(host, recipe, phase="started")
     stream.close()
     end = wait_for(lambda: next((e for e in host.events("run-x") if e["kind"] == "guard_end"),
@@ -363,9 +372,9 @@ def test_a_guard_never_validates_with_a_bench_that_is_not_on_the_host(
     assert end["status"] == "failed" and end["data"]["failed"] == "validate", end
     assert "validation executable of release old0000release is not on the host" in end[
         "reason"], end
-    h = guard.Host(recipe)
-    with pytest.raises(guard.Failed, match="no validation command for release zzz"):
-        guard.validate_command(h, "zzz")
+    out = ops.prove(command="", timeout=5, kill_after=1, release="zzz", require_executable=True)
+    assert out["outcome"] == "no-command", out
+    assert "no validation command for release zzz" in out["reason"]
 
 
 def test_settled_tether_leaves_the_host_as_the_controller_left_it(host: TwoReleases) -> None:
@@ -405,8 +414,9 @@ def test_the_script_sent_is_the_inlined_one() -> None:
     text = script_text("guard")
     assert "inlined from rollout/host/scripts/common.py" in text
     assert arm_input({"a": 1}).startswith(f"{len(text.encode())}\n".encode())
-    drain = script_text("drain").encode()
-    assert arm_input({"a": 1}).endswith(b'{"a": 1}\n' + f"{len(drain)}\n".encode() + drain)
+    drain, ops_text = script_text("drain").encode(), script_text("ops").encode()
+    assert arm_input({"a": 1}).endswith(b'{"a": 1}\n' + f"{len(drain)}\n".encode() + drain
+                                        + f"{len(ops_text)}\n".encode() + ops_text)
 
 
 def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
@@ -422,7 +432,7 @@ def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
 def test_validated_json_is_hostile_data(host: TwoReleases) -> None:
     host.start()
     pid, starttime, _ = host.daemon()
-    h = guard.Host(host.recipe("run-v", OLD))
+    h = guard.Host(host.recipe("run-v", OLD), ops)
     path = host.path("validated.json")
     good = {"release": NEW, "pid": pid, "starttime": starttime, "time": 1.0}
     bad: list[Any] = [
@@ -511,6 +521,7 @@ def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoRelea
     assert sorted(stream.answer["pruned"]) == ["old-19", "old-20"], stream.answer
     assert not old[19].exists() and not old[20].exists() and old[18].exists()
     assert (runs / "run-p" / "drain.py").read_text() == script_text("drain")
+    assert (runs / "run-p" / "ops.py").read_text() == script_text("ops")
     stream.write("settled\n")
     stream.close()
     command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm"
@@ -526,8 +537,8 @@ def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(
 ) -> None:
     host.start()
     new = host.daemon()
-    recipe = host.recipe("run-f", OLD)
-    recipe["drain"] = {"deadline": 60.0, "plateau": 0.5, "zombie_grace": 5.0, "budget": 1 << 60}
+    recipe = host.recipe("run-f", OLD, drain={"deadline": 60.0, "plateau": 0.5,
+                                              "zombie_grace": 5.0, "budget": 1 << 60})
     wait_for(lambda: host.path("starts.jsonl").exists())  # the supervisor records the start
     host.path("starts.jsonl").unlink()  # no baseline recorded: only the budget can drain it
     stream = arm(host, recipe)  # a budget no limit fits: the memory never counts as back

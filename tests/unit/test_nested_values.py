@@ -250,12 +250,13 @@ def test_a_set_value_that_looks_like_a_secret_warns(tmp_path: Path) -> None:
 
 
 def test_the_guard_finds_the_bench_behind_validate_env_exports(tmp_path: Path) -> None:
-    from rollout.host.scripts import guard
+    from rollout.host.scripts import ops
 
     line = render_command(["/bin/true", "--c1", "{{ v }}"], {"V": "{{ v }}", "W": "x"},
                           {"v": "a b; $(touch x)"})
-    recipe = {"root": str(tmp_path), "run_id": "r", "validate_commands": {"r1": line}}
-    assert guard.validate_command(guard.Host(recipe), "r1") == line
+    assert ops.executable_problem(line, "r1") is None  # the guard's check before its proof
+    assert "not on the host: '/no/bench'" in str(ops.executable_problem(
+        line.replace("/bin/true", "/no/bench"), "r1"))
 
 
 def test_a_bundle_check_reads_an_argv_list_command(tmp_path: Path) -> None:

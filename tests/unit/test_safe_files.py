@@ -325,14 +325,12 @@ def test_the_supervisor_is_run_only_from_a_tree_others_cannot_write(root: Path) 
 
 
 def test_the_guard_never_runs_a_supervisor_others_may_write(root: Path) -> None:
-    from rollout.host.scripts import guard
+    from rollout.host.scripts import ops
 
     (root / "releases" / "r1").mkdir()
     (root / "current").symlink_to("releases/r1")
     sup = root / "rollout" / "supervisor.py"
     sup.write_text("raise SystemExit('never run')\n")
     os.chown(sup, nobody(), -1)
-    h = guard.Host({"run_id": "run-1", "host": "h", "root": str(root), "release": "r1",
-                    "previous": None, "start_wait": 0.1})
-    with pytest.raises(guard.Failed, match="supervisor.py is owned by uid"):
-        guard.step_start(h)
+    out = ops.start(root=str(root), wait=0.1)  # the start the guard and the start step call
+    assert out["outcome"] == "refused" and "supervisor.py is owned by uid" in out["reason"]

@@ -12,7 +12,7 @@ import pytest
 from test_engine import NEW, OLD, Fleet
 
 from rollout.host.layout import Layout
-from rollout.host.scripts import guard
+from rollout.host.scripts import guard, ops
 from rollout.host.scripts.common import proof_verdict
 from rollout.steps.base import HostContext
 from rollout.steps.validate import run_bounded
@@ -77,12 +77,11 @@ def test_the_host_never_records_evidence_of_a_forged_success(tmp_path: Path,
 
 def test_the_guard_reads_stdout_only_and_one_block(tmp_path: Path) -> None:
     def verdict(command: str) -> str:
-        h = guard.Host({"root": str(tmp_path), "run_id": "run-x", "success_pattern": PATTERN,
-                        "validate_commands": {"r1": command}, "validate_timeout": 30})
-        try:
-            return guard.step_validate(h)[0]
-        except guard.Failed as e:
-            return str(e)
+        """What the guard makes of the proof it ran (ops.prove, as the validate step runs it)."""
+        report = ops.prove(command=command, timeout=30, kill_after=5, pattern=PATTERN,
+                           release="r1")
+        status, reason = guard.judged("prove", report, "r1")
+        return status if status == "ok" else reason
 
     (tmp_path / "releases" / "r1").mkdir(parents=True)
     (tmp_path / "current").symlink_to("releases/r1")

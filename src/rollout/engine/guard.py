@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.config.render import Command
 from rollout.config.steps import DrainParams, StartParams, ValidateParams
-from rollout.engine.hostplan import LOST, PHASE_AT_START, rollback_plan
+from rollout.engine.hostplan import LOST, PHASE_AT_START, HostPlan, rollback_plan
 from rollout.errors import HandedOver, RolloutError, StepFailed
 from rollout.host.facts import tcp_port
 from rollout.host.scripts import bootstrap, script_text, sized
@@ -34,7 +35,7 @@ from rollout.steps.config import config_of
 from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Phase
 from rollout.steps.drain import DrainHow, drain_action
-from rollout.steps.validate import validation_command
+from rollout.steps.validate import KILL_AFTER, validation_command
 from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
@@ -43,7 +44,7 @@ ARMED_WAIT = 60.0  # seconds for the guard's answer to `arm`
 LEFT_WAIT = 900.0  # seconds a command waits for a guard still taking over before it acts
 
 
-def validate_params(plan: Any) -> ValidateParams:
+def validate_params(plan: HostPlan) -> ValidateParams:
     """The params of the host plan's validate step (its own command, pattern, timeout)."""
     for step in plan.steps:
         if step.kind == "validate" and isinstance(step.decision, Action):
@@ -53,7 +54,7 @@ def validate_params(plan: Any) -> ValidateParams:
     return ValidateParams()
 
 
-def drain_recipe(ctx: HostContext, plan: Any) -> dict[str, Any]:
+def drain_recipe(ctx: HostContext, plan: HostPlan) -> dict[str, float | int]:
     """The drain settings the host plan's drain step decided (its params over the playbook's
     drain settings, as drain.decide computes them; the playbook's alone where the plan has
     no drain action) and the new daemon's budget in bytes, the budget rule's figure from the
@@ -66,48 +67,109 @@ def drain_recipe(ctx: HostContext, plan: Any) -> dict[str, Any]:
             "zombie_grace": float(how.zombie_grace), **budget}
 
 
-def recipe(ctx: HostContext, plan: Any, run_id: str) -> dict[str, Any]:
-    """What the guard needs to take the host back by itself: data only, never code."""
+@dataclass(frozen=True)
+class GuardCalls:
+    """The host actions (rollout.host.scripts.ops) each rollback step of the guard calls,
+    with their keyword arguments: worked out here, by the controller, so that the guard
+    runs them as data."""
+
+    root: str
+    run_dir: str  # the guard's folder: drain.py is there
+    stop_signal: str = "SIGTERM"
+    stop_grace: float = 10.0
+    config_path: str = ""
+    kept_config: str | None = None
+    start_wait: float = 60.0
+    ready_timeout: float = 60.0
+    status_url: str = ""
+    grpc_url: str = ""
+    ports: tuple[int, ...] = ()
+    validate_commands: Mapping[str, str] = field(default_factory=dict)  # release: command
+    success_pattern: str = ""
+    validate_timeout: float = 600.0
+    drain: Mapping[str, float | int] = field(default_factory=dict)
+
+    def step(self, kind: str, to: str | None, release: str | None) -> dict[str, Any]:
+        """One rollback step as the guard's recipe carries it: {"step", "calls": [{"call",
+        "kwargs"}], "tolerate"} (a failed drain is reported and the takeover goes on)."""
+        table: dict[str, list[tuple[str, dict[str, Any]]]] = {
+            "stop": [("stop", {"root": self.root, "signal": self.stop_signal,
+                               "grace": self.stop_grace, "keep_release": to})],
+            "drain": [("drain", {"root": self.root, "script": f"{self.run_dir}/drain.py",
+                                 "settings": dict(self.drain), "keep_release": to})],
+            "switch": [("point_current", {"root": self.root, "release": to}),
+                       ("restore_config", {"config_path": self.config_path if to else "",
+                                           "kept_config": self.kept_config or ""})],
+            "start": [("start", {"root": self.root, "wait": self.start_wait})],
+            "ready": [("wait_ready", {"status_url": self.status_url,
+                                      "seconds": self.ready_timeout, "grpc_url": self.grpc_url,
+                                      "pidfile": f"{self.root}/rollout/daemon.pid",
+                                      "ports": list(self.ports), "require_owner": True})],
+            "validate": [("prove", self._prove(to or release or ""))],
+        }
+        return {"step": kind, "calls": [{"call": c, "kwargs": k} for c, k in table[kind]],
+                "tolerate": kind == "drain"}
+
+    def _prove(self, release: str) -> dict[str, Any]:
+        """A proof with the release's own bench; never one that is not on the host."""
+        return {"command": self.validate_commands.get(release, ""),
+                "timeout": self.validate_timeout, "kill_after": float(KILL_AFTER),
+                "pattern": self.success_pattern, "release": release,
+                "require_executable": True}
+
+
+def guard_calls(ctx: HostContext, plan: HostPlan, run_id: str,
+                previous: str | None) -> GuardCalls:
     daemon = ctx.settings.daemon
     spec = ctx.settings.validation
     params = validate_params(plan)
-    previous = plan.previous if plan.previous != ctx.target.release_id else None
     commands = {rid: _validate_command(ctx, params.command or spec.command, rid)
                 for rid in (ctx.target.release_id, previous) if rid}
+    grpc, status = tcp_port(daemon.listen), tcp_port(daemon.status_listen)
+    return GuardCalls(
+        root=ctx.layout.root, run_dir=f"{ctx.layout.root}/rollout/runs/{run_id}",
+        stop_signal=daemon.stop_signal, stop_grace=float(daemon.stop_grace),
+        config_path=daemon.config_path,
+        kept_config=config_of(daemon.config_path, previous) if previous else None,
+        start_wait=float(StartParams().wait), ready_timeout=float(daemon.ready_timeout),
+        status_url=status_url(daemon.status_listen) if daemon.status_listen else "",
+        grpc_url=f"http://127.0.0.1:{grpc}/" if grpc else "",
+        ports=tuple(p for p in (grpc, status) if p),
+        validate_commands={rid: c for rid, c in commands.items() if c},
+        success_pattern=params.success_pattern or spec.success_pattern,
+        validate_timeout=float(spec.timeout if params.timeout is None else params.timeout),
+        drain=drain_recipe(ctx, plan),
+    )
+
+
+def recipe(ctx: HostContext, plan: HostPlan, run_id: str) -> dict[str, Any]:
+    """What the guard needs to take the host back by itself: data only, never code."""
+    previous = plan.previous if plan.previous != ctx.target.release_id else None
+    calls = guard_calls(ctx, plan, run_id, previous)
     return {
         "run_id": run_id,
         "host": ctx.name,
         "root": ctx.layout.root,
         "release": ctx.target.release_id,
         "previous": previous,
-        "config_path": daemon.config_path,
-        "kept_config": config_of(daemon.config_path, previous) if previous else None,
-        "status_url": status_url(daemon.status_listen) if daemon.status_listen else None,
-        "grpc_port": tcp_port(daemon.listen),
-        "status_port": tcp_port(daemon.status_listen),
-        "stop_signal": daemon.stop_signal,
-        "stop_grace": float(daemon.stop_grace),
-        "start_wait": float(StartParams().wait),
-        "ready_timeout": float(daemon.ready_timeout),
-        "validate_commands": {rid: c for rid, c in commands.items() if c},
-        "success_pattern": params.success_pattern or spec.success_pattern,
-        "validate_timeout": float(spec.timeout if params.timeout is None else params.timeout),
-        "drain": drain_recipe(ctx, plan),
-        "rollback": rollback_recipe(previous, ctx.target.release_id),
+        "rollback": rollback_recipe(previous, ctx.target.release_id, calls),
     }
 
 
-def rollback_recipe(previous: str | None, release_id: str | None) -> dict[str, Any]:
+def rollback_recipe(previous: str | None, release_id: str | None,
+                    calls: GuardCalls | None = None) -> dict[str, Any]:
     """The guard's plan for each phase the controller may be lost in, as plain data: the
     controller's own rollback_plan (hostplan), so that the guard has no decider of its own.
     Per phase: its steps in order (a switch points current at `to` and brings back its
-    config), `to`, the outcome once they pass, and whether that is a rollback to `to`."""
+    config), `to`, the outcome once they pass, whether that is a rollback to `to`, and
+    each step's host calls (none without `calls`)."""
     plans = {}
     for phase in Phase:
         plan = rollback_plan(phase, LOST, previous, release_id)
+        steps = [calls.step(k, plan.to, release_id) for k in plan.kinds] if calls else []
         plans[phase.label] = {"steps": list(plan.kinds), "to": plan.to,
                               "outcome": plan.outcome, "rolled_back": plan.rolled_back,
-                              "describe": plan.describe()}
+                              "describe": plan.describe(), "calls": steps}
     return plans
 
 
@@ -121,9 +183,10 @@ def _validate_command(ctx: HostContext, template: Command, release_id: str) -> s
 
 def arm_input(data: dict[str, Any]) -> bytes:
     """The guard's script and its recipe line, then drain.py's text (the guard runs it, as
-    the drain step does, before it starts a daemon again), each script after its length."""
+    the drain step does, before it starts a daemon again) and ops.py's (the host actions
+    its steps call), each script after its length."""
     return (sized(script_text("guard")) + json.dumps(data).encode() + b"\n"
-            + sized(script_text("drain")))
+            + sized(script_text("drain")) + sized(script_text("ops")))
 
 
 @dataclass
@@ -142,7 +205,7 @@ class HostGuard:
         """The tether dropped before the controller settled the host: the guard has it."""
         return self.stream is not None and not self.settled and self.stream.ended
 
-    def follow(self, ctx: HostContext, plan: Any, phase: Phase) -> None:
+    def follow(self, ctx: HostContext, plan: HostPlan, phase: Phase) -> None:
         """Arm right before the host leaves untouched (with the phase it is entering); then
         tell the guard each phase."""
         if phase is self.phase:
@@ -155,18 +218,18 @@ class HostGuard:
         if self.stream is not None:
             self.stream.write(f"phase {phase.label}\n")
 
-    def prepare(self, ctx: HostContext, plan: Any) -> None:
+    def prepare(self, ctx: HostContext, plan: HostPlan) -> None:
         """Start the guard ahead, while the host's first steps (upload, preflight) run: its
         start is then off the path to the stop. Only for a plan that stops, switches or
         starts something; its answer is read when the host is about to leave untouched."""
         if self.stream is None and self.pending is None and _touches(plan):
             self.pending = self._open(ctx, plan)
 
-    def _open(self, ctx: HostContext, plan: Any) -> Stream | None:
+    def _open(self, ctx: HostContext, plan: HostPlan) -> Stream | None:
         command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm --wait {ARM_WAIT:g}"
         return ctx.transport.open_stream(command, arm_input(recipe(ctx, plan, self.run_id)))
 
-    def _arm(self, ctx: HostContext, plan: Any, phase: Phase) -> None:
+    def _arm(self, ctx: HostContext, plan: HostPlan, phase: Phase) -> None:
         """The guard started (ahead, or now), then armed: only then may the host change."""
         ahead, self.pending = self.pending, None
         if ahead is not None and ahead.ended:  # its connection dropped since: a new one
@@ -235,7 +298,7 @@ def _answer(stream: Stream, seconds: float, key: str) -> dict[str, Any]:
     return {"reason": str(why or line.strip()[:200] or "no answer")}
 
 
-def _touches(plan: Any) -> bool:
+def _touches(plan: HostPlan) -> bool:
     """Whether a host plan stops, switches or starts anything (its host leaves untouched)."""
     return any(isinstance(s.decision, Action) and not s.decision.fails
                and s.kind in PHASE_AT_START for s in plan.steps)

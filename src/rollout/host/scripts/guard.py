@@ -3,14 +3,16 @@ touches a host its controller did not change.
 
 The controller starts it over a channel of its own (ahead, while upload and preflight run):
 
-    python3 -c BOOTSTRAP --arm   (stdin: the script's length, this script, a recipe line)
+    python3 -c BOOTSTRAP --arm   (stdin: the script's length, this script, a recipe line,
+                                  then drain.py and ops.py, each after its length)
 
-The recipe is JSON data, never code: the release being rolled out and the previous one, the
-layout's paths, the daemon's ports, the validation command of each release (already rendered
-and quoted by the controller; run with sh -c as the validate step runs it), timeouts, and the
-rollback plan for each phase ("rollback"), computed by the controller's own rollback_plan
-(rollout.engine.hostplan): the guard has no decider of its own, it runs the plan of the
-phase the controller last reported.
+The recipe is JSON data, never code: the run, the root, the release being rolled out and
+the rollback plan for each phase ("rollback"), computed by the controller's own
+rollback_plan (rollout.engine.hostplan) with, for each of its steps, the host actions it
+calls and their keyword arguments (the budget figure, the validation command rendered for
+the release it goes back to...). The guard has no decider and no host action of its own:
+it runs the plan of the phase the controller last reported, each step as the calls of
+ops.py (rollout's host API, the very functions the controller's steps call) it names.
 
 The foreground part holds an flock on a tether file while its stdin stays open and answers
 {"ready": true}. Started, it is inert: only an "arm PHASE" line (the host is about to leave
@@ -21,7 +23,8 @@ settled) exits doing nothing. An armed one takes over, only while <root>/rollout
 its run (checked again before every step), it runs the plan of its phase: stop the new
 daemon, point current back at the previous release with its config, release the hold, wait
 until that daemon is ready and validate it with its own bench; or, with no previous release,
-stop it and leave the host stopped and held (as the controller's rollback does). Each step checks before it acts and is one JSON event line in
+stop it and leave the host stopped and held (as the controller's rollback does). Each host
+action checks before it acts; each step is one JSON event line in
 <root>/rollout/runs/<run_id>/guard.jsonl, with the controller's fields.
 
     python3 - --report --root /data --run RUN_ID --wait 600 < guard.py
@@ -43,7 +46,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -51,17 +53,17 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_daemon, distrust_supervisor, drain_failure, format_size, ownership_problem, port_owners, proc_ancestors, proc_state, proof_verdict, read_pidfile, read_text, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
+from rollout.host.scripts.common import drain_failure, format_size, read_text, safe_mkdir, safe_open, safe_write  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PHASES = ("untouched", "stopped", "switched", "started", "validated")
 POLL = 0.1  # seconds between looks at local state (never at the controller)
-# subprocess, socket and urllib.request are imported by the takeover steps that use them:
-# arming, once per host, starts no more than it needs (urllib alone doubles its start).
+# ops.py is loaded only by a guard that takes over: arming, once per host, starts no more
+# than it needs.
 KEEP_RUNS = 20  # run folders always kept, newest first
 PRUNE_AGE = 7 * 86400  # seconds: older run folders whose guards are all done are removed
-MAX_SCRIPT = 1 << 20  # bytes: the drain script the arm input carries
+MAX_SCRIPT = 1 << 20  # bytes: each script the arm input carries (drain.py, ops.py)
 
 
 # ---------------------------------------------------------------- paths and records
@@ -112,15 +114,19 @@ class Failed(Exception):
 
 # ---------------------------------------------------------------- the plan (the controller's)
 
+KINDS = ("stop", "drain", "switch", "start", "ready", "validate")  # rollback step kinds
+
 
 def planned(recipe: dict[str, Any], state: dict[str, Any],
             validated: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """(why, the plan) once the tether dropped: the controller's rollback plan for the phase
-    it last reported (recipe["rollback"][phase]: steps, to, outcome, rolled_back). Nothing to
-    do for a guard settled or never armed, for an untouched host, or where the daemon running
-    now already passed validation (Host.validated_daemon: the host is in fact validated).
-    Decides nothing itself; Failed for a plan that is missing or names an unknown step."""
-    nothing: dict[str, Any] = {"steps": [], "to": None, "rolled_back": False, "outcome": ""}
+    it last reported (recipe["rollback"][phase]: steps, to, outcome, rolled_back, and the
+    host actions each step calls). Nothing to do for a guard settled or never armed, for an
+    untouched host, or where the daemon running now already passed validation
+    (Host.validated_daemon: the host is in fact validated). Decides nothing itself; Failed
+    for a plan that is missing or names an unknown step."""
+    nothing: dict[str, Any] = {"steps": [], "calls": [], "to": None, "rolled_back": False,
+                               "outcome": ""}
     if state.get("settled"):
         return "the controller settled the host: nothing to do", nothing
     if not state.get("armed"):
@@ -137,7 +143,7 @@ def planned(recipe: dict[str, Any], state: dict[str, Any],
     plan = plans.get(phase) if isinstance(plans, dict) else None
     steps = plan.get("steps") if isinstance(plan, dict) else None
     if not isinstance(plan, dict) or not isinstance(steps, list) \
-            or not all(isinstance(k, str) and k in STEPS for k in steps):
+            or not all(isinstance(k, str) and k in KINDS for k in steps):
         raise Failed(f"no usable rollback plan for phase {phase} in the recipe: {plan!r:.200}")
     to = plan.get("to") if isinstance(plan.get("to"), str) else None
     if "switch" in steps and to is None:
@@ -145,66 +151,53 @@ def planned(recipe: dict[str, Any], state: dict[str, Any],
     what = str(plan.get("describe") or plan.get("outcome") or "")
     why = f"the host had validated release {release}: nothing to do" if phase == "validated" \
         else what
-    return why, {"steps": steps, "to": to, "rolled_back": plan.get("rolled_back") is True,
+    calls = plan.get("calls") if isinstance(plan.get("calls"), list) else []
+    return why, {"steps": steps, "calls": calls, "to": to,
+                 "rolled_back": plan.get("rolled_back") is True,
                  "outcome": str(plan.get("outcome") or "")}
 
 
-# ---------------------------------------------------------------- host facts
+# ---------------------------------------------------------------- the host, through ops.py
+
+
+def load_ops(path: str) -> Any:
+    """ops.py (rollout's host API: the functions the controller's steps call), as the arm
+    input carried it into the run's folder: a module of its own, never through a link."""
+    import types
+
+    fd = safe_open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        source = f.read(MAX_SCRIPT + 1)
+    module = types.ModuleType("ops")
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - rollout's own, sent by its controller
+    return module
 
 
 class Host:
-    def __init__(self, recipe: dict[str, Any], proc: str = "/proc") -> None:
+    def __init__(self, recipe: dict[str, Any], ops: Any = None) -> None:
         self.r = recipe
         self.root = str(recipe["root"])
-        self.proc = proc
-        self.state_dir = os.path.join(self.root, "rollout")
-        self.hold = os.path.join(self.state_dir, "hold")
-        self.current = os.path.join(self.root, "current")
         self.run_dir = run_dir(self.root, str(recipe["run_id"]))
-        self.stopped: tuple[int, int] | None = None  # (pid, start time) the stop step stopped
+        self.hold = os.path.join(self.root, "rollout", "hold")
         self.to: str | None = None  # the release the plan goes back to (None: none)
-        self.drained: dict[str, Any] | None = None  # drain.py's answer
+        self._ops = ops
 
-    def release_dir(self, release_id: str) -> str:
-        return os.path.join(self.root, "releases", release_id)
+    @property
+    def ops(self) -> Any:
+        if self._ops is None:
+            self._ops = load_ops(os.path.join(self.run_dir, "ops.py"))
+        return self._ops
 
     def current_release(self) -> str | None:
-        try:
-            return os.path.basename(os.readlink(self.current).rstrip("/")) or None
-        except OSError:
-            return None
-
-    def daemon(self) -> tuple[int, int, str] | None:
-        """(pid, start time, exe) of our daemon while it runs, else None."""
-        found = read_pidfile(os.path.join(self.state_dir, "daemon.pid"))
-        if found is None or found[1] is None or found[0] <= 1:
-            return None
-        pid, starttime, exe = found[0], int(found[1]), found[2]
-        if proc_state(self.proc, pid, starttime)[0] != "running":
-            return None
-        if distrust_daemon(self.proc, self.root, pid, starttime, exe):
-            return None
-        return pid, starttime, exe
-
-    def runs(self, release_id: str) -> tuple[int, int, str] | None:
-        d = self.daemon()
-        return d if d and d[2].startswith(self.release_dir(release_id) + "/") else None
-
-    def dead_daemon(self) -> tuple[int, int] | None:
-        """(pid, start time) of the daemon the pidfile names while it is a zombie: stopped
-        (by the controller, before it died) but not yet reaped."""
-        found = read_pidfile(os.path.join(self.state_dir, "daemon.pid"))
-        if found is None or found[1] is None or found[0] <= 1:
-            return None
-        pid, starttime = found[0], int(found[1])
-        return (pid, starttime) if proc_state(self.proc, pid, starttime)[0] == "zombie" else None
+        found: str | None = self.ops.current_release(self.root)
+        return found
 
     def validated_daemon(self) -> dict[str, Any] | None:
         """The evidence (validated.json, read as hostile data) that the daemon running now,
         the same pid AND start time, passed the validation of the release being rolled out,
         which current points at with no hold set; None when there is none."""
         release = self.r.get("release")
-        path = os.path.join(self.state_dir, "validated.json")
+        path = os.path.join(self.root, "rollout", "validated.json")
         try:
             with open(path, "rb") as f:
                 doc = json.loads(f.read(4096))
@@ -215,20 +208,12 @@ class Host:
         pid, starttime = doc.get("pid"), doc.get("starttime")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (pid, starttime)):
             return None
-        d = self.runs(release)
+        d = self.ops.serving(self.root, release)
         if d is None or (d[0], d[1]) != (pid, starttime) or self.current_release() != release:
             return None
         if os.path.exists(self.hold):
             return None
         return {"pid": pid, "starttime": starttime, "release": release, "path": path}
-
-    def supervisor_alive(self) -> bool:
-        found = read_pidfile(os.path.join(self.state_dir, "supervisor.pid"))
-        if found is None or found[0] <= 1:
-            return False
-        pid, starttime = found[0], found[1]
-        alive = proc_state(self.proc, pid, starttime)[0] == "running"
-        return alive and not distrust_supervisor(self.proc, self.root, pid, starttime)
 
 
 # ---------------------------------------------------------------- the host lock
@@ -263,90 +248,68 @@ def not_ours(root: str, run_id: str) -> str | None:
     return f"no host lock of run {run_id}: its controller gave the host back"
 
 
-# ---------------------------------------------------------------- takeover steps
+# ---------------------------------------------------------------- takeover: the plan's calls
+
+# What each host action's outcome means for the takeover step that called it (any other
+# outcome fails the step): the guard only reads reports, ops.py does and checks.
+CHANGED = {"stopped", "pointed", "restored", "started", "drained", "released", "set"}
+SKIPPED = {"kept", "none", "already-dead", "untrusted", "running"}
 
 
-def step_stop(h: Host) -> tuple[str, str]:
-    keep = h.to
-    kept = h.runs(keep) if keep else None
-    if kept:
-        return "skipped", f"daemon {kept[0]} runs the previous release {keep}: kept"
-    os.close(safe_open(h.hold, os.O_WRONLY | os.O_CREAT))  # the supervisor restarts nothing now
-    d = h.daemon()
-    if d is None:
-        return "skipped", "hold set; no daemon of ours running"
-    pid, starttime, _ = d
-    h.stopped = (pid, starttime)
-    sig = signal.Signals[str(h.r.get("stop_signal") or "SIGTERM")]
-    os.kill(pid, sig)
-    if wait_gone(h, pid, starttime, float(h.r.get("stop_grace") or 10)):
-        return "changed", f"hold set; daemon {pid} stopped ({sig.name})"
-    os.kill(pid, signal.SIGKILL)
-    if wait_gone(h, pid, starttime, 10):
-        return "changed", f"hold set; daemon {pid} stopped ({sig.name}, escalated to SIGKILL)"
-    raise Failed(f"daemon {pid} survived {sig.name} and SIGKILL")
+def run_entry(h: Host, entry: dict[str, Any], stopped: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """Run one step of the plan: each of its host calls (ops.<call>(**kwargs)), in order;
+    (status, reason, the last report). `stopped`: the stop step's report, whose daemon the
+    drain waits for."""
+    calls = entry.get("calls") if isinstance(entry.get("calls"), list) else None
+    if not calls:
+        raise Failed(f"no host call for step {entry.get('step')!r} in the recipe")
+    statuses, reasons, last = [], [], {}
+    for c in calls:
+        name, kwargs = str(c.get("call")), dict(c.get("kwargs") or {})
+        if name == "drain" and stopped.get("outcome") == "stopped":
+            kwargs.update(pid=stopped.get("pid"), starttime=stopped.get("starttime"))
+        last = h.ops.call(name, kwargs)
+        status, reason = judged(name, last, h.to)
+        if status == "failed" and not entry.get("tolerate"):
+            raise Failed(reason)
+        statuses.append(status)
+        reasons.append(reason)
+    status = "failed" if "failed" in statuses else "changed" if "changed" in statuses else \
+        "ok" if "ok" in statuses else "skipped"
+    return status, "; ".join(reasons), last
 
 
-def wait_gone(h: Host, pid: int, starttime: int, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while proc_state(h.proc, pid, starttime)[0] == "running":
-        if time.monotonic() >= end:
-            return False
-        time.sleep(POLL)
-    return True
+def judged(name: str, report: dict[str, Any], to: str | None) -> tuple[str, str]:
+    """(status, reason) of one host call from its report."""
+    outcome, reason = str(report.get("outcome")), str(report.get("reason") or "")
+    if name == "drain":
+        return drained(report, to)
+    if name == "wait_ready":
+        return ("ok" if outcome == "ready" else "failed"), reason
+    if name == "prove":
+        if outcome != "ran":
+            return "failed", reason
+        if report.get("passed") is True:
+            return "ok", f"validation proof COMPLETED on {to or report.get('release') or '?'}"
+        tail_text = (str(report.get("stdout")) + str(report.get("stderr")))[-500:]
+        return "failed", f"validation failed: {report.get('verdict')}: {tail_text}"
+    if outcome in CHANGED:
+        return "changed", reason
+    return ("skipped" if outcome in SKIPPED else "failed"), reason
 
 
-def drain_settings(h: Host) -> dict[str, Any]:
-    d = h.r.get("drain")
-    return d if isinstance(d, dict) else {}
-
-
-def drain_args(h: Host, pid: int, starttime: int | None) -> list[str]:
-    """drain.py's arguments: the recipe's drain settings, computed by the controller as its
-    drain step computes them (deadline, plateau, zombie grace, the budget rule's figure)."""
-    d = drain_settings(h)
-    args = ["--root", h.root, "--pid", str(pid)]
-    if starttime is not None:
-        args += ["--starttime", str(starttime)]
-    for key in ("deadline", "plateau", "zombie_grace"):
-        if isinstance(d.get(key), (int, float)) and not isinstance(d.get(key), bool):
-            args += [f"--{key.replace('_', '-')}", repr(float(d[key]))]
-    if isinstance(d.get("budget"), int) and not isinstance(d.get("budget"), bool):
-        args += ["--budget", str(d["budget"])]  # bytes, as the controller decided them
-    return args
-
-
-def step_drain(h: Host) -> tuple[str, str]:
-    """The drain step's rule, by drain.py itself: the daemon stopped is gone (its zombie
-    reaped) and its memory is back before the next daemon starts. A failed drain is
-    reported and the previous release restarted all the same, as the controller's rollback
-    after a failed drain does: a guard never leaves the host stopped."""
-    import subprocess
-
-    keep = h.to
-    kept = h.runs(keep) if keep else None
-    if kept:
-        return "skipped", f"daemon {kept[0]} runs the previous release {keep}: nothing was stopped"
-    pid, starttime = h.stopped or h.dead_daemon() or (0, None)
-    script = os.path.join(h.run_dir, "drain.py")
-    if not os.path.isfile(script):
-        raise Failed(f"no drain script at {script}")
-    deadline = float(drain_settings(h).get("deadline") or 600)
-    p = subprocess.run([sys.executable or "python3", script, *drain_args(h, pid, starttime)],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline + 60,
-                       check=False)
-    lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
-    try:
-        out = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        out = {}
-    if not isinstance(out, dict) or not out.get("outcome"):
-        raise Failed(f"drain.py said nothing (exit {p.returncode}): "
-                     f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
-    h.drained = out
+def drained(out: dict[str, Any], to: str | None) -> tuple[str, str]:
+    """The drain's status and reason, from drain.py's report as ops.drain passed it on. A
+    failed drain is reported and the takeover goes on: a guard never leaves the host
+    stopped for a drain."""
+    if out.get("outcome") == "kept":
+        return "skipped", str(out.get("reason"))
+    if out.get("outcome") in ("no-script", "silent"):
+        return "failed", str(out.get("reason"))
+    pid = out.get("pid")
     who = f"daemon {pid} gone and " if pid else "no daemon stopped here; "
-    if out["outcome"] != "drained":
-        return "failed", (f"{drain_failure(out)}; restarting {keep} without waiting again "
+    if out.get("outcome") != "drained":
+        return "failed", (f"{drain_failure(out)}; restarting {to} without waiting again "
                           "(its memory is still charged)")
     by = {"budget": f"headroom fits the budget {format_size(out.get('budget'))}",
           "baseline": "working set back to its level before the old daemon started"}.get(
@@ -359,177 +322,14 @@ def step_drain(h: Host) -> tuple[str, str]:
     return "changed", f"{who}{by} after {waited:.1f}s ({figures}){note}"
 
 
-def step_switch(h: Host) -> tuple[str, str]:
-    keep = str(h.to)  # planned() refuses a plan that switches to no release
-    did = []
-    if h.current_release() != keep:
-        if not os.path.isdir(h.release_dir(keep)):
-            raise Failed(f"previous release {keep} is not on the host")
-        tmp = h.current + ".new"
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(f"releases/{keep}", tmp)
-        os.replace(tmp, h.current)
-        did.append(f"current -> {keep}")
-    if restore_config(h):
-        did.append(f"restored the config {keep} ran with")
-    if not did:
-        return "skipped", f"current already points at {keep}, its config in place"
-    return "changed", "; ".join(did)
-
-
-def restore_config(h: Host) -> bool:
-    path, kept = h.r.get("config_path"), h.r.get("kept_config")
-    if not path or not kept or not os.path.isfile(kept):
-        return False
-    with open(kept, "rb") as f:
-        want = f.read()
-    try:
-        with open(path, "rb") as f:
-            if f.read() == want:
-                return False
-    except OSError:
-        pass
-    safe_write(path, want)  # never through a link
-    return True
-
-
-def serving_release(h: Host) -> str:
-    release = h.current_release()
-    if not release or not os.path.isdir(h.release_dir(release)):
-        raise Failed(f"{h.current} does not point at a release on the host")
-    return release
-
-
-def step_start(h: Host) -> tuple[str, str]:
-    import subprocess
-
-    release = serving_release(h)
-    held = os.path.exists(h.hold)
-    if held:
-        safe_remove(h.hold)
-    running = h.runs(release)
-    if running:
-        return "skipped", f"{'hold released; ' if held else ''}daemon {running[0]} already runs {release}"
-    if not h.supervisor_alive():
-        supervisor = os.path.join(h.state_dir, "supervisor.py")
-        why = (ownership_problem(h.root, "rollout's root", follow=True)
-               or ownership_problem(h.state_dir, "rollout's state folder")
-               or ownership_problem(supervisor, "running the supervisor"))
-        if why:  # root never runs a script others could have written
-            raise Failed(why)
-        subprocess.run([sys.executable or "python3", supervisor, "--root", h.root, "--daemonize"],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=60, check=False)
-    end = time.monotonic() + float(h.r.get("start_wait") or 60)
-    while time.monotonic() < end:
-        running = h.runs(release)
-        if running:
-            return "changed", f"hold released; supervisor started daemon {running[0]} ({release})"
-        time.sleep(POLL)
-    raise Failed(f"supervisor did not start the daemon of {release} within {h.r.get('start_wait')}s")
-
-
-def port_bound(port: int) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def status_doc(url: str) -> dict[str, Any] | None:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            doc = json.loads(r.read(1 << 20).decode("utf-8", "replace"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def owned_by(h: Host, port: int, pid: int) -> bool:
-    owners = port_owners(h.proc, port)
-    return bool(owners) and all(o["pid"] == pid or pid in proc_ancestors(h.proc, o["pid"])
-                                for o in owners)
-
-
-def step_ready(h: Host) -> tuple[str, str]:
-    """The daemon's own evidence, as the ready step takes it: the gRPC port bound, then the
-    status port answers JSON, both held by the daemon the supervisor started."""
-    release = serving_release(h)
-    grpc, status = h.r.get("grpc_port"), h.r.get("status_port")
-    url = h.r.get("status_url")
-    end = time.monotonic() + float(h.r.get("ready_timeout") or 60)
-    while time.monotonic() < end:
-        d = h.runs(release)
-        if d is None:
-            raise Failed(f"the daemon of {release} is not running")
-        bound = not grpc or port_bound(int(grpc))
-        doc = status_doc(str(url)) if bound and url else ({} if bound else None)
-        if doc is not None:
-            ports = [int(p) for p in (grpc, status) if p]
-            strangers = [p for p in ports if not owned_by(h, p, d[0])]
-            if strangers:
-                raise Failed(f"port(s) {strangers} not held by daemon {d[0]}")
-            return "ok", f"daemon {d[0]} ready ({release}): ports {ports} are its own"
-        time.sleep(POLL)
-    raise Failed(f"the daemon of {release} was not ready within {h.r.get('ready_timeout')}s")
-
-
-def validate_command(h: Host, release: str) -> str:
-    """The validation command rendered for `release` (its own bench, at its own path), once
-    its executable is found on the host; Failed otherwise: a guard never runs a bench that
-    is not there (an upload cut short, another release's)."""
-    import shlex
-
-    commands = h.r.get("validate_commands")
-    command = commands.get(release) if isinstance(commands, dict) else None
-    if not isinstance(command, str) or not command.strip():
-        raise Failed(f"no validation command for release {release} in the recipe")
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = []
-    while words[:1] == ["export"]:  # validate.env: `export NAME='value'; ` before it
-        words = words[2:]
-    exe = words[0] if words else ""
-    found = (os.path.isfile(exe) and os.access(exe, os.X_OK)) if "/" in exe else bool(
-        exe and shutil.which(exe))
-    if not found:
-        raise Failed(f"the validation executable of release {release} is not on the host: "
-                     f"{exe!r}; not validated")
-    return command
-
-
-def step_validate(h: Host) -> tuple[str, str]:
-    import subprocess
-
-    command = validate_command(h, serving_release(h))
-    seconds = float(h.r.get("validate_timeout") or 600)
-    p = subprocess.Popen(["sh", "-c", str(command)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise Failed(f"validation hung (no result in {seconds:g} s): killed") from None
-    text = out.decode("utf-8", "replace")  # stdout alone: stderr never makes a success
-    passed, why = proof_verdict(text, str(h.r.get("success_pattern") or ""))
-    if passed:
-        return "ok", f"validation proof COMPLETED on {serving_release(h)}"
-    tail_text = (text + err.decode("utf-8", "replace"))[-500:]
-    raise Failed(f"validation failed: {why}: {tail_text}")
-
-
-STEPS: dict[str, Callable[[Host], tuple[str, str]]] = {
-    "stop": step_stop, "drain": step_drain, "switch": step_switch, "start": step_start, "ready": step_ready,
-    "validate": step_validate,
-}
+def step_data(kind: str, report: dict[str, Any]) -> dict[str, Any]:
+    """What a step_end event carries besides its reason: the daemon stopped, the drain's
+    answer (its samples as the drain step's events carry them)."""
+    if kind == "stop" and report.get("outcome") == "stopped":
+        return {"pid": report.get("pid"), "starttime": report.get("starttime")}
+    if kind == "drain" and report.get("outcome") not in ("kept", "no-script", "silent"):
+        return {k: v for k, v in report.items() if k != "reason"}
+    return {}
 
 
 def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
@@ -545,10 +345,12 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
         return "failed"
     steps: list[str] = plan["steps"]
     h.to = plan["to"]
+    entries = {e.get("step"): e for e in plan["calls"] if isinstance(e, dict)}
     events.emit("guard_takeover", status="takeover",
                 reason=f"controller lost in phase {phase}: {summary}", phase=phase, steps=steps,
                 evidence=validated)
     tolerated: dict[str, str] = {}
+    stopped: dict[str, Any] = {}
     for kind in steps:
         why = not_ours(h.root, str(h.r.get("run_id")))
         if why:  # another run has the host: it decides from the host's real state
@@ -559,7 +361,7 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
         events.emit("step_start", step=name, kind=kind)
         started = time.monotonic()
         try:
-            status, reason = STEPS[kind](h)
+            status, reason, report = run_entry(h, entries.get(kind) or {"step": kind}, stopped)
         except Exception as e:  # noqa: BLE001 - whatever fails is this step's failure
             reason = str(e) if isinstance(e, Failed) else f"{type(e).__name__}: {e}"
             events.emit("step_end", step=name, status="failed", reason=reason, attempts=1,
@@ -567,9 +369,10 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
             events.emit("guard_end", status="failed", reason=f"{kind} failed: {reason}",
                         phase=phase, release=h.current_release(), failed=kind)
             return "failed"
-        extra = step_data(h, kind)
+        stopped = report if kind == "stop" else stopped
         events.emit("step_end", step=name, status=status, reason=reason, attempts=1,
-                    duration=round(time.monotonic() - started, 3), output="", **extra)
+                    duration=round(time.monotonic() - started, 3), output="",
+                    **step_data(kind, report))
         if status == "failed":  # a failed drain: reported, and the takeover goes on
             tolerated[kind] = reason
     release = h.current_release() if steps else h.r.get("release")
@@ -579,16 +382,6 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
                 rolled_back=plan["rolled_back"], acted=bool(steps),
                 failed_steps=tolerated, evidence=validated)
     return end
-
-
-def step_data(h: Host, kind: str) -> dict[str, Any]:
-    """What a step_end event carries besides its reason: the daemon stopped, the drain's
-    answer (its samples as the drain step's events carry them)."""
-    if kind == "stop" and h.stopped:
-        return {"pid": h.stopped[0], "starttime": h.stopped[1]}
-    if kind == "drain" and h.drained:
-        return dict(h.drained)
-    return {}
 
 
 # ---------------------------------------------------------------- arm: tether and detach
@@ -733,14 +526,17 @@ def prune_runs(runs: str, keep: str, now: float | None = None) -> list[str]:
 def arm(stdin: Any, stdout: Any, wait: float) -> int:
     recipe = json.loads(stdin.readline().decode("utf-8"))
     drain_script = read_sized(stdin)
+    ops_script = read_sized(stdin) if drain_script is not None else None
     root = str(recipe["root"])
     where = run_dir(root, str(recipe["run_id"]))
-    if drain_script is None:
-        say(stdout, {"ready": False, "reason": "no drain script after the recipe"})
+    if drain_script is None or ops_script is None:
+        what = "drain" if drain_script is None else "ops"
+        say(stdout, {"ready": False, "reason": f"no {what} script after the recipe"})
         return 2
     try:  # a link in place of runs/, the run's folder or a file in it: refused, named
         safe_mkdir(where, mode=0o700)
         write_bytes(os.path.join(where, "drain.py"), drain_script)
+        write_bytes(os.path.join(where, "ops.py"), ops_script)
     except OSError as e:
         say(stdout, {"ready": False, "reason": f"refused: {e}"})
         return 2

@@ -24,7 +24,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, distrust_supervisor, is_cuzk_daemon, ownership_problem, ports_owners, proc_cmdline, proc_starttime, proc_stat, proc_state, process_brief, proof_verdict, read_pidfile, read_text, safe_append, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, distrust_supervisor, is_cuzk_daemon, ownership_problem, ports_owners, proc_ancestors, proc_cmdline, proc_starttime, proc_stat, proc_state, process_brief, proof_verdict, read_pidfile, read_text, safe_append, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
 # isort: on
 
 POLL = 0.05  # seconds between looks
@@ -205,26 +205,53 @@ def _stop(root: str, sig: str, grace: float, adopt_pid: int, adopt_starttime: in
 # ---------------------------------------------------------------- drain (drain.py's rule)
 
 
-def drain(root: str, script: str, pid: int = 0, starttime: int | None = None,
-          settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """drain.py's rule, run from `script` (the drain script the controller left on the
-    host): the stopped daemon is gone and its memory back. `settings`: deadline, plateau,
-    zombie_grace and the budget, as the controller computed them. drain.py's own report,
-    its outcome "drained" or why not."""
-    import subprocess
-
-    if not os.path.isfile(script) or os.path.islink(script):
-        return _report("no-script", f"no drain script at {script}")
+def drain_args(root: str, pid: int, starttime: int | None,
+               settings: dict[str, Any] | None) -> list[str]:
+    """drain.py's arguments: the settings as the controller computed them (deadline,
+    plateau, zombie grace, and the budget rule's figure: an int, else none)."""
     args = ["--root", root, "--pid", str(pid)]
     args += ["--starttime", str(starttime)] if starttime is not None else []
-    given = settings or {}
+    given = settings if isinstance(settings, dict) else {}
     for key in ("deadline", "plateau", "zombie_grace"):
         if _number(given.get(key)):
             args += [f"--{key.replace('_', '-')}", repr(float(given[key]))]
-    if _number(given.get("budget")) and isinstance(given.get("budget"), int):
-        args += ["--budget", str(given["budget"])]
+    if isinstance(given.get("budget"), int) and not isinstance(given.get("budget"), bool):
+        args += ["--budget", str(given["budget"])]  # bytes, as the controller decided them
+    return args
+
+
+def _dead_daemon(root: str, proc: str) -> tuple[int, int | None]:
+    """(pid, start time) of the daemon daemon.pid names while it is a zombie (stopped, not
+    yet reaped); (0, None) otherwise."""
+    found = read_pidfile(os.path.join(_state_dir(root), "daemon.pid"))
+    if found is None or found[1] is None or found[0] <= 1:
+        return 0, None
+    zombie = proc_state(proc, found[0], found[1])[0] == "zombie"
+    return (found[0], found[1]) if zombie else (0, None)
+
+
+def drain(root: str, script: str, pid: int = 0, starttime: int | None = None,
+          settings: dict[str, Any] | None = None, keep_release: str | None = None,
+          proc: str = "/proc") -> dict[str, Any]:
+    """drain.py's rule, run from `script` (the drain script the controller left on the
+    host): the stopped daemon (pid 0: the zombie daemon.pid names, if any) is gone and its
+    memory back. `settings`: as the controller computed them. drain.py's own report, its
+    outcome "drained" or why not; "kept" where a daemon of keep_release runs (nothing
+    was stopped)."""
+    import subprocess
+
+    kept = serving(root, keep_release, proc) if keep_release else None
+    if kept:
+        return _report("kept", f"daemon {kept[0]} runs release {keep_release}: nothing was "
+                       "stopped", pid=kept[0])
+    if not os.path.isfile(script) or os.path.islink(script):
+        return _report("no-script", f"no drain script at {script}")
+    if not pid:
+        pid, starttime = _dead_daemon(root, proc)
+    given = settings if isinstance(settings, dict) else {}
     deadline = float(given["deadline"]) if _number(given.get("deadline")) else 600.0
-    p = subprocess.run([sys.executable or "python3", script, *args], stdin=subprocess.DEVNULL,
+    p = subprocess.run([sys.executable or "python3", script,
+                        *drain_args(root, pid, starttime, given)], stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=deadline + 60, check=False)
     lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
     try:
@@ -405,26 +432,49 @@ def owners(ports: list[int], pid: int | None = None, proc: str = "/proc") -> dic
     return out
 
 
+def strangers(ports: list[int], pid: int, proc: str = "/proc") -> list[int]:
+    """The ports some process other than `pid` (or a child of it) holds, or none holds."""
+    found = ports_owners(proc, ports)
+    return [p for p in ports if not found[p] or not all(
+        o["pid"] == pid or pid in proc_ancestors(proc, o["pid"]) for o in found[p])]
+
+
 def wait_ready(status_url: str, seconds: float, grpc_url: str = "", watch: int = 0,
                pidfile: str = "", ports: list[int] | None = None, pid: int | None = None,
-               proc: str = "/proc") -> dict[str, Any]:
+               require_owner: bool = False, proc: str = "/proc") -> dict[str, Any]:
     """Wait until the gRPC port accepts and then the status port answers (cuzk binds the
-    status port first); "died" once the daemon (watch, else the pid `pidfile` names) is gone.
-    "ready" carries the status answer and the ports' owners."""
+    status port first; no status_url: the gRPC port alone); "died" once the daemon (watch,
+    else the pid `pidfile` names) is gone. "ready" carries the status answer and the
+    ports' owners; require_owner: "stranger" unless the daemon itself holds every port."""
     if not watch and pidfile:
         found = read_pidfile(pidfile)
         watch = found[0] if found and found[0] > 0 else 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if not grpc_url or _accepts(grpc_url):
-            answer = _status_answer(status_url)
+            answer = _status_answer(status_url) if status_url else ""
             if answer is not None:
-                return _report("ready", f"{status_url} answered", answer=answer,
-                               owners=owners(list(ports or []), pid, proc))
+                return _ready(status_url, answer, list(ports or []), pid, watch,
+                              require_owner, proc)
         if watch and proc_state(proc, watch, None)[0] != "running":
             return _report("died", f"daemon {watch} died during start-up", pid=watch)
         time.sleep(POLL)
-    return _report("timeout", f"status port {status_url} did not answer within {seconds:g}s")
+    return _report("timeout", f"status port {status_url or grpc_url} did not answer within "
+                   f"{seconds:g}s")
+
+
+def _ready(url: str, answer: str, ports: list[int], pid: int | None, watch: int,
+           require_owner: bool, proc: str) -> dict[str, Any]:
+    held = owners(ports, pid, proc)
+    if require_owner and ports:
+        if not watch or proc_state(proc, watch, None)[0] != "running":
+            return _report("died", "the daemon is not running", owners=held)
+        others = strangers(ports, watch, proc)
+        if others:
+            return _report("stranger", f"port(s) {others} not held by daemon {watch}",
+                           owners=held)
+    return _report("ready", f"{url or 'the daemon'} answered; ports {ports} are its own"
+                   if require_owner else f"{url} answered", answer=answer, owners=held)
 
 
 # ---------------------------------------------------------------- prove
@@ -439,25 +489,55 @@ def _status_doc(url: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def prove(command: str, timeout: float, kill_after: float, evidence: str, record: str = "",
-          pattern: str = "", status_url: str = "") -> dict[str, Any]:
+def executable_problem(command: str, release: str = "") -> str | None:
+    """Why the command's executable is not on the host (None: it is): a bench at a path must
+    be an executable file there, a bare name on PATH. validate.env's `export NAME=...; `
+    words before it are skipped."""
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    while words[:1] == ["export"]:
+        words = words[2:]
+    exe = words[0] if words else ""
+    found = (os.path.isfile(exe) and os.access(exe, os.X_OK)) if "/" in exe else bool(
+        exe and shutil.which(exe))
+    of = f" of release {release}" if release else ""
+    return None if found else f"the validation executable{of} is not on the host: {exe!r}"
+
+
+def prove(command: str, timeout: float, kill_after: float, evidence: str = "",
+          record: str = "", pattern: str = "", status_url: str = "", release: str = "",
+          require_executable: bool = False) -> dict[str, Any]:
     """Run the validation proof (`sh -c command`) under `timeout`; the evidence of an
     earlier validation goes first, `record` is written again only when stdout passes
-    proof_verdict (stderr never counts). /status is asked after a proof that was stopped."""
+    proof_verdict (stderr never counts). /status is asked after a proof that was stopped.
+    require_executable: never run a bench that is not on the host ("missing")."""
     import subprocess
 
-    safe_remove(evidence)  # a link there: the link itself, never its target
+    if not command.strip():
+        return _report("no-command", f"no validation command for release {release or '?'}")
+    missing = executable_problem(command, release) if require_executable else None
+    if missing:
+        return _report("missing", f"{missing}; not validated")
+    if evidence:
+        safe_remove(evidence)  # a link there: the link itself, never its target
     started = time.monotonic()
     r = subprocess.run(["timeout", "-k", f"{kill_after:g}", f"{timeout:g}", "sh", "-c", command],
                        stdin=subprocess.DEVNULL, capture_output=True, check=False)
     stdout = r.stdout.decode("utf-8", "replace")
     code = 128 - r.returncode if r.returncode < 0 else r.returncode
+    passed, why = proof_verdict(stdout, pattern) if pattern else (False, "no pattern")
     out = _report("ran", f"the proof exited {code}", exit=code,
                   elapsed=round(time.monotonic() - started, 3), stdout=stdout,
-                  stderr=r.stderr.decode("utf-8", "replace"), status_after=None, recorded=False)
+                  stderr=r.stderr.decode("utf-8", "replace"), status_after=None, recorded=False,
+                  passed=passed, verdict=why)
     if code in STOPPED and status_url:
         out["status_after"] = _status_doc(status_url)
-    if record and pattern and proof_verdict(stdout, pattern)[0]:
+    if evidence and record and passed:
         safe_write(evidence, (record + "\n").encode())  # 0600, never through a link
         out["recorded"] = True
     return out
