@@ -95,9 +95,9 @@ def test_hostile_manifest_values_are_refused(bundle: Path, change: dict, key: st
 
 def test_not_a_bundle(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such folder"):
-        load_release(str(tmp_path / "nope"))
+        load_release(str(tmp_path / "nope"), tmp_path)
     with pytest.raises(UserError, match="not a release bundle"):
-        load_release(str(tmp_path))
+        load_release(str(tmp_path), tmp_path)
 
 
 def test_version_comes_from_the_bundle(bundle: Path) -> None:

@@ -50,7 +50,7 @@ def test_publish_to_s3_and_deploy_from_it(bucket: str, tmp_path: Path) -> None:
     manifest = publish(bundle, url)
     keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket)["Contents"]}
     assert keys == {"cuzk/v1/cuzk-daemon", "cuzk/v1/manifest.json"}
-    release = remote_release(url)
+    release = remote_release(url, tmp_path)
     assert release.id == manifest.release and release.source == url
     (presigned,) = release_urls(release).values()
     parts = urlsplit(presigned)

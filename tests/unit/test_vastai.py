@@ -357,8 +357,7 @@ def plans(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(app, "make_plan", make_plan)
     monkeypatch.setattr("rollout.commands.status.fleet_rows", lambda plan: [])
-    monkeypatch.setattr("rollout.commands.dryrun.dry_run",
-                        lambda plan, *a, **k: SimpleNamespace(exit_code=0))
+    monkeypatch.setattr(app, "dry_run", lambda plan, *a, **k: SimpleNamespace(exit_code=0))
     monkeypatch.chdir(REPO)
     return made
 

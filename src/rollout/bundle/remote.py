@@ -10,6 +10,7 @@ from pathlib import Path
 import requests
 import urllib3
 
+from rollout.bundle import s3
 from rollout.bundle.local import bundle_problems
 from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
 from rollout.errors import EnvironmentProblem, UserError
@@ -56,22 +57,17 @@ def _read_body(raw: urllib3.BaseHTTPResponse, url: str, deadline: float) -> byte
     return body
 
 
-def remote_release(base: str) -> Release:
-    """The release at `base`; hosts download it, so nothing but its manifest is read here.
-    Its artifacts' local paths are where `local_copy` would put the executables."""
-    if base.startswith("s3://"):
-        from rollout.bundle.s3 import s3_release
-
-        release: Release = s3_release(base)
-        return release
-    manifest = fetch_manifest(base)
-    return manifest.release_for(str(copy_dir(manifest.release)), source=base.rstrip("/"))
+def remote_release(base: str, cache: Path) -> Release:
+    """The release at `base` (https://, http:// or s3://); hosts download it, so nothing but
+    its manifest is read here. Its artifacts' local paths are where `local_copy` would put
+    the executables: under `cache` (the controller's cache folder)."""
+    manifest = s3.read_manifest(base) if base.startswith("s3://") else fetch_manifest(base)
+    return manifest.release_for(str(copy_dir(cache, manifest.release)), source=base.rstrip("/"))
 
 
-def copy_dir(release_id: str) -> Path:
-    from rollout.commands.app import cache_dir
-
-    return cache_dir() / "bundles" / release_id
+def copy_dir(cache: Path, release_id: str) -> Path:
+    """Where the controller keeps its own copy of a published release's executables."""
+    return cache / "bundles" / release_id
 
 
 _copy_lock = threading.Lock()
@@ -106,8 +102,5 @@ def release_urls(release: Release) -> dict[str, str]:
     are presigned URLs: the hosts need no credentials)."""
     assert release.source is not None
     if release.source.startswith("s3://"):
-        from rollout.bundle.s3 import presigned_urls
-
-        urls: dict[str, str] = presigned_urls(release)
-        return urls
+        return s3.presigned_urls(release)
     return {a.name: member_url(release.source, a.name) for a in release.artifacts}

@@ -58,13 +58,6 @@ def read_manifest(url: str) -> Manifest:
     return parse_manifest(body.decode("utf-8", "replace"), f"{url.rstrip('/')}/{MANIFEST}")
 
 
-def s3_release(url: str) -> Release:
-    from rollout.bundle.remote import copy_dir
-
-    manifest = read_manifest(url)
-    return manifest.release_for(str(copy_dir(manifest.release)), source=url.rstrip("/"))
-
-
 def presigned_urls(release: Release) -> dict[str, str]:
     assert release.source is not None
     bucket, prefix = split(release.source)

@@ -6,6 +6,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rollout.bundle.local import open_bundle
+from rollout.bundle.remote import remote_release
 from rollout.config.playbook import parse_set_options
 from rollout.errors import UserError
 from rollout.steps.base import Release
@@ -17,13 +18,12 @@ def is_url(ref: str) -> bool:
     return urlsplit(ref).scheme in REMOTE_SCHEMES
 
 
-def load_release(ref: str) -> Release:
+def load_release(ref: str, cache: Path) -> Release:
     """A local bundle, checked byte for byte; or a published one's manifest, whose
-    executables the hosts download and check themselves."""
+    executables the hosts download and check themselves (the controller's own copy, for a
+    host that cannot reach them, goes under `cache`)."""
     if is_url(ref):
-        from rollout.bundle.remote import remote_release
-
-        return remote_release(ref)
+        return remote_release(ref, cache)
     folder = Path(ref)
     if not folder.is_dir():
         raise UserError(f"--release {ref}: no such folder (a bundle from `rollout build`)")

@@ -16,12 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from rollout.bundle.source import load_release, sets_with_version
+from rollout.commands.dryrun import dry_run
+from rollout.commands.inventory_view import describe
 from rollout.config.hostvar_checks import HostVarRefused
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.steps import StepSpec
 from rollout.config.vastai import is_ref
 from rollout.engine.locks import LockPolicy, holder_for
+from rollout.engine.needs import refuse_incomplete
 from rollout.engine.plan import Plan, make_plan
 from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import ConfigError, Location, RolloutError, UserError
@@ -30,6 +34,7 @@ from rollout.output.events import EventBus, JsonLinesSink, open_private
 from rollout.output.journal import journal_path
 from rollout.output.resume import read_resumed
 from rollout.reports.sinks import STEP_SUMMARY, report_sinks
+from rollout.steps.image import ControllerContext
 from rollout.transport.ssh import SshTransport
 
 
@@ -127,8 +132,6 @@ def load_fleet(
 
 def var_location(hosts_file: str, host: str, var: str) -> Location:
     """Where an inventory var of a host is set (file:line), as `rollout inventory` says."""
-    from rollout.commands.inventory_view import describe
-
     try:
         source = str(describe(hosts_file).hosts[host]["sources"][f"vars.{var}"])
     except (RolloutError, KeyError):
@@ -210,18 +213,12 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
         req, done = resume_request(req)
     release = None
     if req.release:
-        from rollout.bundle.source import load_release, sets_with_version
-
-        release = load_release(req.release)
+        release = load_release(req.release, cache_dir())
         req = replace(req, sets=sets_with_version(req.sets, release))
     plan = load_plan(req, req.resume, builds=release is None)
     if release is not None and req.release:
-        from rollout.engine.needs import refuse_incomplete
-
         refuse_incomplete(plan, release, req.release)  # exit 2 before any host is touched
     if req.dry_run:
-        from rollout.commands.dryrun import dry_run
-
         return dry_run(plan, connect, cache_dir(), release)
     if release is None:
         require_docker(plan.playbook.build)
@@ -246,8 +243,6 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
 def require_docker(build: Any) -> None:
     """A run that builds needs this machine's Docker engine: one that is down or missing is
     exit 3 (EnvironmentProblem) before any host is locked, not a failed build step (exit 1)."""
-    from rollout.steps.image import ControllerContext
-
     ControllerContext(build, "", cache_dir()).docker().close()
 
 
