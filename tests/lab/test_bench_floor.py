@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from rollout.bench.bundles import padded_bundle
 from rollout.bench.floor import run_floor
 from rollout.bench.side_by_side import lab_hosts
-from rollout.bundle.bench import padded_bundle
 from rollout.bundle.local import open_bundle
 from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.errors import StepFailed

@@ -15,10 +15,10 @@ from typing import Any
 
 import rollout
 from rollout import lab
+from rollout.bench.bundles import padded_bundle
 from rollout.bench.child import timed_rollout
 from rollout.bench.figures import Comparison, Pair, Rerun, Run
 from rollout.bench.floor import SshHost, run_floor
-from rollout.bundle.bench import padded_bundle
 from rollout.bundle.local import open_bundle
 from rollout.commands import app
 from rollout.config.playbook import LAB_PLAYBOOK

@@ -61,8 +61,8 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
     a 100 MiB release to N hosts pushed and pulled, and rollout against the floor."""
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
+    from rollout.bench.bundles import bench_bundles
     from rollout.bench.side_by_side import Plan
-    from rollout.bundle.bench import bench_bundles
 
     figures: dict[str, Any] = {}
     os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))

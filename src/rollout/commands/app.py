@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rollout.bundle.source import load_release, sets_with_version
+from rollout.commands.build import build_bundle
 from rollout.commands.dryrun import dry_run
 from rollout.commands.inventory_view import describe
 from rollout.config.hostvar_checks import HostVarRefused
@@ -26,7 +27,7 @@ from rollout.config.steps import StepSpec
 from rollout.config.vastai import is_ref
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.needs import refuse_incomplete
-from rollout.engine.plan import Plan, make_plan
+from rollout.engine.plan import Plan, make_plan, new_run_id
 from rollout.engine.run import Connect, Engine, EngineOptions, RunSummary
 from rollout.errors import ConfigError, Location, RolloutError, UserError
 from rollout.output.console import ConsoleSink, print_summary
@@ -270,9 +271,6 @@ def resume_request(req: RolloutRequest) -> tuple[RolloutRequest, frozenset[str]]
 
 def run_build(playbook: str | None, sets: tuple[str, ...], out: Path) -> Any:
     """`rollout build`: build and extract on this machine, write the bundle to `out`."""
-    from rollout.bundle.build import build_bundle
-    from rollout.engine.plan import new_run_id
-
     loaded = load_playbook(playbook or default_playbook(), parse_set_options(sets))
     require_docker(loaded.build)
     bus = EventBus(new_run_id())

@@ -1,4 +1,7 @@
-"""`rollout build`: build and extract once, on the controller, and write a release bundle."""
+"""`rollout build`: build and extract once, on the controller, and write a release bundle.
+
+A command (it runs the engine's build), so it sits with the commands, above the engine;
+the bundle package below the steps only reads, writes and fetches bundles."""
 
 from __future__ import annotations
 
