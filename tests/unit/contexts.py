@@ -28,6 +28,7 @@ def lab_playbook() -> Playbook:
                                                                     "pce_bytes=0")))
 
 
+@cache
 def settings_for(host: Host) -> Playbook:
     return lab_playbook().for_host(host)
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import small_host
 from pydantic import ValidationError
 
 from rollout.config.sections import DaemonSpec, PreflightSpec
@@ -72,7 +73,7 @@ def test_budget_case(path: Path, tmp_path: Path) -> None:
         return
     settings = settings_of(case)
     facts = facts_of(case, tmp_path)
-    target = Target(host=None, layout=Layout(), settings=settings)
+    target = Target(host=small_host(), layout=Layout(), settings=settings)
     ctx = SimpleNamespace(settings=settings, target=target)
 
     budget = decide_budget(facts.memory, BudgetRule.of(settings))

@@ -17,11 +17,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import host_context
 
 from rollout.host.scripts import fetch
 from rollout.host.scripts.fetch import FetchFailed, Reporter, probe
 from rollout.lab.webserver import Handler
-from rollout.steps.base import HostContext
 from rollout.steps.decision import Artifact, Release
 from rollout.steps.pull import fetch_command, follow
 from rollout.transport.local import LocalTransport, ProcessStream
@@ -115,8 +115,7 @@ def test_the_controller_reads_progress_while_the_download_runs(
     server: SimpleNamespace, tmp_path: Path
 ) -> None:
     emit = Recorder()
-    ctx = HostContext(host=None, transport=LocalTransport(), layout=None,  # type: ignore[arg-type]
-                      settings=None, emit=emit)
+    ctx = host_context(transport=LocalTransport(), emit=emit)
     server.hold.write_text("300000")  # the download stops there until the hold is lifted
     stream = LocalTransport().open_stream(*fetch_command(_args(tmp_path, server.url)))
     release = _release(server.url)

@@ -11,10 +11,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import host_context, small_host
 
 from rollout.engine.locks import (
     FleetLocks,
@@ -42,8 +42,8 @@ def me(run: str = "run-a") -> Holder:
 
 
 def context(tmp: Path, name: str) -> HostContext:
-    host = SimpleNamespace(name=name, address="127.0.0.1", port=2200 + HOSTS.index(name))
-    return HostContext(host, LocalTransport(name), Layout(str(tmp / name)), settings=None)
+    host = small_host(name, port=2200 + HOSTS.index(name))
+    return host_context(host, LocalTransport(name), Layout(str(tmp / name)))
 
 
 def lock_file(tmp: Path, name: str) -> Path:
@@ -251,8 +251,8 @@ def test_two_runs_at_once_exactly_one_goes_on(tmp_path: Path) -> None:
 
 
 def test_lock_order_is_by_address_and_port_not_by_name() -> None:
-    a = SimpleNamespace(name="zeta", address="10.0.0.1", port=22)
-    b = SimpleNamespace(name="alpha", address="10.0.0.2", port=22)
+    a = small_host("zeta", address="10.0.0.1")
+    b = small_host("alpha", address="10.0.0.2")
     assert sorted([b, a], key=lock_order) == [a, b]
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import host_context, small_host
 from fakehost import FakeHost
 from test_locks import Recorder, lock_file, me
 
@@ -35,8 +35,8 @@ def _fake_put_with_progress(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def context(tmp: Path, name: str, folder: str) -> HostContext:
     """Entry `name` whose /data is tmp/folder: two entries may share one folder."""
-    host = SimpleNamespace(name=name, address="127.0.0.1", port=2200)
-    return HostContext(host, LocalTransport(name), Layout(str(tmp / folder)), settings=None)
+    return host_context(small_host(name, port=2200), LocalTransport(name),
+                        Layout(str(tmp / folder)))
 
 
 def test_the_host_id_is_made_once_and_read_after(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from contexts import host_context
 from fakehost import CannedStream
 
 from rollout.errors import StepFailed
@@ -177,7 +178,7 @@ def test_hostile_reports_are_not_reports(line: str) -> None:
 
 
 def _ctx(emit: Recorder) -> HostContext:
-    return HostContext(host=None, transport=None, layout=None, settings=None, emit=emit)  # type: ignore[arg-type]
+    return host_context(emit=emit)
 
 
 RELEASE = Release("0123456789ab", "img", "v1", (

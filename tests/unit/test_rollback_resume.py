@@ -8,9 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from contexts import host_context, small_host
 
 from rollout.commands import app
 from rollout.errors import StepFailed
@@ -26,8 +26,7 @@ INVENTORY = "defaults:\n  user: root\nhosts:\n  - name: a\n    address: 127.0.0.
 
 
 def host(tmp: Path) -> HostContext:
-    target = SimpleNamespace(name="h1", address="127.0.0.1", port=22)
-    return HostContext(target, LocalTransport("h1"), Layout(str(tmp)), settings=None)
+    return host_context(small_host("h1"), LocalTransport("h1"), Layout(str(tmp)))
 
 
 def put_release(tmp: Path, files: dict[str, bytes]) -> str:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import host_context, small_host
 from fakehost import CannedStream
 
 from rollout.lab.webserver import Handler
@@ -33,8 +34,7 @@ class Recorder:
 
 
 def context(emit: Recorder, transport: LocalTransport | None = None) -> HostContext:
-    return HostContext(SimpleNamespace(name="h", vars={}), transport or LocalTransport("h"),
-                       None, settings=None, emit=emit)  # type: ignore[arg-type]
+    return host_context(small_host("h"), transport or LocalTransport("h"), emit=emit)
 
 
 def test_a_put_reports_the_bytes_on_the_host_resumed_ones_included(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rollout.config.inventory import Host
 from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
 from rollout.host.facts import HOST_ID_RE
 from rollout.steps.base import HostContext
@@ -218,9 +219,9 @@ def release_host_lock(ctx: HostContext, me: Holder) -> None:
     _lock_script(ctx, "release", me)
 
 
-def lock_order(host: Any) -> tuple[str, int, str]:
+def lock_order(host: Host) -> tuple[str, int, str]:
     """The same order from any inventory that names these hosts."""
-    return (str(host.address), int(host.port), str(host.name))
+    return (host.address, host.port, host.name)
 
 
 @dataclass

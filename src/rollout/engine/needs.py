@@ -5,9 +5,9 @@ one is refused while the plan is made, before any host is locked or changed."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from rollout.config.render import Command
+from rollout.engine.plan import Plan
 from rollout.errors import RolloutError, UserError
 from rollout.host.layout import Layout
 from rollout.steps.decision import Release, Target
@@ -16,7 +16,7 @@ from rollout.steps.validate import validation_command
 DAEMON = "cuzk-daemon"  # the supervisor starts <root>/current/cuzk-daemon
 
 
-def _validate_template(plan: Any, name: str) -> Command:
+def _validate_template(plan: Plan, name: str) -> Command:
     """The validate step's command (a string or an argv list), else validate.command."""
     settings = plan.settings_for(name)
     step = next((s for s in plan.host_steps if s.kind == "validate"), None)
@@ -27,7 +27,7 @@ def _validate_template(plan: Any, name: str) -> Command:
     return default
 
 
-def release_programs(plan: Any, name: str, release: Release) -> list[str]:
+def release_programs(plan: Plan, name: str, release: Release) -> list[str]:
     """The executables of `release` that host `name`'s validation command runs (words of
     the rendered command under the release's folder)."""
     layout = Layout(plan.root)
@@ -41,7 +41,7 @@ def release_programs(plan: Any, name: str, release: Release) -> list[str]:
     return [w.removeprefix(folder) for w in words if w.startswith(folder)]
 
 
-def needed_executables(plan: Any, release: Release) -> dict[str, str]:
+def needed_executables(plan: Plan, release: Release) -> dict[str, str]:
     """Each executable the playbook needs from `release`, and what needs it."""
     needed = {DAEMON: "the supervisor starts as the daemon"}
     for name in plan.host_names:
@@ -50,7 +50,7 @@ def needed_executables(plan: Any, release: Release) -> dict[str, str]:
     return needed
 
 
-def refuse_incomplete(plan: Any, release: Release, ref: str) -> None:
+def refuse_incomplete(plan: Plan, release: Release, ref: str) -> None:
     """UserError (exit 2) naming the bundle and the executable it lacks."""
     have = {a.name for a in release.artifacts}
     missing = {n: why for n, why in needed_executables(plan, release).items() if n not in have}

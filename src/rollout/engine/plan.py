@@ -12,12 +12,12 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from rollout.config.batches import batches
 from rollout.config.inventory import Host, Inventory
 from rollout.config.playbook import Playbook
 from rollout.config.steps import StepSpec
+from rollout.jsontypes import JSONObject
 
 
 def new_run_id() -> str:
@@ -63,7 +63,7 @@ class Plan:
             self._per_host[name] = self.playbook.for_host(self.host(name))
         return self._per_host[name]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         return {
             "run_id": self.run_id,
             "playbook": str(self.playbook.path),

@@ -9,11 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
+from rollout.config.inventory import Host
+from rollout.config.playbook import Playbook
 from rollout.config.render import Command, render_command
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
 from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult
 from rollout.secrets import head, tail
 from rollout.steps.decision import Action, Decision, HostState, Target
@@ -30,16 +35,16 @@ class StepTimeout(StepFailed):
 class HostContext:
     """One host's connection, settings, and the state its steps leave for each other."""
 
-    host: Any  # rollout.config.inventory.Host
+    host: Host
     transport: Transport
     layout: Layout
-    settings: Any  # the playbook rendered for this host (rollout.config.playbook.Playbook)
+    settings: Playbook  # the playbook rendered for this host
     release: Release | None = None
     state: HostState = field(default_factory=HostState)
     deadline: float | None = None
     log: Callable[[str], None] = lambda _msg: None
     tether: Callable[[], None] = lambda: None  # raises once the host's guard has the host
-    emit: Callable[..., Any] | None = None  # the run's events, this host's: emit(kind, **fields)
+    emit: Callable[..., object] | None = None  # the run's events, this host's: emit(kind, **fields)
 
     @property
     def target(self) -> Target:
@@ -50,13 +55,13 @@ class HostContext:
         return str(self.host.name)
 
     @property
-    def host_vars(self) -> dict[str, Any]:
+    def host_vars(self) -> JSONObject:
         return dict(self.host.vars)
 
-    def template_context(self, **extra: Any) -> dict[str, Any]:
+    def template_context(self, **extra: JSON) -> JSONObject:
         return self.target.template_context(**extra)
 
-    def render_command(self, template: Command, **extra: Any) -> str:
+    def render_command(self, template: Command, **extra: JSON) -> str:
         """Render a command (validate.command: a shell line, values quoted, or an argv list)
         for this host, validate.env's values passed as environment variables."""
         return render_command(
@@ -90,7 +95,7 @@ class HostContext:
         return result
 
     def script(self, name: str, *args: object, timeout: float | None = None,
-               before: str = "", own_process: bool = False) -> tuple[int, Any]:
+               before: str = "", own_process: bool = False) -> tuple[int, JSON]:
         """Run a host-side script from rollout.host.scripts; returns (exit code, parsed JSON).
         `before`: a shell command run first in the same round trip (the script runs only if
         it succeeds). `own_process`: a python3 of its own, its arguments in its command line
@@ -150,7 +155,7 @@ class HostContext:
         out = self.write_file(["write", path, "--if-changed", *keep], text)
         return bool(out.get("changed"))
 
-    def write_file(self, args: list[str], text: str = "") -> dict[str, Any]:
+    def write_file(self, args: list[str], text: str = "") -> JSONObject:
         """files.py ARGS on the host with `text` on its stdin (after the script itself):
         its JSON answer; StepFailed with its reason when it refused."""
         command = f"python3 -c {q(bootstrap('files.py'))} {shlex.join(args)}"
@@ -178,4 +183,5 @@ class HostContext:
 
 
 Apply = Callable[[HostContext, Action], StepResult]
-Decide = Callable[[HostFacts, Target, Any], Decision]
+Decide = Callable[[HostFacts, Target, BaseModel], Decision]
+"""A step kind's decide, its params checked (rollout.steps.decided)."""

@@ -11,11 +11,16 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from rollout.config.inventory import Host
+from rollout.config.playbook import Playbook
 from rollout.config.render import render_runtime
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
+from rollout.jsontypes import JSON, JSONObject
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class Release:
     artifacts: tuple[Artifact, ...]
     source: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "id": self.id,
             "image": self.image,
@@ -53,9 +58,9 @@ class Artifact:
 class Target:
     """What one host should end up with: its settings and, in a rollout, the release."""
 
-    host: Any  # rollout.config.inventory.Host
+    host: Host
     layout: Layout
-    settings: Any  # the playbook rendered for this host (rollout.config.playbook.Playbook)
+    settings: Playbook  # the playbook rendered for this host
     release: Release | None = None  # None: single steps, on whatever current points at
     pending: bool = False  # dry run: the release comes from a build not made yet
 
@@ -63,14 +68,14 @@ class Target:
     def release_id(self) -> str | None:
         return self.release.id if self.release else None
 
-    def template_context(self, **extra: Any) -> dict[str, Any]:
+    def template_context(self, **extra: JSON) -> JSONObject:
         release_id = self.release_id
         release_dir = self.layout.release_dir(release_id) if release_id else self.layout.current
-        return self.settings.template_context(  # type: ignore[no-any-return]
+        return self.settings.template_context(
             self.host, release_dir=release_dir, release_id=release_id, **extra
         )
 
-    def render_template_file(self, builtin: str, path: Any, extra: dict[str, Any]) -> str:
+    def render_template_file(self, builtin: str, path: Path | None, extra: JSONObject) -> str:
         """Render the user's template file if given, else rollout's built-in one."""
         if path is None:
             text = (resources.files("rollout") / "resources" / "templates" / builtin).read_text()
@@ -86,7 +91,7 @@ class Skip:
     """Nothing to do, and why."""
 
     reason: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,20 @@ class Action:
     params: Any = None  # the kind's typed params (rollout.config.steps)
     detail: Any = None  # what the decision fixed: the text to write, the releases to prune...
     fails: str | None = None  # known to fail from the facts: apply changes nothing, says this
+
+    def params_as(self, kind: type[T]) -> T:
+        """The params, of the type the step's apply expects (its decide made them)."""
+        return _expect(self.params, kind, "params")
+
+    def detail_as(self, kind: type[T]) -> T:
+        """The detail, of the type the step's apply expects (its decide made it)."""
+        return _expect(self.detail, kind, "detail")
+
+
+def _expect(value: object, kind: type[T], what: str) -> T:
+    if not isinstance(value, kind):  # a decide and its apply that disagree: a bug
+        raise TypeError(f"an action's {what} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
 
 
 Decision = Skip | Action
@@ -135,7 +154,7 @@ class Stopped:
     starttime: int | None = None
 
     @classmethod
-    def of(cls, report: Any) -> Stopped:
+    def of(cls, report: JSON) -> Stopped:
         """From the stop script's report (hostile data: wrong types are "none")."""
         doc = report if isinstance(report, dict) else {}
         pid, starttime = doc.get("pid"), doc.get("starttime")

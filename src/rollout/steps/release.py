@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from typing import Any
 
-from rollout.config.steps import PruneParams, SwitchParams
+from pydantic import BaseModel
+
+from rollout.config.steps import NoParams, PruneParams, SwitchParams
 from rollout.errors import StepFailed, TransportError
 from rollout.host.facts import HostFacts
 from rollout.host.layout import q
@@ -38,13 +39,13 @@ def _need_release(ctx: HostContext) -> Release:
 NO_RELEASE = "no release to deploy: the extract step has not run"
 
 
-def _without_release(target: Target, params: Any, what: str) -> Action:
+def _without_release(target: Target, params: BaseModel, what: str) -> Action:
     if target.pending:
         return Action(f"{what} the new build (its release is known after the build)", params)
     return Action(what, params, fails=NO_RELEASE)
 
 
-def decide_upload(facts: HostFacts, target: Target, params: Any) -> Decision:
+def decide_upload(facts: HostFacts, target: Target, params: NoParams) -> Decision:
     release = target.release
     if release is None:
         return _without_release(target, params, "upload")
