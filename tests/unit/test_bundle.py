@@ -12,11 +12,11 @@ import pytest
 from rollout.bundle.local import open_bundle, read_manifest, write_bundle
 from rollout.bundle.manifest import MANIFEST, manifest_for, parse_manifest
 from rollout.bundle.publish import publish
+from rollout.bundle.release import release_id_of
 from rollout.bundle.source import is_url, load_release, sets_with_version
 from rollout.config.playbook import parse_set_options
 from rollout.errors import UserError
 from rollout.steps.base import Artifact, Release
-from rollout.steps.manifest import release_id_of
 
 
 def _release(tmp: Path, contents: dict[str, bytes]) -> Release:

@@ -13,10 +13,10 @@ import pytest
 from rollout.bundle.local import write_bundle
 from rollout.bundle.manifest import manifest_for
 from rollout.bundle.publish import publish
+from rollout.bundle.release import release_id_of
 from rollout.bundle.remote import release_urls, remote_release
 from rollout.errors import UserError
 from rollout.steps.base import Artifact, Release
-from rollout.steps.manifest import release_id_of
 
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")

@@ -132,10 +132,10 @@ def test_a_whole_but_stale_file_is_fetched_again(server: Server, tmp_path: Path)
 
 def test_the_controller_reads_only_the_manifest(server: Server, tmp_path: Path) -> None:
     from rollout.bundle.manifest import manifest_for
+    from rollout.bundle.release import release_id_of
     from rollout.bundle.remote import release_urls, remote_release
     from rollout.errors import UserError
     from rollout.steps.base import Artifact, Release
-    from rollout.steps.manifest import release_id_of
 
     artifacts = (Artifact("f", "", SHA, len(DATA)),)
     release = Release(release_id_of(artifacts), "img", "v1", artifacts)

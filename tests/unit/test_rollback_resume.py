@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from contexts import host_context, small_host
 
+from rollout.bundle.release import release_id_of
 from rollout.commands import app
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.output.events import Event, JsonLinesSink
 from rollout.output.journal import read_journal
 from rollout.steps.base import Artifact, HostContext
-from rollout.steps.manifest import read_release, release_id_of
+from rollout.steps.manifest import read_release
 from rollout.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]

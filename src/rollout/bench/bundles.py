@@ -15,10 +15,9 @@ from rollout import lab
 from rollout.bundle.local import open_bundle, read_manifest, write_bundle
 from rollout.bundle.manifest import Executable
 from rollout.bundle.publish import publish
+from rollout.bundle.release import Artifact, Release, release_id_of
 from rollout.commands import app
 from rollout.lab.web import start_web_server, stop_web_server
-from rollout.steps.base import Artifact, Release
-from rollout.steps.manifest import release_id_of
 from rollout.transport.counting import CountingTransport, SentBytes
 
 PAD_NAME = "cuzk-kernels.bin"  # what a CUDA build's fat binaries weigh, as one file

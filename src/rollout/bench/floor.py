@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rollout.bundle.release import Release
 from rollout.errors import StepFailed
-from rollout.steps.base import Release
 
 ROOT = "/data"
 STATUS_URL = "http://127.0.0.1:9821/status"

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
+from rollout.bundle.release import Release
 from rollout.errors import Location, UserError
-from rollout.steps.base import Release
 
 CHUNK = 1 << 20
 

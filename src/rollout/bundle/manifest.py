@@ -7,10 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from rollout.bundle.release import Artifact, Release, release_id_of
 from rollout.errors import Location, UserError
 from rollout.host.layout import EXECUTABLE_NAME
-from rollout.steps.base import Artifact, Release
-from rollout.steps.manifest import release_id_of
 
 MANIFEST = "manifest.json"
 FORMAT: Literal["rollout-release/1"] = "rollout-release/1"

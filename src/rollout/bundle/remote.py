@@ -13,9 +13,9 @@ import urllib3
 from rollout.bundle import s3
 from rollout.bundle.local import bundle_problems
 from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
+from rollout.bundle.release import Release
 from rollout.errors import EnvironmentProblem, UserError
 from rollout.host.scripts.fetch import FetchFailed, fetch_file
-from rollout.steps.base import Release
 
 TIMEOUT = 30.0  # seconds per connect and per read
 MANIFEST_DEADLINE = 60.0  # seconds for the whole manifest, however slowly it trickles

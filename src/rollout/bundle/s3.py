@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rollout.bundle.manifest import MANIFEST, Manifest, parse_manifest
+from rollout.bundle.release import Release
 from rollout.errors import EnvironmentProblem, UserError
-from rollout.steps.base import Release
 
 PRESIGN_SECONDS = 6 * 3600
 

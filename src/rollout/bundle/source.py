@@ -6,10 +6,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rollout.bundle.local import open_bundle
+from rollout.bundle.release import Release
 from rollout.bundle.remote import remote_release
 from rollout.config.playbook import parse_set_options
 from rollout.errors import UserError
-from rollout.steps.base import Release
 
 REMOTE_SCHEMES = ("http", "https", "s3")
 

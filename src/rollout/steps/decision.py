@@ -11,8 +11,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
+from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
+
+from rollout.bundle.release import Artifact as Artifact  # re-exported: steps import it here
+from rollout.bundle.release import Release as Release
 from rollout.config.inventory import Host
 from rollout.config.playbook import Playbook
 from rollout.config.render import render_runtime
@@ -21,37 +26,8 @@ from rollout.host.layout import Layout
 from rollout.jsontypes import JSON, JSONObject
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Release:
-    """A set of executables extracted from one image, named by their combined digest.
-
-    `source`: the URL of a published bundle the hosts download the executables from
-    themselves (rollout.bundle); None: the controller pushes them.
-    """
-
-    id: str
-    image: str
-    version: str
-    artifacts: tuple[Artifact, ...]
-    source: str | None = None
-
-    def to_dict(self) -> JSONObject:
-        return {
-            "id": self.id,
-            "image": self.image,
-            "version": self.version,
-            "artifacts": {a.name: {"sha256": a.sha256, "size": a.size} for a in self.artifacts},
-        }
-
-
-@dataclass(frozen=True)
-class Artifact:
-    name: str
-    local_path: str
-    sha256: str
-    size: int
+D = DefaultedTypeVar("D", covariant=True, default=object)
+"""What an action's decision fixed (its detail); a bare `Action` is `Action[object]`."""
 
 
 @dataclass(frozen=True)
@@ -95,12 +71,12 @@ class Skip:
 
 
 @dataclass(frozen=True)
-class Action:
+class Action(Generic[D]):
     """What the step will do: `summary` for people, the rest for its apply function."""
 
     summary: str
-    params: Any = None  # the kind's typed params (rollout.config.steps)
-    detail: Any = None  # what the decision fixed: the text to write, the releases to prune...
+    params: BaseModel | None = None  # the kind's typed params (rollout.config.steps)
+    detail: D = None  # type: ignore[assignment]  # what the decision fixed: the text to write...
     fails: str | None = None  # known to fail from the facts: apply changes nothing, says this
 
     def params_as(self, kind: type[T]) -> T:

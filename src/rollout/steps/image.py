@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollout.bundle.release import release_id_of
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
 from rollout.steps import buildcontext
 from rollout.steps.decision import Artifact, Release
-from rollout.steps.manifest import release_id_of
 from rollout.units import format_size
 
 if TYPE_CHECKING:

@@ -8,24 +8,17 @@ executable's sha256 on the host must be the one listed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
+from rollout.bundle.release import release_id_of
 from rollout.errors import StepFailed
 from rollout.host.layout import EXECUTABLE_NAME, is_release_id, q
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.install import release_mismatches
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def release_id_of(artifacts: Iterable[Artifact]) -> str:
-    """A release's id: the combined digest of its executables' names and sha256s."""
-    joined = "".join(f"{a.name}={a.sha256};" for a in artifacts)
-    return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
 def _refuse(ctx: HostContext, release_id: str, why: str) -> StepFailed:
