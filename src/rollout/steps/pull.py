@@ -13,6 +13,7 @@ import json
 import shlex
 from typing import Any
 
+from rollout.bundle.remote import local_copy, release_urls
 from rollout.errors import StepFailed
 from rollout.host.layout import q
 from rollout.host.scripts import bootstrap, script_text, sized
@@ -111,8 +112,6 @@ def _forget_other_pulls(ctx: HostContext, keep: str) -> None:
 
 
 def pull_release(ctx: HostContext, release: Release) -> StepResult:
-    from rollout.bundle.remote import local_copy, release_urls
-
     assert release.source is not None
     partial = pull_dir(ctx, release)
     _forget_other_pulls(ctx, partial)
