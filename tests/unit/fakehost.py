@@ -127,6 +127,10 @@ class FakeHost(Transport):
         self.files[config_path] = self.files[kept_config]
         return {"outcome": "restored", "reason": "restored"}
 
+    def _op_run_supervisor(self, root: str, restart: bool = False) -> dict[str, Any]:
+        self.supervisor = True
+        return {"outcome": "restarted" if restart else "started", "reason": "started"}
+
     def _op_start(self, root: str, wait: float = 60.0, **_: Any) -> dict[str, Any]:
         if self.current is None:
             return {"outcome": "no-release", "reason": "current points nowhere"}

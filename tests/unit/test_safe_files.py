@@ -295,23 +295,21 @@ def test_staging_never_acts_through_a_linked_folder(root: Path, outside: Path) -
 
 
 def test_the_supervisor_is_run_only_from_a_tree_others_cannot_write(root: Path) -> None:
-    """The shell every start (single steps too) runs before python3 supervisor.py."""
-    from rollout.host.layout import Layout
-    from rollout.steps.daemon import trusted_supervisor
+    """ops.run_supervisor, as the supervise step calls it before python3 supervisor.py."""
+    from rollout.host.scripts import ops
 
     sup = root / "rollout" / "supervisor.py"
     sup.write_text("# supervisor\n")
     sup.chmod(0o600)
-    check = trusted_supervisor(Layout(str(root)))
 
     def verdict() -> tuple[int, str]:
-        r = subprocess.run(["sh", "-c", check], capture_output=True, text=True)
-        return r.returncode, r.stderr
+        out = ops.run_supervisor(root=str(root))
+        return (0 if out["outcome"] == "started" else 1), str(out["reason"])
 
-    assert verdict() == (0, "")
+    assert verdict() == (0, "supervisor started")
     os.chown(sup, nobody(), -1)
     code, why = verdict()
-    assert code != 0 and f"{sup} is a link, not root's, or writable by others" in why
+    assert code != 0 and f"{sup} is owned by uid" in why and "refused to run" in why
     os.chown(sup, 0, -1)
     sup.chmod(0o666)
     assert verdict()[0] != 0

@@ -11,8 +11,8 @@ from typing import Any
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
-from rollout.host.layout import Layout, q
-from rollout.host.reports import ReadyReport, StartReport, StopReport
+from rollout.host.layout import q
+from rollout.host.reports import ReadyReport, Report, StartReport, StopReport
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
@@ -29,26 +29,6 @@ def supervisor_conf(target: Target, params: SuperviseParams) -> str:
     conf = {"daemon_args": f"-c {shlex.quote(daemon.config_path)}", "launcher": str(launcher),
             "ports": ports, "daemon_env": {"NO_COLOR": "1"}}  # cuzk colours its log unless NO_COLOR
     return json.dumps(conf, indent=2, sort_keys=True) + "\n"
-
-
-_UNTRUSTED = r"\( -type l -o -perm /022 -o ! \( -user 0 -o -user $(id -u) \) \)"
-
-
-def trusted_supervisor(lay: Layout) -> str:
-    """Shell, true when root may run supervisor.py: it, the state folder and the root (the
-    root may be a link to its disk) are no links, owned by root (or by the user rollout runs
-    as) and not group- or world-writable; else false, saying so on stderr. Checked before
-    every start, single steps included (preflight's `files` check says the same for runs)."""
-    return (f"bad=$(find -H {q(lay.root)} -maxdepth 0 {_UNTRUSTED} -print; "
-            f"find {q(lay.state_dir)} {q(lay.supervisor)} -maxdepth 0 {_UNTRUSTED} -print); "
-            '[ -z "$bad" ] || { echo "refused to run the supervisor:" $bad "is a link, not '
-            "root's, or writable by others\" >&2; false; }")
-
-
-def start_supervisor(ctx: HostContext) -> None:
-    lay = ctx.layout
-    ctx.sh(f"{trusted_supervisor(lay)} && "
-           f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize").check()
 
 
 def _sha256(text: str) -> str:
@@ -136,9 +116,9 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
         set_hold(ctx)
     ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
     ctx.write_if_changed(lay.supervisor_conf, conf)
-    if alive:  # the supervisor checks what supervisor.pid names before it signals anything
-        ctx.sh(f"python3 {q(lay.supervisor)} --root {q(lay.root)} --stop")
-    start_supervisor(ctx)
+    report = Report.parse(ctx.call("run_supervisor", root=lay.root, restart=alive))
+    if report.outcome not in ("started", "restarted"):  # never one others could write
+        raise StepFailed(f"could not start the supervisor: {report.reason}", retryable=False)
     registered = ctx.sh(register_command(ctx)).stdout.strip() or "none"
     what = "restarted (script or settings changed)" if alive else "started"
     what += f"; start-up registration: {registered}"

@@ -346,22 +346,50 @@ def _supervisor_alive(root: str, proc: str) -> bool:
         and not distrust_supervisor(proc, root, pid, starttime)
 
 
-def _start_supervisor(root: str) -> str | None:
-    """Start the supervisor (it refuses itself when one runs); why not, else None."""
-    import subprocess
-
+def _supervisor_problem(root: str) -> str | None:
+    """Why root may not run <root>/rollout/supervisor.py (None: it may): it, the state
+    folder and the root (a link to its disk allowed) must be no links, owned by root (or
+    the user rollout runs as) and not group- or world-writable."""
     state, script = _state_dir(root), os.path.join(_state_dir(root), "supervisor.py")
     why = (ownership_problem(root, "rollout's root", follow=True)
            or ownership_problem(state, "rollout's state folder")
            or ownership_problem(script, "running the supervisor"))
+    return f"refused to run the supervisor: {why}" if why else None
+
+
+def _start_supervisor(root: str) -> str | None:
+    """Start the supervisor (it refuses itself when one runs); why not, else None."""
+    import subprocess
+
+    why = _supervisor_problem(root)
     if why:  # root never runs a script others could have written
-        return f"refused to run the supervisor: {why}"
+        return why
+    script = os.path.join(_state_dir(root), "supervisor.py")
     p = subprocess.run([sys.executable or "python3", script, "--root", root, "--daemonize"],
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, timeout=60, check=False)
     return None if p.returncode == 0 else (
         f"the supervisor did not start (exit {p.returncode}): "
         f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
+
+
+def run_supervisor(root: str, restart: bool = False) -> dict[str, Any]:
+    """Start the supervisor, never one others could have written; restart: the running one
+    is told to stop first (it checks what supervisor.pid names before it signals)."""
+    import subprocess
+
+    why = _supervisor_problem(root)
+    if why:
+        return _report("refused", why)
+    if restart:
+        subprocess.run([sys.executable or "python3", os.path.join(_state_dir(root),
+                        "supervisor.py"), "--root", root, "--stop"], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=120, check=False)
+    why = _start_supervisor(root)
+    if why:
+        return _report("refused", why)
+    return _report("restarted" if restart else "started",
+                   "supervisor restarted" if restart else "supervisor started")
 
 
 def start(root: str, wait: float = 60.0, proc: str = "/proc") -> dict[str, Any]:
@@ -571,7 +599,8 @@ def prune(root: str, releases: list[str], keep: list[str] | None = None) -> dict
 
 
 ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_current,
-                                   restore_config, start, wait_ready, owners, prove, prune)}
+                                   restore_config, run_supervisor, start, wait_ready, owners,
+                                   prove, prune)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
