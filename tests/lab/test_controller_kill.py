@@ -102,7 +102,8 @@ def assert_guard_drained(phase: str, guard: list[dict[str, Any]], stopped: int |
     stop, drain = ends["guard-stop"], ends["guard-drain"]
     data = drain["data"]
     assert data["outcome"] == "drained" and data["state"] == "gone", drain
-    assert data["budget"] == data["memory"]["limit"] - 64 * MIB, drain
+    held = data["memory"]["limit"] - 64 * MIB - data["budget"]  # margin, then neighbours
+    assert held > 0 and held % (64 * MIB) == 0, drain  # what they hold, rounded up to 64 MiB
     assert data["working_set"] + data["budget"] <= data["memory"]["limit"], drain
     if phase == "stop":  # the pool was seen, held, and waited for
         seen = [ws for _, ws in data["samples"] if ws is not None]

@@ -86,7 +86,9 @@ def test_page_cache_left_by_the_old_daemon_is_not_waited_for(
     assert data["state"] == "gone" and data["outcome"] == "drained"
     assert 1 <= len(data["samples"]) <= 200 and data["samples"][0][0] >= 0
     assert all(isinstance(ws, int) for _, ws in data["samples"])
-    assert budget == limit - 64 * MIB  # the lab playbook's safety margin, as config wrote it
+    # the lab playbook's safety margin and what other processes hold (rounded up to 64 MiB)
+    held = limit - 64 * MIB - budget
+    assert held > 0 and held % (64 * MIB) == 0, data
     recorded = jsonl(host, "/data/rollout/drains.jsonl")[-1]
     assert recorded["page_cache"] == data["page_cache"]
     assert assert_serving(host) == "after-page-cache"
