@@ -18,6 +18,7 @@ import requests
 
 from rollout.bundle.local import open_bundle, read_manifest
 from rollout.bundle.manifest import MANIFEST, Manifest
+from rollout.bundle.s3 import upload_bundle
 from rollout.errors import EnvironmentProblem, UserError
 
 AUTH_ENV = "ROLLOUT_PUBLISH_AUTHORIZATION"
@@ -31,8 +32,6 @@ def publish(folder: Path, to: str) -> Manifest:
     if scheme in ("http", "https"):
         _put_all(folder, manifest, to)
     elif scheme == "s3":
-        from rollout.bundle.s3 import upload_bundle
-
         upload_bundle(folder, manifest, to)
     elif scheme in ("", "file"):
         _copy_all(folder, manifest, Path(urlsplit(to).path if scheme else to))

@@ -20,6 +20,7 @@ from rollout.engine.plan import Plan
 from rollout.errors import HostAnswerError, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout, q
+from rollout.host.scripts import script_text
 from rollout.output.escape import report_text
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
@@ -73,8 +74,6 @@ class HostEvidence:
 
 def diagnose_script() -> str:
     """The host-side diagnose script with common.py inlined, as it is sent."""
-    from rollout.host.scripts import script_text
-
     return script_text("diagnose")
 
 
@@ -126,8 +125,6 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
 
 
 def _facts_script() -> str:
-    from rollout.host.scripts import script_text
-
     return script_text("facts")
 
 

@@ -241,7 +241,7 @@ def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bo
         raise UserError(f"--min-capacity must be a share between 0 and 1, got {min_capacity}")
     rows = fleet_rows(load_fleet(hosts_file, playbook, limit))
     if prom:
-        from rollout.reports import prom as prom_file
+        from rollout.reports import prom as prom_file  # prometheus_client: only for --prom
 
         prom_file.write(Path(prom), rows, time.time())
     print_status(rows, as_json)

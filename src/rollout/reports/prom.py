@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from rollout.reports.output import write_atomic
+
 # Every state `rollout status` names (commands/status.py: daemon_state, and unreachable):
 # each one its own series per host, the host's current state at 1 and the others at 0.
 STATES = ("running", "zombie", "stopped", "held", "blocked", "crash-looping", "dead",
@@ -108,7 +110,6 @@ def render(rows: list[dict[str, Any]], now: float) -> str:
 
 
 def write(path: Path, rows: list[dict[str, Any]], now: float) -> None:
-    """Write the metrics to `path` through a temporary file and a rename."""
-    from rollout.reports.output import write_atomic  # 0600, never through a link
-
+    """Write the metrics to `path` through a temporary file and a rename (0600, never
+    through a link)."""
     write_atomic(path, render(rows, now))
