@@ -3,9 +3,11 @@ helper that installs and drives the stand-in cuzk on a lab host (through docker 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shlex
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -110,6 +112,18 @@ class Standin:
         container = self.client.containers.get(f"{lab.lab_prefix()}-{self.host}")
         for tar in archives.values():
             container.put_archive("/data/bin", tar)
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """A file on the host, written through the archive API (its folder made first)."""
+        folder, _, name = path.rpartition("/")
+        self.ok(f"mkdir -p {shlex.quote(folder or '/')}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        container = self.client.containers.get(f"{lab.lab_prefix()}-{self.host}")
+        container.put_archive(folder or "/", buf.getvalue())
 
     def make_params(self, mib: int = 1) -> None:
         """The SRS params file the daemon mmaps at its first proof."""

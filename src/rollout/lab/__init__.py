@@ -18,10 +18,12 @@ from rollout.lab.fleet import (
     up,
 )
 from rollout.lab.image import build_prover_image, ensure_base_image, ensure_host_image
+from rollout.lab.sidecar import cordoned, set_sidecar, sidecar_events
 
 __all__ = [
     "bench_lab_up",
     "build_prover_image",
+    "cordoned",
     "down",
     "ensure_base_image",
     "ensure_engine",
@@ -33,6 +35,8 @@ __all__ = [
     "pause_host",
     "recreate_host",
     "restart_host",
+    "set_sidecar",
+    "sidecar_events",
     "start_sshd",
     "status",
     "stop_sshd",
