@@ -70,6 +70,8 @@ def test_facts_report_the_daemons_parent_chain_and_the_loop(
     assert parent["cmdline"] == f"sh {script}"
     monkeypatch.setattr(facts_mod, "in_ssh_session", lambda proc, pid: False)
     assert shell.pid in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set())]
+    # a shell the trusted supervisor runs (a launcher) is rollout's own: not a loop
+    assert shell.pid not in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set(), os.getpid())]
 
 
 def test_a_loop_between_two_restarts_is_found_by_its_script(

@@ -101,24 +101,30 @@ def parent_chain(proc: str, ancestors: list[int]) -> list[dict[str, Any]]:
     return [what_it_is(proc, pid) for pid in ancestors[:PARENTS]]
 
 
-def cuzk_loops(proc: str, skip: set[int]) -> list[dict[str, Any]]:
+def cuzk_loops(proc: str, skip: set[int], supervisor: int | None = None
+               ) -> list[dict[str, Any]]:
     """Shells whose command line or script starts cuzk, daemon or not running now (a loop
-    between two restarts): whatever their delay, they would start it again."""
+    between two restarts): whatever their delay, they would start it again. Not one the
+    trusted supervisor runs (a launcher), nor one of an SSH session."""
     out: list[dict[str, Any]] = []
     for pid in all_pids(proc):
         argv = proc_cmdline(proc, pid)
         if pid in skip or not argv or os.path.basename(argv[0]) not in SHELLS:
             continue
         found = what_it_is(proc, pid)
-        if found["starts_cuzk"] and not in_ssh_session(proc, pid):
+        if (found["starts_cuzk"] and supervisor not in proc_ancestors(proc, pid)
+                and not in_ssh_session(proc, pid)):
             out.append(found)
     return out[:PARENTS]
+
+
+SSH_SERVERS = ("sshd", "sshd-session", "dropbear")
 
 
 def in_ssh_session(proc: str, pid: int) -> bool:
     """A command of a live SSH session (rollout's own, or someone's at a prompt): not a loop
     the container runs (a loop started with setsid nohup is init's child, not sshd's)."""
-    return any(os.path.basename(proc_exe(proc, a) or "") == "sshd"
+    return any(os.path.basename(proc_exe(proc, a) or "") in SSH_SERVERS
                for a in proc_ancestors(proc, pid) if a > 1)
 
 
@@ -233,10 +239,10 @@ class Facts(Collector):
             p["parents"] = parent_chain(self.proc, p.get("ancestors") or [])
         return found
 
-    def loops(self) -> list[dict[str, Any]]:
-        """Shells that start cuzk (not this script's own session)."""
+    def loops(self, supervisor_pid: int | None) -> list[dict[str, Any]]:
+        """Shells that start cuzk (not this script's own session, not the supervisor's)."""
         mine = {os.getpid(), *proc_ancestors(self.proc, os.getpid())}
-        return cuzk_loops(self.proc, mine)
+        return cuzk_loops(self.proc, mine, supervisor_pid)
 
     def neighbours(self, daemons: list[dict[str, Any]]) -> dict[str, Any]:
         """Memory the container's other processes hold (not the daemons nor their children):
@@ -363,7 +369,7 @@ class Facts(Collector):
         sup_pid = sup.get("pid") if sup.get("alive") else None
         out["cuzk_processes"] = self.safe("cuzk_processes", lambda: self.processes(sup_pid))
         out["port_owners"] = self.safe("port_owners", lambda: self.port_owners(sup_pid))
-        out["cuzk_loops"] = self.safe("cuzk_loops", self.loops)
+        out["cuzk_loops"] = self.safe("cuzk_loops", lambda: self.loops(sup_pid))
         out["neighbours"] = self.safe("neighbours", lambda: self.neighbours(
             out["cuzk_processes"] or []))
         out["registered"] = self.safe("registered", lambda: (read_text(
