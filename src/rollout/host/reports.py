@@ -8,34 +8,35 @@ report stays with each value (`raw`), for the step's events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from rollout.jsontypes import JSON, JSONObject
 
 UNKNOWN = "unknown"
 
 
-def _str(doc: dict[str, Any], key: str, default: str = "") -> str:
+def _str(doc: JSONObject, key: str, default: str = "") -> str:
     value = doc.get(key)
     return value if isinstance(value, str) else default
 
 
-def _int(doc: dict[str, Any], key: str) -> int | None:
+def _int(doc: JSONObject, key: str) -> int | None:
     value = doc.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _float(doc: dict[str, Any], key: str) -> float | None:
+def _float(doc: JSONObject, key: str) -> float | None:
     value = doc.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return None
 
 
-def _dict(doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+def _dict(doc: JSONObject, key: str) -> JSONObject | None:
     value = doc.get(key)
     return value if isinstance(value, dict) else None
 
 
-def _ints(value: Any) -> tuple[int, ...]:
+def _ints(value: JSON) -> tuple[int, ...]:
     items = value if isinstance(value, list) else []
     return tuple(v for v in items if isinstance(v, int) and not isinstance(v, bool))
 
@@ -46,10 +47,10 @@ class Report:
 
     outcome: str
     reason: str
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> Report:
+    def parse(cls, doc: JSON) -> Report:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), doc)
 
@@ -69,10 +70,10 @@ class StopReport:
     parent_cmdline: str
     cmdline: str
     respawned: tuple[int, ...]
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> StopReport:
+    def parse(cls, doc: JSON) -> StopReport:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _int(doc, "pid"),
                    _int(doc, "starttime"), _str(doc, "signal", "?"),
@@ -90,10 +91,10 @@ class StartReport:
     release: str
     pid: int | None
     pidline: str
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> StartReport:
+    def parse(cls, doc: JSON) -> StartReport:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "release"),
                    _int(doc, "pid"), _str(doc, "pidline"), doc)
@@ -106,11 +107,11 @@ class ReadyReport:
     outcome: str
     reason: str
     answer: str
-    owners: dict[str, Any] | None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    owners: JSONObject | None
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> ReadyReport:
+    def parse(cls, doc: JSON) -> ReadyReport:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "answer"),
                    _dict(doc, "owners"), doc)
@@ -125,12 +126,12 @@ class ProveReport:
     elapsed: float
     stdout: str
     stderr: str
-    status_after: dict[str, Any] | None
+    status_after: JSONObject | None
     recorded: bool
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> ProveReport:
+    def parse(cls, doc: JSON) -> ProveReport:
         doc = doc if isinstance(doc, dict) else {}
         code = _int(doc, "exit")
         return cls(1 if code is None else code, _float(doc, "elapsed") or 0.0,
@@ -145,10 +146,10 @@ class PointReport:
     outcome: str
     reason: str
     previous: str | None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: Any) -> PointReport:
+    def parse(cls, doc: JSON) -> PointReport:
         doc = doc if isinstance(doc, dict) else {}
         previous = doc.get("previous")
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),

@@ -7,7 +7,6 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -126,7 +125,7 @@ class HostContext:
         return self._bounded(lambda left: self.transport.run_script(source, argv, left, before),
                              timeout, script_command(argv, before))
 
-    def call(self, action: str, call_timeout: float | None = None, **kwargs: Any) -> dict[str, Any]:
+    def call(self, action: str, call_timeout: float | None = None, **kwargs: JSON) -> JSONObject:
         """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
         arguments, within the step's deadline: its report, a JSON object (parse it with
         rollout.host.reports). StepFailed when the host gave none."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from rollout.errors import HostAnswerError, TransportError
 from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.jsontypes import JSON
 from rollout.secrets import head
 from rollout.transport.base import RunResult, Stream, script_command
 
@@ -82,7 +83,7 @@ class HostAgent:
         self._known.add(sha)
         return self._result(script_command(args, before), answer)
 
-    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+    def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None) -> RunResult:
         """One function of a host module, run by the agent in a forked child."""
         sha = _sha256(source)

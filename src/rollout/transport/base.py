@@ -8,10 +8,10 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rollout.errors import CommandFailed
 from rollout.host.scripts import bootstrap, sized
+from rollout.jsontypes import JSON
 
 Progress = Callable[[int], None]  # bytes sent so far
 
@@ -78,7 +78,7 @@ class Transport(ABC):
         a warm interpreter on the host run it there."""
         return self.run(script_command(args, before), timeout=timeout, stdin=source)
 
-    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+    def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         """Call one function of a host module (`call`: "ops.stop"; `source`: the module's
         text, which runs it by its call() dispatcher) with keyword arguments: its report is

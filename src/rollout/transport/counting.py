@@ -7,8 +7,8 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from rollout.jsontypes import JSON
 from rollout.transport.base import Progress, RunResult, Stream, Transport
 
 
@@ -42,7 +42,7 @@ class CountingTransport(Transport):
         self.sent.add(self.name, size)
         return self.inner.run_script(source, args, timeout=timeout, before=before)
 
-    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+    def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         self.sent.add(self.name, len(source.encode()) + len(repr(kwargs).encode()))
         return self.inner.call(source, call, kwargs, timeout)

@@ -25,6 +25,7 @@ from fabric import Config, Connection
 
 from rollout import failpoints
 from rollout.errors import HostAnswerError, HostKeyError, TransportError
+from rollout.jsontypes import JSON
 from rollout.secrets import head
 from rollout.transport.agent import HostAgent, agent_command
 from rollout.transport.base import Progress, RunResult, Stream, Transport
@@ -245,7 +246,7 @@ class SshTransport(Transport):
             return super().run_script(source, args, timeout, before)
         return self._through(agent, lambda: agent.script(source, args, timeout, before))
 
-    def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+    def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         agent = self._host_agent()
         if agent is None:
