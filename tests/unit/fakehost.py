@@ -217,6 +217,10 @@ class FakeHost(Transport):
             return self._prove(shlex.split(command))
         if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
             return 0, json.dumps({"ok": True, "problems": []})  # nothing planted here
+        if stdin.startswith('"""rollout pce: sizes'):
+            return 0, json.dumps({"files": {}, "free": 2**50})  # no PCE yet, room for one
+        if stdin.startswith('"""rollout pce: remove'):
+            return 0, json.dumps({"removed": False})  # no leftover temporary
         if stdin.startswith('"""rollout guard') and " --left " in command:
             return 0, json.dumps({"busy": [], "runs": []})  # no guard was ever left here
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")

@@ -424,11 +424,14 @@ class ParamsSpec(Section):
     )
     pce_bytes: Size = Field(
         default="0",
-        description="Free space param_cache needs for the PCE file cuzk writes after its "
-        "first proof (unless it is already there).",
+        description="Size of the PCE file cuzk writes at its first proof. cuzk writes it anew "
+        "in every lifetime, through <name>.tmp beside the old one: preflight wants the larger "
+        "of this and the existing file's size free in param_cache. 0: not checked.",
     )
     pce_file: str = Field(
-        default="pce-porep-32g.bin", description="Name of that PCE file in param_cache."
+        default="pce-porep-32g.bin",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Name of that PCE file in param_cache.",
     )
 
 

@@ -9,10 +9,11 @@ from rollout.config.steps import NoParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import q
-from rollout.output.events import StepResult, changed, skipped
+from rollout.output.events import StepResult, changed, ok
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Action, Decision, Skip, Target
+from rollout.steps.preflight_inputs import leftover_pce_tmp
 
 
 def memory_budget(facts: HostFacts, target: Target) -> int:
@@ -64,10 +65,19 @@ def render(facts: HostFacts, target: Target) -> ConfigText:
     return ConfigText(text, budget, config_of(daemon.config_path, running) if running else None)
 
 
+def _serves(facts: HostFacts, target: Target) -> bool:
+    """The host already serves the release rolled out: nothing is stopped or started."""
+    rid = target.release_id
+    return rid is not None and facts.serves(rid, target.layout.release_dir(rid))
+
+
 def decide(facts: HostFacts, target: Target, params: NoParams) -> Decision:
     path = target.settings.daemon.config_path
     config = render(facts, target)
     if facts.digest(path) == hashlib.sha256(config.text.encode()).hexdigest():
+        if not _serves(facts, target):  # a daemon starts after this: clear its way
+            return Action(f"{path} already up to date (budget {config.budget_text}); remove "
+                          "a leftover PCE temporary, if any", params, config)
         return Skip(f"{path} already up to date (budget {config.budget_text})")
     return Action(f"write {path}: total_budget {config.budget_text}", params, config)
 
@@ -80,10 +90,13 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     kept = config_of(daemon.config_path.rsplit("/", 1)[-1], "")  # kept copies: files, no link
     ctx.sh(f"find {q(directory)} -maxdepth 1 -type f -name {q(kept + '*')} -exec chmod 600 -- "
            "{} + 2>/dev/null")
+    removed = leftover_pce_tmp(ctx)  # after the stop: no daemon writes it now
+    also = f"; {removed}" if removed else ""
     if not ctx.write_if_changed(daemon.config_path, config.text, config.keep_as):
-        return skipped(f"{daemon.config_path} already up to date (budget {config.budget_text})")
+        same = f"{daemon.config_path} already up to date (budget {config.budget_text})"
+        return changed(same + also, removed=removed) if removed else ok(same)
     return changed(
-        f"wrote {daemon.config_path}: total_budget {config.budget_text}",
+        f"wrote {daemon.config_path}: total_budget {config.budget_text}{also}",
         total_budget=config.budget,
         extra_config=daemon.extra_config,
     )

@@ -19,6 +19,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.params import check_params
+from rollout.steps.preflight_inputs import check_c1_ids, check_pce_space
 from rollout.steps.validate import ensure_input
 from rollout.units import format_size
 
@@ -297,7 +298,9 @@ CHECKS: dict[str, Check] = {
     "cpu": with_facts(check_cpu),
     "gpus": with_facts(check_gpus),
     "executables": check_executables,
+    "c1": check_c1_ids,  # before staging: a wrong C1 is refused before 47 GiB of params
     "params": with_facts(check_param_files),
+    "pce": check_pce_space,  # after staging: the room left once the params are there
     "input": with_facts(check_input),
 }
 FACTLESS = frozenset({"executables", "files"})  # checks whose own command looks: no facts read

@@ -1,0 +1,229 @@
+"""Preflight checks of what the new daemon's first proof needs besides its params: the C1's
+sector and miner ids against the validation command, and room in param_cache for the PCE
+file cuzk rewrites in every lifetime. Both run before anything on the host is stopped.
+
+cuzk at curio's current commit never reads its PCE file back (PceCache::load_from_disk has
+no caller): every new daemon builds the PCE again at its first proof and saves it with
+cuzk-pce's save_to_disk, which writes `<pce>.tmp` (Rust's with_extension: the name's last
+extension replaced) and renames it over `<pce>`. While it writes, the old file is still
+there: the disk needs a second PCE's worth free. A daemon stopped while writing leaves the
+`.tmp` behind; the config step removes it (after the stop, before the start).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rollout.errors import StepFailed
+from rollout.host.facts import HostFacts
+from rollout.steps import c1
+from rollout.steps.base import HostContext
+from rollout.units import format_size, parse_size
+
+
+def pce_tmp_name(pce_file: str) -> str:
+    """The temporary cuzk writes the PCE through: Rust's Path::with_extension("tmp")
+    (`pce-porep-32g.bin` -> `pce-porep-32g.tmp`; a name without an extension gets one)."""
+    if "/" in pce_file or pce_file in ("", ".", ".."):
+        raise StepFailed(f"params.pce_file {pce_file!r} is not a file name", retryable=False)
+    stem, dot, ext = pce_file.rpartition(".")
+    if not dot or not stem:  # no extension ("pce"), or a dot name (".pce"): appended
+        return f"{pce_file}.tmp"
+    return f"{stem}.tmp"
+
+
+_PCE_PROBE = r'''"""rollout pce: sizes of the PCE file and its temporary (regular files only: lstat,
+never through a link) and the free bytes where param_cache is (its nearest existing folder).
+Arguments: param_cache, then the names."""
+import json, os, stat, sys
+cache, names = sys.argv[1], sys.argv[2:]
+def file(name):
+    try:
+        st = os.lstat(os.path.join(cache, name))
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # a link or other: cuzk replaces it by a file, its size says nothing
+    return {"size": st.st_size, "blocks": st.st_blocks * 512}
+where = cache
+while not os.path.isdir(where) and where not in ("", "/"):
+    where = os.path.dirname(where)
+st = os.statvfs(where or "/")
+print(json.dumps({"files": {n: file(n) for n in names}, "free": st.f_bavail * st.f_frsize}))
+'''
+
+
+def _answer(ctx: HostContext, source: str, *args: str) -> dict[str, Any]:
+    r = ctx.run_python(source, *args, timeout=60)
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        out = None
+    if not isinstance(out, dict):
+        raise StepFailed(f"the host gave no answer (exit {r.exit_code}): "
+                         f"{(r.stderr or r.stdout).strip()[-300:]}")
+    return out
+
+
+def pce_room(pce_bytes: int, pce: Any, tmp: Any, free: int) -> tuple[int, int, str | None]:
+    """(bytes needed, bytes there will be, why short or None). A full rewrite needs the
+    larger of pce_bytes and the existing file's size; a leftover regular .tmp is removed
+    before the start, so its blocks count as free."""
+    existing = pce.get("size", 0) if isinstance(pce, dict) else 0
+    need = max(pce_bytes, existing if isinstance(existing, int) else 0)
+    back = tmp.get("blocks", 0) if isinstance(tmp, dict) else 0
+    have = free + (back if isinstance(back, int) else 0)
+    if need <= have:
+        return need, have, None
+    because = f"the existing PCE file is {format_size(existing)}" if existing else \
+        f"params.pce_bytes is {format_size(pce_bytes)}"
+    return need, have, (
+        f"param_cache has {format_size(have)} free"
+        + (f" (with the leftover .tmp's {format_size(back)}, removed before the start)"
+           if back else "")
+        + f", and cuzk rewrites the PCE file through a .tmp in every lifetime, next to the "
+        f"old one: it needs {format_size(need)} ({because})")
+
+
+def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+    """Room in param_cache for a full rewrite of the PCE file, counted again when it exists."""
+    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    pce_bytes = parse_size(spec.pce_bytes)
+    if pce_bytes == 0:
+        notes.append("no PCE space check (params.pce_bytes 0)")
+        return []
+    tmp = pce_tmp_name(spec.pce_file)
+    out = _answer(ctx, _PCE_PROBE, cache, spec.pce_file, tmp)
+    files, free = out.get("files") or {}, out.get("free")
+    if not isinstance(free, int) or not isinstance(files, dict):
+        return [f"the PCE space probe gave no figures: {str(out)[:200]}"]
+    need, have, short = pce_room(pce_bytes, files.get(spec.pce_file), files.get(tmp), free)
+    if short:
+        return [short]
+    notes.append(f"room for the PCE rewrite: {format_size(need)} of {format_size(have)} free")
+    return []
+
+
+# ---- the C1's ids
+
+_C1_PROBE = r'''"""rollout c1: the C1's SectorNum, and of its Phase1Out only what the replica id
+check reads, as a small C1 of the same shape; a regular file only, never through a link, at
+most LIMIT bytes. Arguments: path, limit."""
+import base64, json, os, stat, sys
+path, limit = sys.argv[1], int(sys.argv[2])
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+except OSError as e:
+    print(json.dumps({"missing": e.strerror})); sys.exit(0)
+with os.fdopen(fd, "rb") as f:
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        print(json.dumps({"odd": "not a regular file" if not stat.S_ISREG(st.st_mode)
+                          else f"{st.st_size} bytes"})); sys.exit(0)
+    data = f.read(limit + 1)
+try:
+    doc = json.loads(data)
+    inner = json.loads(base64.b64decode(doc["Phase1Out"]))
+    keep = {k: inner.get(k) for k in ("registered_proof", "ticket", "comm_d", "replica_id")}
+    doc["Phase1Out"] = base64.b64encode(json.dumps(keep).encode()).decode()
+except Exception:
+    pass
+small = {k: doc.get(k) for k in ("SectorNum", "Phase1Out")} if isinstance(doc, dict) else {}
+print(json.dumps({"c1": small}))
+'''
+
+
+@functools.lru_cache(maxsize=4)
+def _local_ids(path: str, size: int, mtime_ns: int) -> c1.C1Ids:
+    """The ids of a C1 on the controller: read once per run (and per change of the file),
+    whatever the number of hosts."""
+    with open(path, "rb") as f:
+        data = f.read(c1.MAX_C1_BYTES + 1)
+    if len(data) > c1.MAX_C1_BYTES:
+        return c1.C1Ids(None, None, f"larger than {format_size(c1.MAX_C1_BYTES)}")
+    return c1.read_ids(data)
+
+
+def c1_ids(ctx: HostContext) -> tuple[c1.C1Ids, str]:
+    """(the ids of the C1 the host will prove with, where it was read): the controller's
+    source when one is set (it is what the host gets), else the host's own file."""
+    spec = ctx.settings.validation.input
+    if spec.source:
+        st = Path(spec.source).stat()
+        return _local_ids(str(spec.source), st.st_size, st.st_mtime_ns), str(spec.source)
+    out = _answer(ctx, _C1_PROBE, spec.path, str(c1.MAX_C1_BYTES))
+    if "c1" not in out:
+        why = out.get("missing") or out.get("odd") or "no answer"
+        return c1.C1Ids(None, None, f"not readable on the host: {why}"), spec.path
+    data = json.dumps(out["c1"]).encode()
+    return c1.read_ids(data), f"{spec.path} on {ctx.name}"
+
+
+def rendered_command(ctx: HostContext) -> str:
+    from rollout.steps.validate import validation_command
+
+    spec = ctx.settings.validation
+    return validation_command(ctx.target, spec.command, ctx.target.release_id)
+
+
+def check_c1_ids(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+    """The C1's sector and miner are the ones the validation command asks cuzk to prove:
+    else the proof fails, and only after the old daemon was stopped."""
+    asked = c1.asked_ids(rendered_command(ctx))
+    if asked is None:
+        notes.append("the validation command is not cuzk-bench single: C1 ids not compared")
+        return []
+    ids, where = c1_ids(ctx)
+    problem = c1.mismatch(ids, asked)
+    if problem:
+        return [f"validation input {where}: {problem}; the proof would fail after the stop "
+                "(c1_sector_num and c1_miner_id in the default playbook)"]
+    if ids.sector is None:
+        notes.append(f"C1 ids not checked ({ids.why})")
+    elif ids.replica is None:
+        notes.append(f"C1 is sector {ids.sector}; miner not checked ({ids.why})")
+    else:
+        notes.append(f"C1 made for miner {asked.miner}, sector {asked.sector}")
+    return []
+
+
+def leftover_pce_tmp(ctx: HostContext) -> str | None:
+    """Remove `<pce>.tmp` a daemon stopped while writing left in param_cache (through the
+    host's safe_remove: a link there is removed itself, never its target; a link in place
+    of param_cache is refused). Run after the stop, before the start. A note, or None."""
+    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    path = f"{cache.rstrip('/')}/{pce_tmp_name(spec.pce_file)}"
+    out = _answer(ctx, _remove_source(), path)
+    if out.get("refused"):
+        raise StepFailed(f"refused to remove {path}: {out['refused']}", retryable=False)
+    return f"removed a leftover {path}" if out.get("removed") else None
+
+
+@functools.cache
+def _remove_source() -> str:
+    """common.py's helpers (safe_remove among them), then a call of safe_remove."""
+    common = resources.files("rollout.host.scripts").joinpath("common.py").read_text("utf-8")
+    future = "from __future__ import annotations"
+    body = "\n".join(ln for ln in common.splitlines() if ln.strip() != future)
+    return f'"""rollout pce: remove the temporary argv[1] (safe_remove)."""\n{future}\n' + \
+        body + _REMOVE_MAIN
+
+
+_REMOVE_MAIN = r"""
+
+def _main() -> None:
+    import json, sys
+    try:
+        print(json.dumps({"removed": safe_remove(sys.argv[1])}))
+    except UnsafePath as e:
+        print(json.dumps({"refused": str(e)}))
+    except OSError as e:
+        print(json.dumps({"refused": f"{e.filename or ''}: {e.strerror}"}))
+
+
+_main()
+"""

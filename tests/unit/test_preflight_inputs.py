@@ -1,0 +1,289 @@
+"""Preflight's C1 and PCE checks, run against this machine (LocalTransport, real folders):
+a C1 made for another sector or miner is refused before anything is stopped; param_cache
+must hold a full rewrite of the PCE file (cuzk writes it anew in every lifetime, through
+`<pce>.tmp`), and a leftover `.tmp` is removed through safe_remove, never through a link."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from contexts import small_host
+
+from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.errors import StepFailed
+from rollout.host.layout import Layout
+from rollout.steps import c1
+from rollout.steps.base import HostContext
+from rollout.steps.preflight import CHECKS
+from rollout.steps.preflight_inputs import (
+    check_c1_ids,
+    check_pce_space,
+    leftover_pce_tmp,
+    pce_room,
+    pce_tmp_name,
+)
+from rollout.transport.local import LocalTransport
+
+GIB = 1024**3
+TICKET, COMM_D = bytes(range(32)), bytes(range(100, 132))
+
+
+def make_c1(sector: int = 1, miner: int = 1000, proof: str = "StackedDrg32GiBV1_1") -> bytes:
+    """A C1 shaped as curio writes it (cuzk's C1OutputWrapper around the base64 JSON of a
+    SealCommitPhase1Output), made for `sector` and `miner`."""
+    replica = c1.replica_id_of(miner, sector, TICKET, COMM_D, c1.REGISTERED_PROOFS[proof])
+    inner = {"registered_proof": proof, "vanilla_proofs": {"StackedDrg32GiBV1": [[]]},
+             "comm_r": list(range(32)), "comm_d": list(COMM_D), "replica_id": list(replica),
+             "seed": list(range(32)), "ticket": list(TICKET)}
+    return json.dumps({"SectorNum": sector, "SectorSize": 34359738368,
+                       "Phase1Out": base64.b64encode(json.dumps(inner).encode()).decode()}
+                      ).encode()
+
+
+# ---- the PCE
+
+
+@pytest.mark.parametrize(("name", "tmp"), [
+    ("pce-porep-32g.bin", "pce-porep-32g.tmp"),  # cuzk-pce save_to_disk: with_extension
+    ("pce", "pce.tmp"), (".pce", ".pce.tmp"), ("a.b.bin", "a.b.tmp"),
+])
+def test_the_temporary_is_named_as_rust_names_it(name: str, tmp: str) -> None:
+    assert pce_tmp_name(name) == tmp
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "..", ""])
+def test_a_pce_name_that_is_a_path_is_refused(name: str) -> None:
+    with pytest.raises(StepFailed):
+        pce_tmp_name(name)
+    with pytest.raises(ValueError):
+        load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(("pce_bytes=0",)),
+                      ).params.model_validate({"pce_file": name})
+
+
+def test_an_existing_pce_file_is_counted_again_not_as_zero() -> None:
+    existing = {"size": 26 * GIB, "blocks": 26 * GIB}
+    need, have, short = pce_room(16 * GIB, existing, None, free=20 * GIB)
+    assert (need, have) == (26 * GIB, 20 * GIB)
+    assert short is not None and "needs 26.0GiB" in short and "existing PCE file" in short
+    assert pce_room(16 * GIB, existing, None, free=27 * GIB)[2] is None
+    assert pce_room(28 * GIB, existing, None, free=27 * GIB)[0] == 28 * GIB  # the larger
+
+
+def test_a_leftover_temporary_counts_as_free_by_its_blocks() -> None:
+    existing = {"size": 26 * GIB, "blocks": 26 * GIB}
+    tmp = {"size": 26 * GIB, "blocks": 10 * GIB}  # a write cut short: 10 GiB on disk
+    need, have, short = pce_room(0, existing, tmp, free=20 * GIB)
+    assert (need, have, short) == (26 * GIB, 30 * GIB, None)
+    assert pce_room(0, existing, {"size": 26 * GIB, "blocks": 0}, free=20 * GIB)[2]
+
+
+def pce_context(tmp_path: Path, pce_bytes: str = "1MiB", cache: Path | None = None
+                ) -> HostContext:
+    settings = SimpleNamespace(
+        params=SimpleNamespace(pce_bytes=pce_bytes, pce_file="pce-porep-32g.bin"),
+        daemon=SimpleNamespace(param_cache=str(cache or tmp_path / "params")))
+    return HostContext(SimpleNamespace(name="h", vars={}), LocalTransport("h"),
+                       Layout(str(tmp_path / "root")), settings=settings)
+
+
+def sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_preflight_refuses_a_host_without_room_for_the_rewrite(tmp_path: Path) -> None:
+    ctx = pce_context(tmp_path)
+    notes: list[str] = []
+    assert check_pce_space(ctx, None, notes) == []  # no PCE yet: 1 MiB fits
+    assert "room for the PCE rewrite: 1.0MiB" in notes[0]
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    sparse(tmp_path / "params" / "pce-porep-32g.bin", free + 1024**4)  # larger than the disk
+    problems = check_pce_space(ctx, None, [])
+    assert len(problems) == 1 and "rewrites the PCE file" in problems[0]
+    assert "existing PCE file" in problems[0]
+
+
+def test_a_link_in_place_of_the_pce_is_not_measured_through(tmp_path: Path) -> None:
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    huge = sparse(tmp_path / "elsewhere" / "big", free + 1024**4)
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "pce-porep-32g.bin").symlink_to(huge)
+    assert check_pce_space(pce_context(tmp_path), None, []) == []
+
+
+def test_pce_bytes_zero_turns_the_check_off(tmp_path: Path) -> None:
+    notes: list[str] = []
+    assert check_pce_space(pce_context(tmp_path, "0"), None, notes) == []
+    assert "no PCE space check" in notes[0]
+
+
+def test_a_leftover_temporary_is_removed(tmp_path: Path) -> None:
+    ctx = pce_context(tmp_path)
+    assert leftover_pce_tmp(ctx) is None  # no param_cache yet: nothing to remove
+    tmp = sparse(tmp_path / "params" / "pce-porep-32g.tmp", GIB)
+    assert leftover_pce_tmp(ctx) == f"removed a leftover {tmp}"
+    assert not tmp.exists()
+    assert leftover_pce_tmp(ctx) is None
+
+
+def test_a_link_in_place_of_the_temporary_is_removed_not_its_target(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "pce-porep-32g.tmp").symlink_to(target)
+    assert leftover_pce_tmp(pce_context(tmp_path)) is not None
+    assert target.read_text() == "keep me\n"
+    assert not os.path.lexists(tmp_path / "params" / "pce-porep-32g.tmp")
+
+
+def test_a_param_cache_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "etc"
+    sparse(real / "pce-porep-32g.tmp", 10)
+    (tmp_path / "params").symlink_to(real)
+    with pytest.raises(StepFailed, match="symbolic link"):
+        leftover_pce_tmp(pce_context(tmp_path))
+    assert (real / "pce-porep-32g.tmp").exists()
+
+
+def test_the_checks_run_in_preflight_c1_before_staging_pce_after() -> None:
+    names = list(CHECKS)
+    assert names.index("c1") < names.index("params") < names.index("pce")
+
+
+# ---- the C1
+
+
+def test_the_c1s_ids_are_read_as_cuzk_reads_them() -> None:
+    ids = c1.read_ids(make_c1(sector=7, miner=1234))
+    assert ids.sector == 7
+    assert ids.replica_matches(7, 1234) is True
+    assert ids.replica_matches(7, 1000) is False
+    assert ids.replica_matches(8, 1234) is False
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (json.dumps({"note": "lab stand-in"}).encode(), "no SectorNum"),
+    (json.dumps({"SectorNum": -1}).encode(), "no SectorNum"),
+    (json.dumps({"SectorNum": True}).encode(), "no SectorNum"),
+    (json.dumps({"SectorNum": 3, "Phase1Out": "@@"}).encode(), "not base64"),
+])
+def test_a_c1_that_is_not_curios_leaves_the_ids_unknown(data: bytes, why: str) -> None:
+    ids = c1.read_ids(data)
+    assert why in ids.why
+    assert ids.replica_matches(1, 1000) is None
+
+
+def test_an_unknown_proof_kind_leaves_the_miner_unchecked() -> None:
+    data = json.loads(make_c1())
+    inner = json.loads(base64.b64decode(data["Phase1Out"]))
+    inner["registered_proof"] = "StackedDrg32GiBV1_2_Feat_NonInteractivePoRep"
+    data["Phase1Out"] = base64.b64encode(json.dumps(inner).encode()).decode()
+    ids = c1.read_ids(json.dumps(data).encode())
+    assert ids.sector == 1 and ids.replica is None and "porep id" in ids.why
+
+
+@pytest.mark.parametrize(("command", "asked"), [
+    ("/data/releases/r/cuzk-bench -a http://127.0.0.1:9820 single -t porep --c1 /d/c1.json "
+     "--sector-num 7 --miner-id 1234", c1.Asked(7, 1234)),
+    ("cuzk-bench single -t porep --c1 /d/c1.json", c1.Asked(1, 1000)),  # cuzk-bench's defaults
+    ("cuzk-bench single --sector-num=9 --miner-id=77", c1.Asked(9, 77)),
+    ("'/data/with space/cuzk-bench' single --sector-num '5'", c1.Asked(5, 1000)),
+    ("/usr/local/bin/my-check --sector-num 3", None),  # not cuzk-bench: nothing to compare
+    ("cuzk-bench status", None),
+    ("cuzk-bench single --sector-num '$(reboot)'", None),  # not a number: cuzk-bench refuses
+    ("cuzk-bench single 'unbalanced", None),
+])
+def test_the_ids_the_command_asks_for(command: str, asked: c1.Asked | None) -> None:
+    assert c1.asked_ids(command) == asked
+
+
+def c1_context(tmp_path: Path, sector: int, miner: int, source: Path | None) -> HostContext:
+    sets = ("params_files=[]", "pce_bytes=0", f"c1_sector_num={sector}", f"c1_miner_id={miner}")
+    playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets))
+    validation = playbook.validation
+    path = str(tmp_path / "host-c1.json")
+    spec = validation.model_copy(update={"input": validation.input.model_copy(
+        update={"source": source, "path": path})})
+    host = small_host()
+    settings = playbook.for_host(host).model_copy(update={"validation": spec})
+    return HostContext(host, LocalTransport(host.name), Layout(str(tmp_path / "root")),
+                       settings)
+
+
+@pytest.mark.parametrize("on", ["controller", "host"])
+def test_a_c1_for_the_asked_sector_and_miner_passes(tmp_path: Path, on: str) -> None:
+    source = tmp_path / "c1.json"
+    source.write_bytes(make_c1(sector=5, miner=4321))
+    (tmp_path / "host-c1.json").write_bytes(source.read_bytes())
+    notes: list[str] = []
+    ctx = c1_context(tmp_path, 5, 4321, source if on == "controller" else None)
+    assert check_c1_ids(ctx, None, notes) == []
+    assert notes == ["C1 made for miner 4321, sector 5"]
+
+
+@pytest.mark.parametrize("on", ["controller", "host"])
+@pytest.mark.parametrize(("sector", "miner", "said"), [
+    (6, 4321, "it is the C1 of sector 5, but the validation command asks for sector 6"),
+    (5, 1000, "its replica id is not that of miner 1000 and sector 5"),
+])
+def test_a_wrong_sector_or_miner_is_refused(
+    tmp_path: Path, on: str, sector: int, miner: int, said: str
+) -> None:
+    source = tmp_path / "c1.json"
+    source.write_bytes(make_c1(sector=5, miner=4321))
+    (tmp_path / "host-c1.json").write_bytes(source.read_bytes())
+    ctx = c1_context(tmp_path, sector, miner, source if on == "controller" else None)
+    problems = check_c1_ids(ctx, None, [])
+    assert len(problems) == 1 and said in problems[0], problems
+    assert "the proof would fail after the stop" in problems[0]
+
+
+def test_the_lab_c1_is_checked_as_a_real_one(tmp_path: Path) -> None:
+    source = LAB_PLAYBOOK.parent / "files" / "c1.json"  # made for miner 1000, sector 1
+    notes: list[str] = []
+    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, notes) == []
+    assert notes == ["C1 made for miner 1000, sector 1"]
+    assert "replica id" in check_c1_ids(c1_context(tmp_path, 1, 1001, source), None, [])[0]
+
+
+def test_a_c1_that_names_no_sector_is_noted_not_refused(tmp_path: Path) -> None:
+    source = tmp_path / "c1.json"
+    source.write_text(json.dumps({"note": "a stand-in's input"}))
+    notes: list[str] = []
+    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, notes) == []
+    assert notes[0].startswith("C1 ids not checked (no SectorNum")
+
+
+def test_a_c1_on_the_host_that_is_a_link_or_huge_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "host-c1.json").symlink_to("/dev/zero")
+    notes: list[str] = []
+    assert check_c1_ids(c1_context(tmp_path, 1, 1000, None), None, notes) == []
+    assert "not readable on the host" in notes[0]
+
+
+def test_the_controller_reads_the_c1_once_for_all_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "c1.json"
+    source.write_bytes(make_c1())
+    reads: list[bytes] = []
+    real = c1.read_ids
+
+    def counted(data: bytes) -> Any:
+        reads.append(data)
+        return real(data)
+
+    monkeypatch.setattr(c1, "read_ids", counted)
+    for _ in range(3):
+        assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, []) == []
+    assert len(reads) == 1
