@@ -15,6 +15,7 @@ from invoke.context import Context
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.commands import app
+from rollout.commands.diagnose import bench_diagnose
 from rollout.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
 
     log = "/data/rollout/daemon.log"
     lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")
-    from rollout.commands.diagnose import bench_diagnose
-
     return bench_diagnose(app.load_fleet(str(fleet), None, host), host)
 
 
@@ -61,7 +60,7 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
     a 100 MiB release to N hosts pushed and pulled, and rollout against the floor."""
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
-    from rollout.bench.bundles import bench_bundles
+    from rollout.bench.bundles import bench_bundles  # the benchmarks: loaded when one runs
     from rollout.bench.side_by_side import Plan
 
     figures: dict[str, Any] = {}
@@ -101,7 +100,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def _side_by_side(plan: Plan) -> dict[str, Any]:
     """Rollout against the floor; prints the table, returns the figures."""
-    from rollout.bench.figures import summary_json, summary_table
+    from rollout.bench.figures import summary_json, summary_table  # loaded when one runs
     from rollout.bench.side_by_side import measure
 
     work = Path(tempfile.mkdtemp(prefix="rollout-bench-floor-"))

@@ -43,7 +43,7 @@ def docker_errors(fn: F) -> F:
 @docker_errors
 def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
     """Start a fresh lab fleet on the local Docker engine and write lab/fleet.yaml."""
-    from rollout import lab
+    from rollout import lab  # the lab (the Docker SDK) only where a lab task runs
     fleet = lab.up(hosts=hosts, memory=memory)
     print(f"lab fleet of {hosts} host(s) is up; inventory: {fleet}")
 
@@ -53,7 +53,7 @@ def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
 @docker_errors
 def down(c: Context) -> None:
     """Remove every lab container, volume, network and host image tag."""
-    from rollout import lab
+    from rollout import lab  # the lab (the Docker SDK) only where a lab task runs
     lab.down()
     print("lab fleet removed")
 
@@ -63,7 +63,7 @@ def down(c: Context) -> None:
 @docker_errors
 def status(c: Context) -> None:
     """List the lab hosts and their state."""
-    from rollout import lab
+    from rollout import lab  # the lab (the Docker SDK) only where a lab task runs
     hosts = lab.status()
     if not hosts:
         print("no lab hosts")

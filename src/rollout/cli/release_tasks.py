@@ -46,7 +46,7 @@ def publish(c: Context, folder: str, to: str = "") -> None:
     """Put a release bundle where hosts can download it themselves (--release URL)."""
     if not to:
         raise UserError("rollout publish needs --to URL: where the hosts will download it")
-    from rollout.bundle.publish import publish as publish_bundle
+    from rollout.bundle.publish import publish as publish_bundle  # loaded when the task runs
 
     manifest = publish_bundle(Path(folder), to)
     print(f"release {manifest.release} (version {manifest.version}) published to {to}")

@@ -16,6 +16,7 @@ from rollout.commands import diagnose as diagnose_mod
 from rollout.commands import status as health
 from rollout.config.vastai import is_ref
 from rollout.errors import UserError
+from rollout.output.journal import journal_path
 
 HOSTS_HELP = (
     "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
@@ -135,6 +136,7 @@ def rollback(
     quiet: bool = False,
 ) -> None:
     """Take the fleet back to an earlier release, in batches, drained and validated."""
+    # loaded when the task runs: the CLI starts without it
     from rollout.commands.rollback import run_fleet_rollback
 
     request = app.RolloutRequest(
@@ -257,6 +259,7 @@ def status(
 
     code = health.watch(once, interval) if watch else once()
     if heal:
+        # loaded when the task runs: the CLI starts without it
         from rollout.commands.heal import heal as heal_fleet
 
         code = max(code, heal_fleet(path, playbook, limit))
@@ -278,6 +281,7 @@ def heal(c: Context, hosts: str | None = None, playbook: str | None = None,
     """Restart a dead supervisor on every host that needs one (it starts the current release
     unless the host is held); locked and journaled; exit 1 unless every host ends serving or
     held."""
+    # loaded when the task runs: the CLI starts without it
     from rollout.commands.heal import heal as heal_fleet
 
     code = heal_fleet(hosts_file(hosts), playbook, limit, lock_wait, break_lock)
@@ -321,6 +325,7 @@ def diagnose(
 @reports_errors
 def docs(c: Context, output: str | None = None) -> None:
     """Print the reference of every inventory and playbook option."""
+    # loaded when the task runs: the CLI starts without it
     from rollout.config.docs import options_markdown
 
     text = options_markdown()
@@ -348,10 +353,10 @@ def report(
     summary: str | None = None,
 ) -> None:
     """Render a finished run from its journal: an HTML timeline, JUnit XML or Markdown."""
+    # loaded when the task runs: the CLI starts without it
     from rollout.reports.files import write_run_reports
 
     if not (html or junit or summary):
         raise UserError("give at least one of --html FILE, --junit FILE, --summary FILE")
-    from rollout.output.journal import journal_path
 
     write_run_reports(journal_path(app.runs_dir(), run_id), html, junit, summary)
