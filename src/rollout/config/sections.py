@@ -17,6 +17,7 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from rollout.host.layout import EXECUTABLE_NAME
@@ -24,6 +25,7 @@ from rollout.host.layout import EXECUTABLE_NAME
 from . import cuda
 from .batches import BatchSize, parse_serial
 from .durations import Seconds
+from .params_manifest import files_for, kinds
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -399,28 +401,78 @@ class ParamFile(Section):
     name: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="File name in param_cache."
     )
+    cid: str | None = Field(
+        default=None,
+        pattern=r"^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]{20,120})$",
+        description="Its IPFS CID: hosts download it as `<params.gateway>/ipfs/<cid>`; "
+        "null: it cannot be downloaded (only pushed from params.source).",
+    )
+    digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{32}$",
+        description="filecoin-proofs' digest: the hex of the first 16 bytes of the file's "
+        "blake2b-512 sum (parameters.json's `digest`), checked wherever the file is.",
+    )
     size: int | None = Field(
         default=None, ge=1, description="Expected size in bytes; null: present and not empty."
     )
     sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-fA-F]{64}$",
-        description="Expected sha256, checked when the file is staged; null: not checked.",
+        description="Expected sha256 (for files of your own without a digest); null: not "
+        "checked.",
     )
+
+
+def _check_gateway(text: str) -> str:
+    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", text):
+        raise ValueError(f"params.gateway is an http(s) base URL without query, got {text!r}")
+    return text.rstrip("/")
+
+
+def _check_push_source(text: str | None) -> str | None:
+    if text is not None and re.match(r"^https?://", text):
+        raise ValueError(
+            "params.source is a folder on this machine to push from; a mirror that serves "
+            f"the files by CID goes in params.gateway, got {text!r}"
+        )
+    return text
 
 
 class ParamsSpec(Section):
     """The proof parameters (.params, .vk) cuzk reads from [srs] param_cache at its first
-    proof. Preflight checks them before the old daemon is touched, staging missing ones."""
+    proof. Preflight checks them before the old daemon is touched: a file already on the
+    host (in param_cache or a `reuse` folder) is verified in place; a missing one is
+    downloaded by the host from `gateway` by its CID, or pushed from `source` when set."""
 
-    files: list[ParamFile] = Field(
-        default_factory=list, description="The files the validation's proof type needs."
-    )
-    source: Source = Field(
+    kind: str | None = Field(
         default=None,
-        description="Where missing files are staged from: an http(s) URL or a local folder "
-        "(relative to the playbook file), each file by its name; resumable, checksummed. "
-        "null: missing files fail preflight.",
+        description="A proof kind of the manifest rollout ships (resources/params/kinds.yaml: "
+        "porep-32g, wpost-32g, winning-32g, snap-32g, porep-64g, lab-porep): `files` "
+        "defaults to its files, with their CIDs and digests from filecoin-proofs' "
+        "parameters.json.",
+    )
+    files: list[ParamFile] = Field(
+        default_factory=list,
+        description="The files the validation's proof type needs; null: the files of `kind`.",
+    )
+    gateway: Annotated[str, AfterValidator(_check_gateway)] = Field(
+        default="https://proofs.filecoin.io",
+        description="Where hosts download a missing file: `<gateway>/ipfs/<cid>` (the default "
+        "is the gateway curio's and lotus's fetchers use); an IPFS gateway or a mirror "
+        "serving the files by CID. Resumable, size and digest checked on the host.",
+    )
+    reuse: list[RemotePath] = Field(
+        default_factory=lambda: ["/var/tmp/filecoin-proof-parameters"],
+        description="Folders on the host whose verified files are used in place (linked from "
+        "param_cache, never copied): curio's cache by default; the host's "
+        "FIL_PROOFS_PARAMETER_CACHE is looked in too.",
+    )
+    source: Annotated[Source, AfterValidator(_check_push_source)] = Field(
+        default=None,
+        description="Opt-in: a folder on this machine (relative to the playbook file) whose "
+        "files are pushed to hosts that lack them, each hashed once per run, instead of "
+        "the hosts downloading them. null: never pushed.",
     )
     pce_bytes: Size = Field(
         default="0",
@@ -433,6 +485,29 @@ class ParamsSpec(Section):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="Name of that PCE file in param_cache.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _files_of_kind(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("files") is not None:
+            return data
+        kind = data.get("kind")
+        if kind in (None, ""):
+            return {**data, "files": [], "kind": None}
+        if not isinstance(kind, str) or kind not in kinds():
+            return {**data, "files": []}  # the kind's own check names it
+        return {**data, "files": [f.as_setting() for f in files_for(kind)]}
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str | None) -> str | None:
+        if value == "":
+            return None
+        if value is not None and value not in kinds():
+            raise ValueError(
+                f"unknown proof kind {value!r}; known: {', '.join(kinds())}"
+            )
+        return value
 
 
 class PreflightSpec(Section):

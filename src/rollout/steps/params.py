@@ -1,40 +1,54 @@
-"""Proof parameters in param_cache, checked (and staged) by preflight before the old daemon is
-touched: cuzk reads them only at its first proof, so without this check a host would be
-stopped, switched and only then fail its validation with "SRS param file not found"."""
+"""Proof parameters in param_cache, checked (and fetched) by preflight before the old daemon
+is touched: cuzk reads them only at its first proof, so without this check a host would be
+stopped, switched and only then fail its validation with "SRS param file not found".
+
+The host does the work itself (host/scripts/fetch.py --partial): a file already in
+param_cache, or in a reuse folder (curio's /var/tmp/filecoin-proof-parameters, the host's
+FIL_PROOFS_PARAMETER_CACHE), is checked where it is by its size and digest, and a reused
+one is linked from param_cache, never copied; a missing one is downloaded by its CID from
+params.gateway, resumable. The controller pushes a file only when params.source says so
+(opt-in), each source file hashed once per run whatever the number of hosts."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from rollout.config.sections import ParamFile
 from rollout.errors import StepFailed
-from rollout.host.layout import q
+from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.steps.base import HostContext
-from rollout.steps.transfer import put_file, run_watched
+from rollout.steps.params_push import digest_arg, push_missing
+from rollout.steps.pull import CONNECT_TIMEOUT, fetch_command, parse_report
+from rollout.steps.transfer import follow_lines
 from rollout.units import format_size, parse_size
 
-_URL = re.compile(r"^https?://")
-
-# Sizes of the manifest's files, whether the PCE file is there, and the free bytes of the
-# nearest existing folder of param_cache; one JSON line. Arguments: param_cache, pce, names.
+# Sizes of the manifest's files in param_cache (through links) and in the reuse folders
+# (and $FIL_PROOFS_PARAMETER_CACHE), their .partial sizes, whether the PCE file is there,
+# and the free bytes of the nearest existing folder of param_cache; one JSON line.
+# Argument: one JSON object {cache, pce, names, reuse}.
 _PROBE = r"""
 import json, os, sys
-cache, pce, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-def size(name):
+a = json.loads(sys.argv[1])
+cache, env = a["cache"], os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "")
+reuse = a["reuse"] + ([env] if env.startswith("/") else [])
+def size(path):
     try:
-        return os.stat(os.path.join(cache, name)).st_size
+        return os.stat(path).st_size
     except OSError:
         return None
+def elsewhere(name):
+    return next((d for d in reuse if os.path.isfile(os.path.join(d, name))), None)
 where = cache
 while not os.path.isdir(where) and where not in ("", "/"):
     where = os.path.dirname(where)
 st = os.statvfs(where or "/")
-print(json.dumps({"sizes": {n: size(n) for n in names}, "partial": {n: size(n + ".partial")
-    for n in names}, "pce": size(pce) is not None, "free": st.f_bavail * st.f_frsize}))
+names = a["names"]
+print(json.dumps({"sizes": {n: size(os.path.join(cache, n)) for n in names},
+    "partial": {n: size(os.path.join(cache, n + ".partial")) for n in names},
+    "reuse": {n: elsewhere(n) for n in names}, "pce": size(os.path.join(cache, a["pce"]))
+    is not None, "free": st.f_bavail * st.f_frsize}))
 """
 
 
@@ -53,8 +67,9 @@ class Problem:
 
 def _probe(ctx: HostContext) -> dict[str, Any]:
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
-    names = [f.name for f in spec.files]
-    r = ctx.run_python(_PROBE, cache, spec.pce_file, *names, timeout=30)
+    arg = {"cache": cache, "pce": spec.pce_file, "names": [f.name for f in spec.files],
+           "reuse": list(spec.reuse)}
+    r = ctx.run_python(_PROBE, json.dumps(arg), timeout=30)
     try:
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as e:
@@ -62,44 +77,114 @@ def _probe(ctx: HostContext) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def _problems(ctx: HostContext, sizes: dict[str, Any]) -> list[Problem]:
-    problems = []
-    for f in ctx.settings.params.files:
-        found = sizes.get(f.name)
-        if found is None or found == 0 or (f.size is not None and found != f.size):
-            problems.append(Problem(f.name, found, f.size))
-    return problems
+def _missing(ctx: HostContext, facts: dict[str, Any]) -> list[ParamFile]:
+    """The files neither in param_cache nor in a reuse folder: to download or push."""
+    sizes, reuse = facts.get("sizes") or {}, facts.get("reuse") or {}
+    return [f for f in ctx.settings.params.files
+            if sizes.get(f.name) is None and not reuse.get(f.name)]
 
 
 def check_params(ctx: HostContext) -> str:
-    """The proof type's files are in param_cache with their sizes (staged from params.source
-    when not), and param_cache has room for the PCE file. Raises StepFailed otherwise."""
+    """The proof type's files are in param_cache, verified (reused in place, downloaded by
+    the host or pushed when they were not), and param_cache has room for the PCE file.
+    Raises StepFailed otherwise, naming each file and what was wrong with it."""
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
     if not spec.files and parse_size(spec.pce_bytes) == 0:
         return "no params manifest"
     facts = _probe(ctx)
-    problems = _problems(ctx, facts.get("sizes") or {})
-    staged_bytes = sum(_expected_size(ctx, p) for p in problems)
-    _check_room(ctx, facts, staged_bytes)
-    if not problems:
-        return f"params in {cache}: {len(spec.files)} file(s) present"
-    if spec.source is None:
-        raise StepFailed(
-            f"proof parameters not in {cache}: {', '.join(map(str, problems))}; "
-            "copy them there or set params.source to stage them",
-            retryable=False,
-        )
-    notes = [_stage(ctx, p.name, (facts.get("partial") or {}).get(p.name)) for p in problems]
-    return f"params in {cache}: staged {'; '.join(notes)}"
+    missing = _missing(ctx, facts)
+    _check_room(ctx, facts, sum(f.size or 0 for f in missing))
+    if not spec.files:
+        return f"no params manifest; room in {cache} for the PCE file"
+    pushed = push_missing(ctx, missing) if spec.source is not None and missing else {}
+    report = _fetch(ctx, _fetch_args(ctx, pushed), missing)
+    error = report.get("error")
+    if error:
+        raise _failure(ctx, facts, missing, error)
+    return _summary(ctx, report.get("files") or {}, facts.get("partial") or {}, pushed)
 
 
-def _expected_size(ctx: HostContext, problem: Problem) -> int:
-    source = ctx.settings.params.source
-    if problem.expected is not None:
-        return problem.expected
-    if source and not _URL.match(source) and (Path(source) / problem.name).is_file():
-        return (Path(source) / problem.name).stat().st_size
-    return 0
+def _fetch_args(ctx: HostContext, pushed: dict[str, str]) -> list[str]:
+    """fetch.py's arguments: a pushed file has no URL and is checked by the digest pushed."""
+    spec = ctx.settings.params
+    args = ["--dir", ctx.settings.daemon.param_cache, "--partial",
+            "--connect-timeout", f"{CONNECT_TIMEOUT:g}"]
+    seconds = ctx.remaining()
+    if seconds is not None:
+        args += ["--deadline", f"{max(1.0, seconds - 5):g}"]  # ends before the step does
+    for folder in spec.reuse:
+        args += ["--reuse", folder]
+    for f in spec.files:
+        url = "-" if f.name in pushed or not f.cid else f"{spec.gateway}/ipfs/{f.cid}"
+        digest = pushed.get(f.name) or digest_arg(f)
+        args += ["--file", f.name, url, digest, str(f.size) if f.size else "-"]
+    return args
+
+
+def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[str, Any]:
+    """Run fetch.py on the host, its progress lines as `progress` events; its report."""
+    command, stdin = fetch_command(args)
+    stream = ctx.transport.open_stream(command, stdin) if missing else None
+    if stream is None:
+        _code, report = ctx.script("fetch", *args, "--retries", 3, own_process=True)
+        return report if isinstance(report, dict) else {"error": {"message": str(report)}}
+    sizes = {f.name: f.size or 0 for f in missing}
+    total = sum(sizes.values())
+    tracker = tracker_for(ctx.emit, "preflight", "params", total) if total else None
+    done: dict[str, int] = {}
+
+    def on_line(line: str) -> dict[str, Any] | None:
+        sample = parse_host_progress(line, set(sizes))
+        if sample is None:
+            return parse_report(line)
+        done[sample[0]] = min(sample[1], sizes[sample[0]])  # no file counts past its size
+        if tracker is not None:
+            tracker.update(sum(done.values()))
+        return None
+
+    try:
+        report = follow_lines(ctx, stream, on_line)
+    finally:
+        stream.close()
+    return report or {"error": {"kind": "ended", "message": "ended without its report"}}
+
+
+def _failure(ctx: HostContext, facts: dict[str, Any], missing: list[ParamFile],
+             error: Any) -> StepFailed:
+    cache = ctx.settings.daemon.param_cache
+    error = error if isinstance(error, dict) else {}
+    kind, message = str(error.get("kind")), str(error.get("message"))[:600]
+    if kind in ("size", "digest", "sha256"):
+        return StepFailed(f"proof parameter refused by {'size' if kind == 'size' else kind}: "
+                          f"{message}", retryable=False)
+    listed = ", ".join(str(Problem(f.name, None, f.size)) for f in missing)
+    hint = ("" if ctx.settings.params.source else
+            f" from {ctx.settings.params.gateway} (params.gateway; or copy them there, or "
+            "set params.source to push them)")
+    return StepFailed(f"proof parameters not in {cache}: {listed or error.get('file')}; "
+                      f"fetching them{hint} failed ({kind}): {message}",
+                      retryable=kind not in ("missing",))
+
+
+def _summary(ctx: HostContext, files: dict[str, Any], partial: dict[str, Any],
+             pushed: dict[str, str]) -> str:
+    cache = ctx.settings.daemon.param_cache
+    notes = [_note(name, f if isinstance(f, dict) else {}, partial.get(name), pushed)
+             for name, f in files.items()]
+    return f"params in {cache}: {'; '.join(notes) or 'none'}"
+
+
+def _note(name: str, f: dict[str, Any], partial: Any, pushed: dict[str, str]) -> str:
+    outcome, path = str(f.get("outcome")), str(f.get("path"))
+    if outcome == "present":
+        return f"{name} present, verified"
+    if outcome == "reused":
+        return f"{name} reused in place from {path}, verified"
+    resumed = f", resumed at {partial} bytes" if isinstance(partial, int) and partial else ""
+    if outcome == "pushed":
+        algo = str(pushed.get(name)).partition(":")[0]
+        return f"{name} staged from the controller{resumed}, {algo} verified"
+    return f"{name} downloaded ({f.get('received')} bytes{resumed}), verified"
 
 
 def _check_room(ctx: HostContext, facts: dict[str, Any], staged: int) -> None:
@@ -107,67 +192,9 @@ def _check_room(ctx: HostContext, facts: dict[str, Any], staged: int) -> None:
     pce = 0 if facts.get("pce") else parse_size(spec.pce_bytes)
     free = facts.get("free")
     if isinstance(free, int) and free < staged + pce:
-        what = [f"{format_size(staged)} of params to stage"] if staged else []
+        what = [f"{format_size(staged)} of params to fetch"] if staged else []
         what += [f"{format_size(pce)} for the PCE file ({spec.pce_file})"] if pce else []
         raise StepFailed(
             f"param_cache {cache} has {format_size(free)} free, needs {' + '.join(what)}",
             retryable=False,
         )
-
-
-def _stage(ctx: HostContext, name: str, partial_size: int | None) -> str:
-    """Copy one file into param_cache through `<name>.partial` (resumed where an earlier
-    try stopped), check its size and digest, then move it into place."""
-    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
-    entry = next(f for f in spec.files if f.name == name)
-    source = str(spec.source).rstrip("/") + "/" + name
-    target, partial = f"{cache}/{name}", f"{cache}/{name}.partial"
-    ctx.sh(f"mkdir -p -- {q(cache)}").check()
-    want = entry.sha256
-    if _URL.match(source):
-        curl = f"curl -fsSL --retry 3 -o {q(partial)} -- {q(source)}"
-        resume = f"curl -fsSL --retry 3 -C - -o {q(partial)} -- {q(source)}"
-        code, said = run_watched(ctx, resume, partial, entry.size, "params")
-        if code == 33:  # the server cannot resume (no byte ranges): from the start
-            code, said = run_watched(ctx, f"rm -f -- {q(partial)} && {curl}", partial,
-                                     entry.size, "params")
-        if code != 0:
-            raise StepFailed(f"staging {name} from {source}: curl exit {code}", output=said)
-    else:
-        local = Path(source)
-        if not local.is_file():
-            raise StepFailed(f"params.source has no file {local}", retryable=False)
-        want = want or _local_sha256(local)
-        put_file(ctx, str(local), partial, "params")
-    _verify(ctx, partial, entry.size, want)
-    ctx.sh(f"mv -T -- {q(partial)} {q(target)}").check()
-    resumed = f", resumed at {partial_size} bytes" if partial_size else ""
-    checked = ", sha256 verified" if want else ""
-    return f"{name} ({_size_on_host(ctx, target)} bytes{resumed}{checked})"
-
-
-def _verify(ctx: HostContext, path: str, size: int | None, sha256: str | None) -> None:
-    found = _size_on_host(ctx, path)
-    if size is not None and found != size:
-        ctx.sh(f"rm -f -- {q(path)}")
-        raise StepFailed(f"staged {path}: {found} bytes, expected {size}")
-    if sha256 is None:
-        return
-    r = ctx.sh(f"sha256sum -- {q(path)}")
-    have = r.stdout.split()[0] if r.ok and r.stdout else None
-    if have != sha256.lower():
-        ctx.sh(f"rm -f -- {q(path)}")
-        raise StepFailed(f"staged {path}: sha256 {have} is not {sha256.lower()}")
-
-
-def _size_on_host(ctx: HostContext, path: str) -> int | None:
-    r = ctx.sh(f"stat -c %s -- {q(path)} 2>/dev/null")
-    return int(r.stdout.strip()) if r.ok and r.stdout.strip().isdigit() else None
-
-
-def _local_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
