@@ -1,13 +1,13 @@
-"""What used to crash a run with exit 70 is bad input found at load: exit 2, file:line."""
+"""What used to crash a run with exit 70 is bad input found at load: exit 2, file:line.
+(`rollout ARGV` in this process: the `cli` fixture of conftest.py.)"""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = """\
@@ -16,13 +16,6 @@ defaults:
 hosts:
   - {name: a, address: 127.0.0.1, port: 1}
 """
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollout", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
 
 
 def playbook_with(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
@@ -46,18 +39,19 @@ def playbook_with(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
     ],
 )
 def test_load_errors_exit_2_naming_file_line_key(
-    tmp_path: Path, old: str, new: str, key: str
+    cli: CliRunner, tmp_path: Path, old: str, new: str, key: str
 ) -> None:
     (tmp_path / "fleet.yaml").write_text(INVENTORY)
     playbook, line = playbook_with(tmp_path, old, new)
-    p = run("rollout", "--hosts", str(tmp_path / "fleet.yaml"), "--playbook", str(playbook))
+    p = cli("rollout", "--hosts", str(tmp_path / "fleet.yaml"), "--playbook", str(playbook),
+            cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert re.search(f"{re.escape(str(playbook))}:{line}: {key}:", p.stderr), p.stderr
 
 
-def test_a_known_hosts_folder_exits_2(tmp_path: Path) -> None:
+def test_a_known_hosts_folder_exits_2(cli: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "fleet.yaml").write_text(INVENTORY)
     (tmp_path / "known_hosts").mkdir()
-    p = run("rollout", "--hosts", str(tmp_path / "fleet.yaml"))
+    p = cli("rollout", "--hosts", str(tmp_path / "fleet.yaml"), cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert f"{tmp_path / 'fleet.yaml'}:2: defaults.known_hosts" in p.stderr
