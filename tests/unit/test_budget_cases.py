@@ -121,3 +121,16 @@ def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
     settings = {"deadline": 60.0, "margin": 64, **given}
     assert ops_script.drain_args("/data", 42, 7, settings) == [
         "--root", "/data", "--pid", "42", "--starttime", "7", "--deadline", "60.0", *args]
+
+
+def test_every_proof_kind_the_setting_takes_has_cuzks_figures() -> None:
+    """preflight.proof_kind's values and the rule's table are the same kinds (cuzk's circuit
+    ids, srs_manager.rs), and each figure is its SRS plus one partition (memory.rs)."""
+    from typing import get_args
+
+    from rollout.steps.budget import NO_PROOF_KIND, PROOF_KINDS
+
+    allowed = set(get_args(PreflightSpec.model_fields["proof_kind"].annotation))
+    assert allowed == {*PROOF_KINDS, NO_PROOF_KIND}
+    assert PROOF_KINDS["porep-32g"].bytes == (44 + 14) << 30
+    assert PreflightSpec().proof_kind == NO_PROOF_KIND  # the default playbook sets porep-32g
