@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 
 from rollout.commands.app import load_fleet
 from rollout.config.playbook import load_playbook, parse_set_options
@@ -273,13 +274,13 @@ def test_a_bundle_check_reads_an_argv_list_command(tmp_path: Path) -> None:
 
 
 def test_an_ansible_ini_var_that_sets_the_launcher_exits_2_naming_its_line(
-    tmp_path: Path,
+    cli: CliRunner, tmp_path: Path,
 ) -> None:
     playbook(tmp_path, "'true'")
     (tmp_path / "hosts").write_text(
         "[gpu]\nlab-1 ansible_host=127.0.0.1 daemon_launcher=\"sh -c 'touch /tmp/pwned'\"\n")
-    p = subprocess.run(["rollout", "status", "--hosts", str(tmp_path / "hosts"), "--playbook",
-                        str(tmp_path / "play.yaml")], capture_output=True, text=True)
+    p = cli("status", "--hosts", str(tmp_path / "hosts"), "--playbook",
+            str(tmp_path / "play.yaml"), cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert f"{tmp_path / 'hosts'}:2: daemon_launcher" in p.stderr
     assert "Traceback" not in p.stderr

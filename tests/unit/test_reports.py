@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from conftest import CliResult, CliRunner
 from junitparser import Failure, JUnitXml, Skipped
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -187,20 +188,15 @@ def test_fold_reads_a_torn_journal(tmp_path: Path) -> None:
     assert isinstance(bus.history[0], Event)
 
 
-def test_report_command_renders_a_journal(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
+def test_report_command_renders_a_journal(cli: CliRunner, tmp_path: Path) -> None:
     bus = EventBus("run-4")
     _run(bus)
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "run-4.jsonl").write_text("".join(e.to_json() + "\n" for e in bus.history))
-    env = {**os.environ, "ROLLOUT_RUNS_DIR": str(runs)}
 
-    def report(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "rollout", "report", *args]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+    def report(*args: str) -> CliResult:
+        return cli("report", *args, env={"ROLLOUT_RUNS_DIR": str(runs)}, cwd=tmp_path)
 
     out = tmp_path / "out"
     done = report("run-4", "--html", str(out / "r.html"), "--junit", str(out / "j.xml"),

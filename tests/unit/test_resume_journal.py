@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CliRunner
 
 from rollout.commands import app
 from rollout.errors import UserError
@@ -85,16 +86,11 @@ def test_rollout_report_refuses_an_ill_typed_event_at_its_line(
     assert e.value.exit_code == 2 and f"{path}:2: {key}" in str(e.value)
 
 
-def test_the_report_command_exits_2_not_70(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
+def test_the_report_command_exits_2_not_70(cli: CliRunner, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "r3.jsonl").write_text('{"kind": "run_start", "time": "x"}\n')
-    p = subprocess.run([sys.executable, "-m", "rollout", "report", "r3", "--summary",
-                        str(tmp_path / "s.md")], env={**os.environ, "ROLLOUT_RUNS_DIR": str(runs)},
-                       capture_output=True, text=True, timeout=120)
+    p = cli("report", "r3", "--summary", str(tmp_path / "s.md"),
+            env={"ROLLOUT_RUNS_DIR": str(runs)}, cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert "r3.jsonl:1: time" in p.stderr

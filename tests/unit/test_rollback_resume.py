@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 from contexts import host_context, small_host
 
 from rollout.bundle.release import release_id_of
@@ -22,7 +20,6 @@ from rollout.steps.base import Artifact, HostContext
 from rollout.steps.manifest import read_release
 from rollout.transport.local import LocalTransport
 
-REPO = Path(__file__).resolve().parents[2]
 INVENTORY = "defaults:\n  user: root\nhosts:\n  - name: a\n    address: 127.0.0.1\n    port: 1\n"
 
 
@@ -91,14 +88,13 @@ def test_only_release_ids_are_looked_up(tmp_path: Path, release_id: str) -> None
 
 
 @pytest.mark.parametrize("to", ["../0123456789ab", "0123456789ab/../x", "/etc"])
-def test_rollback_to_a_path_exits_2_before_any_host(tmp_path: Path, to: str) -> None:
+def test_rollback_to_a_path_exits_2_before_any_host(
+    cli: CliRunner, tmp_path: Path, to: str
+) -> None:
     inventory = tmp_path / "fleet.yaml"
     inventory.write_text(INVENTORY)
-    p = subprocess.run(
-        [sys.executable, "-m", "rollout", "rollback", "--hosts", str(inventory), "--to", to],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "ROLLOUT_RUNS_DIR": str(tmp_path / "runs")},
-    )  # fmt: skip
+    p = cli("rollback", "--hosts", str(inventory), "--to", to,
+            env={"ROLLOUT_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert "not a release id" in p.stderr
 

@@ -4,11 +4,10 @@ needs, checked at load (exit 2, file:line); the engine's tables derive from one 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 
 from rollout.config.steps import (
     CONTROLLER_KINDS,
@@ -86,11 +85,6 @@ def test_orders_that_are_refused(kinds: list[str], at: int, why: str) -> None:
     assert problem is not None and problem[0] == at and why in problem[1], problem
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rollout", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-
-
 def lab_playbook(tmp_path: Path, swap: tuple[str, str]) -> tuple[Path, int]:
     """The lab playbook with two step lines swapped; the new line of the second named."""
     text = (REPO / "playbooks" / "lab.yaml").read_text()
@@ -112,12 +106,12 @@ def lab_playbook(tmp_path: Path, swap: tuple[str, str]) -> tuple[Path, int]:
     (("start", "switch"), "a switch step (phase switched) cannot come after step 'start'"),
 ])
 def test_out_of_order_playbook_exits_2_naming_file_and_line(
-    tmp_path: Path, swap: tuple[str, str], why: str
+    cli: CliRunner, tmp_path: Path, swap: tuple[str, str], why: str
 ) -> None:
     (tmp_path / "fleet.yaml").write_text(INVENTORY)
     playbook, line = lab_playbook(tmp_path, swap)
-    p = run("rollout", "--hosts", str(tmp_path / "fleet.yaml"), "--playbook", str(playbook),
-            "--dry-run")
+    p = cli("rollout", "--hosts", str(tmp_path / "fleet.yaml"), "--playbook", str(playbook),
+            "--dry-run", cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert re.search(rf"{re.escape(str(playbook))}:{line}: steps\[\d+\]\.kind:", p.stderr), \
         p.stderr
