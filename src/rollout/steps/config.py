@@ -84,7 +84,7 @@ def decide(facts: HostFacts, target: Target, params: NoParams) -> Decision:
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     daemon = ctx.settings.daemon
-    config: ConfigText = action.detail
+    config = action.detail_as(ConfigText)
     directory = daemon.config_path.rsplit("/", 1)[0]
     ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
     kept = config_of(daemon.config_path.rsplit("/", 1)[-1], "")  # kept copies: files, no link

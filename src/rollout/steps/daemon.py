@@ -6,7 +6,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
@@ -35,6 +35,16 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class Supervision(NamedTuple):
+    """What decide_supervise fixed for supervise: the supervisor's settings text, whether one
+    runs, whether to set the hold first, and whether only its start-up registration is due."""
+
+    conf: str
+    alive: bool
+    hold: bool
+    register_only: bool
+
+
 def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) -> Decision:
     """Install the supervisor and its settings; (re)start it if either changed."""
     lay = target.layout
@@ -47,7 +57,7 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
     unregistered = facts.registered is None or (onstart and onstart not in facts.registered)
     if alive and not changed_files and unregistered:
         return Action("register the running supervisor with the host's start-up mechanism",
-                      params, (conf, alive, False, True))
+                      params, Supervision(conf, alive, False, True))
     if alive and not changed_files:
         return Skip("supervisor running, script and settings unchanged")
     what = "restart the supervisor (script or settings changed)" if alive else "start it"
@@ -60,7 +70,7 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
         what += " held: the daemon it does not own is stopped first (adopt)"
     elif hold:
         what += " held: this run starts the new release itself"
-    return Action(f"install the supervisor; {what}", params, (conf, alive, hold, False))
+    return Action(f"install the supervisor; {what}", params, Supervision(conf, alive, hold, False))
 
 
 UNIT = """[Unit]
@@ -107,7 +117,7 @@ def register_command(ctx: HostContext) -> str:
 
 def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
-    conf, alive, hold, register_only = action.detail
+    conf, alive, hold, register_only = action.detail_as(Supervision)
     if register_only:
         how = ctx.sh(register_command(ctx)).stdout.strip() or "none"
         return changed(f"supervisor running; start-up registration: {how}")
@@ -178,7 +188,7 @@ def _data(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def stop(ctx: HostContext, action: Action) -> StepResult:
-    how: StopHow = action.detail
+    how = action.detail_as(StopHow)
     if how.adopt:
         set_hold(ctx)
         return _adopt(ctx, how)
@@ -242,7 +252,7 @@ def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decis
 def start(ctx: HostContext, action: Action) -> StepResult:
     """Release the hold; the supervisor (started where none runs, never one others could
     have written) runs a daemon of the release current points at (ops.start)."""
-    params: StartParams = action.params
+    params = action.params_as(StartParams)
     lay = ctx.layout
     out = ctx.call("start", root=lay.root, wait=float(params.wait),
                    call_timeout=params.wait + 75)
@@ -320,7 +330,7 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     """The gRPC port is bound and the status port answers (never a log line: cuzk prints
     "ready, serving on" before it binds, and binds the status port before the gRPC one).
     Fails early if the daemon dies meanwhile."""
-    params: ReadyParams = action.params
+    params = action.params_as(ReadyParams)
     daemon = ctx.settings.daemon
     seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
     url = status_url(daemon.status_listen)

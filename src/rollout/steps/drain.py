@@ -35,7 +35,7 @@ class DrainHow:
         return [] if self.budget is None else ["--budget", self.budget]
 
 
-def drain_action(target: Target, params: DrainParams, memory: MemoryFacts) -> Action:
+def drain_action(target: Target, params: DrainParams, memory: MemoryFacts) -> Action[DrainHow]:
     """The drain's settings (its params over the playbook's) and the new daemon's budget,
     decided from the host's memory facts by the budget rule."""
     d = target.settings.daemon.drain
@@ -65,7 +65,7 @@ def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
-    how: DrainHow = action.detail
+    how = action.detail_as(DrainHow)
     stopped = ctx.state.stopped or Stopped()
     args: list[object] = [
         "--root",

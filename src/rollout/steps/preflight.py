@@ -9,6 +9,7 @@ touched: `{name: preflight-executables, kind: preflight, params: {checks: [execu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
@@ -307,21 +308,30 @@ FACTLESS = frozenset({"executables", "files"})  # checks whose own command looks
 STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
 
 
+@dataclass(frozen=True)
+class Checks:
+    """What preflight's decide fixed for its apply: the checks to run, in order."""
+
+    names: tuple[str, ...]
+
+
 def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decision:
     names = list(params.checks or CHECKS)
-    return Action(f"check {', '.join(names)}, before anything changes", params, names)
+    return Action(f"check {', '.join(names)}, before anything changes", params,
+                  Checks(tuple(names)))
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     """The checks look at the host as it is now: fresh facts (after an upload, the release
     is there for the executables check); the plan's own facts when no action ran since;
     none read for checks that look for themselves (executables after the upload)."""
+    checks = action.detail_as(Checks).names
     facts = ctx.state.facts
-    if facts is None and not FACTLESS.issuperset(action.detail):
+    if facts is None and not FACTLESS.issuperset(checks):
         facts = ctx.facts()
     notes: list[str] = []
     problems: list[str] = []
-    for name in action.detail:
+    for name in checks:
         if name in STAGING and problems:
             break  # staging params and input is work: not for a host that cannot take it
         problems += CHECKS[name](ctx, facts, notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
@@ -98,9 +99,9 @@ def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Dec
 
 
 def switch(ctx: HostContext, action: Action) -> StepResult:
-    params: SwitchParams = action.params
+    params = action.params_as(SwitchParams)
     release = _need_release(ctx)
-    before: str | None = action.detail
+    before = action.detail if isinstance(action.detail, str) else None
     directory = ctx.layout.release_dir(release.id)
     # the files this run verified as it wrote them, unchanged since: not read again
     checked = "identity" if unchanged_since_verified(ctx, directory, release) else "sha256"
@@ -117,11 +118,18 @@ def switch(ctx: HostContext, action: Action) -> StepResult:
     )
 
 
+class Pruning(NamedTuple):
+    """What decide_prune fixed for prune: the releases to remove, and how many stay."""
+
+    doomed: list[str]
+    kept: int
+
+
 def decide_prune(facts: HostFacts, target: Target, params: PruneParams) -> Decision:
     """Which releases go: all but the newest `keep`, never the new one or the one before it."""
     keep = params.keep or target.settings.release.keep
     if target.pending:
-        return Action(f"remove all but {keep} releases", params, [])
+        return Action(f"remove all but {keep} releases", params, Pruning([], 0))
     newest_first = [r.id for r in reversed(facts.releases) if _RELEASE_ID.match(r.id)]
     rid = target.release_id or facts.current_release
     if rid and rid not in newest_first:
@@ -135,11 +143,11 @@ def decide_prune(facts: HostFacts, target: Target, params: PruneParams) -> Decis
     if not doomed:
         return Skip(f"{len(newest_first)} release(s) on host, keeping up to {keep}")
     return Action(f"remove {len(doomed)} old release(s): {', '.join(doomed)}", params,
-                  (doomed, len(kept)))
+                  Pruning(doomed, len(kept)))
 
 
 def prune(ctx: HostContext, action: Action) -> StepResult:
-    doomed, kept = action.detail
+    doomed, kept = action.detail_as(Pruning)
     paths = " ".join(q(ctx.layout.release_dir(rid)) for rid in doomed)
     ctx.sh(f"rm -rf -- {paths}").check()
     forget_configs_of(ctx, doomed)

@@ -208,7 +208,7 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     """Two round trips: the input check, /status and the ports' owners; then the proof,
     bounded, with the evidence written where it passed (and /status again if it hung). The
     controller decides from what they return."""
-    params: ValidateParams = action.params
+    params = action.params_as(ValidateParams)
     spec = ctx.settings.validation
     seen = probe(ctx)
     check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
