@@ -92,10 +92,18 @@ def test_help_after_the_host_prints_help_too(no_task_runs: list[str],
     assert "Docstring:" in capsys.readouterr().out and not no_task_runs
 
 
-@pytest.mark.parametrize("binary", ["rollout", "inv"])
-def test_installed_commands_print_help_without_running(binary: str) -> None:
+ENTRY_POINTS = {
+    "rollout": [str(BIN / "rollout")],
+    "inv": [str(BIN / "inv")],
+    "python -m rollout": [sys.executable, "-m", "rollout"],
+}
+"""Each way the tasks are started, as a process (the other tests run them in this one)."""
+
+
+@pytest.mark.parametrize("command", ENTRY_POINTS.values(), ids=ENTRY_POINTS.keys())
+def test_installed_commands_print_help_without_running(command: list[str]) -> None:
     env = {**os.environ, "ROLLOUT_HOSTS": "/nonexistent/fleet.yaml"}
-    p = subprocess.run([str(BIN / binary), "drain", "--help"], cwd=REPO, env=env,
+    p = subprocess.run([*command, "drain", "--help"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 0 and "Usage:" in p.stdout and "drain HOST" in p.stdout, p.stderr
     assert p.stderr == ""

@@ -13,6 +13,7 @@ from typing import Any
 
 import invoke
 import pytest
+from conftest import CliRunner
 from fakehost import FakeHost
 from invoke.program import Program
 
@@ -94,10 +95,9 @@ def test_a_flag_without_its_value_is_named(capsys: pytest.CaptureFixture[str]) -
     assert "Flag --hosts needed value" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [USAGE_ERRORS["unknown option"],
-                                  USAGE_ERRORS["missing argument"]])  # fmt: skip
-def test_the_installed_command_exits_2_on_usage_errors(argv: tuple[str, ...]) -> None:
-    p = installed("rollout", *argv)
+def test_the_installed_command_exits_2_on_usage_errors() -> None:
+    """As a process too (the other usage errors run in this one, test_usage_errors_exit_2)."""
+    p = installed("rollout", *USAGE_ERRORS["unknown option"])
     assert p.returncode == 2, p.stderr
     assert "--help" in p.stderr  # says where the options are listed
 
@@ -140,21 +140,28 @@ def _inventory(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("binary", ["rollout", "inv"])
-def test_a_build_without_a_docker_engine_exits_3(binary: str, tmp_path: Path) -> None:
-    env = {"DOCKER_HOST": NO_DOCKER, "ROLLOUT_RUNS_DIR": str(tmp_path / "runs")}
-    search = ["--search-root", str(REPO)] if binary == "inv" else []
-    p = installed(binary, *search, "build", "--out", str(tmp_path / "out"),
-                  "--playbook", str(LAB_PLAYBOOK), env=env, cwd=tmp_path)  # fmt: skip
-    assert p.returncode == 3, p.stdout + p.stderr
-    assert "Docker engine does not answer" in p.stderr
+@pytest.fixture
+def no_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+    monkeypatch.setenv("ROLLOUT_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("runner", [run_rollout, run_inv], ids=["rollout", "inv"])
+def test_a_build_without_a_docker_engine_exits_3(
+    runner: Any, tmp_path: Path, no_docker: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = runner("build", "--out", str(tmp_path / "out"), "--playbook", str(LAB_PLAYBOOK))
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "Docker engine does not answer" in err
     assert not (tmp_path / "out").exists()
 
 
-def test_a_rollout_without_a_docker_engine_exits_3_before_any_host(tmp_path: Path) -> None:
-    env = {"DOCKER_HOST": NO_DOCKER, "ROLLOUT_RUNS_DIR": str(tmp_path / "runs")}
-    p = installed("rollout", "rollout", "--hosts", str(_inventory(tmp_path)),
-                  "--playbook", str(LAB_PLAYBOOK), env=env, cwd=tmp_path)  # fmt: skip
+def test_a_rollout_without_a_docker_engine_exits_3_before_any_host(
+    cli: CliRunner, tmp_path: Path, no_docker: None
+) -> None:
+    p = cli("rollout", "--hosts", str(_inventory(tmp_path)), "--playbook", str(LAB_PLAYBOOK))
     assert p.returncode == 3, p.stdout + p.stderr
     assert "Docker engine does not answer" in p.stderr
     assert "127.0.0.1" not in p.stdout + p.stderr  # no host was tried
