@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from rollout.config.inventory import Host
 from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
 from rollout.host.facts import HOST_ID_RE
+from rollout.jsontypes import JSON, JSONObject
 from rollout.steps.base import HostContext
 
 HEARTBEATS_PER_STALE = 6  # a live holder refreshes its locks this often within stale_after
@@ -76,11 +76,11 @@ def parse_holder(text: str) -> Holder | str:
             return f"the lock file lacks {key}"
         if isinstance(value, bool) or not isinstance(value, types):
             return f"the lock file's {key} is {type(value).__name__}, not {types[0].__name__}"
-    fields: dict[str, Any] = {k: doc.get(k) for k in _TYPES}
+    fields: JSONObject = {k: doc.get(k) for k in _TYPES}
     return Holder(**fields)
 
 
-def _age(value: Any) -> float:
+def _age(value: JSON) -> float:
     """A lock's age as the host reported it (hostile): a bad one (a string, NaN, 1e999, an
     int too large for a float) is no age."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -92,7 +92,7 @@ def _age(value: Any) -> float:
     return max(0.0, age) if math.isfinite(age) else 0.0
 
 
-def _holder_of(raw: dict[str, Any]) -> Holder | str:
+def _holder_of(raw: JSONObject) -> Holder | str:
     """The holder the host's lock.py found, or why none: its "problem" (a link, not JSON:
     said by lock.py, whose text it never sends) comes first."""
     problem = raw.get("problem")
@@ -111,7 +111,7 @@ class FoundLock:
     sha256: str
 
     @classmethod
-    def read(cls, host: str, raw: dict[str, Any]) -> FoundLock:
+    def read(cls, host: str, raw: JSONObject) -> FoundLock:
         return cls(host, _holder_of(raw), _age(raw.get("age")),
                    str(raw.get("sha256", ""))[:64])
 
@@ -140,7 +140,7 @@ class LockPolicy:
         return max(0.2, self.stale_after / HEARTBEATS_PER_STALE)
 
 
-def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> dict[str, Any]:
+def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> JSONObject:
     mine = json.dumps({k: v for k, v in asdict(me).items() if k != "heartbeat"})
     _, out = ctx.script("lock", "--root", ctx.layout.root, action, "--holder", mine, *extra,
                         timeout=60)
@@ -183,7 +183,7 @@ def take_host_lock(
         raise
 
 
-def _host_id(host: str, out: dict[str, Any]) -> str:
+def _host_id(host: str, out: JSONObject) -> str:
     found = out.get("host_id")
     if isinstance(found, str) and HOST_ID_RE.fullmatch(found):
         return found
@@ -369,5 +369,5 @@ def holder_for(run_id: str, operator: str, controller: str, version: str) -> Hol
     return Holder(run_id, operator, controller, os.getpid(), time.time(), version)
 
 
-def as_dict(holder: Holder | str) -> dict[str, Any]:
+def as_dict(holder: Holder | str) -> JSONObject:
     return asdict(holder) if isinstance(holder, Holder) else {"unknown": holder}

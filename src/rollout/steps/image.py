@@ -8,10 +8,12 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollout.bundle.release import release_id_of
+from rollout.config.sections import BuildSpec
 from rollout.errors import EnvironmentProblem, StepFailed
+from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
 from rollout.steps import buildcontext
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 class ControllerContext:
     """The controller's side of a run: the build settings and what build and extract made."""
 
-    build: Any  # the playbook's build section
+    build: BuildSpec  # the playbook's build section
     version: str
     cache_dir: Path
     image: str | None = None
@@ -55,7 +57,7 @@ def _repository(tag: str) -> str:
     return tag.rsplit(":", 1)[0] if ":" in last else tag
 
 
-def check_build_inputs(spec: Any) -> None:
+def check_build_inputs(spec: BuildSpec) -> None:
     """The Dockerfile and the build context exist (a real build's context is a checkout
     that may not be on this machine)."""
     if not Path(spec.dockerfile).is_file():
@@ -64,13 +66,13 @@ def check_build_inputs(spec: Any) -> None:
         raise StepFailed(f"build.context {spec.context} is not a folder", retryable=False)
 
 
-def _context(spec: Any) -> tuple[Path, Path, list[buildcontext.Entry]]:
+def _context(spec: BuildSpec) -> tuple[Path, Path, list[buildcontext.Entry]]:
     check_build_inputs(spec)
     context, dockerfile = Path(spec.context), Path(spec.dockerfile)
     return context, dockerfile, buildcontext.included(context, dockerfile)
 
 
-def content_tag(spec: Any, cache_dir: Path) -> str:
+def content_tag(spec: BuildSpec, cache_dir: Path) -> str:
     """The image tag that names these build inputs: same inputs, same tag, no rebuild. The
     content is hashed once; later runs find its digest by the context's stat fingerprint."""
     context, dockerfile, entries = _context(spec)
@@ -83,7 +85,7 @@ def content_tag(spec: Any, cache_dir: Path) -> str:
     return f"{_repository(spec.tag)}:c-{digest}"
 
 
-def known_tag(spec: Any, cache_dir: Path) -> str | None:
+def known_tag(spec: BuildSpec, cache_dir: Path) -> str | None:
     """The content tag when an earlier build hashed this very context (same fingerprint);
     None otherwise. Reads no file of the context: what a dry run may do."""
     context, dockerfile, entries = _context(spec)
@@ -92,7 +94,7 @@ def known_tag(spec: Any, cache_dir: Path) -> str | None:
     return None if digest is None else f"{_repository(spec.tag)}:c-{digest}"
 
 
-def context_summary(spec: Any) -> str:
+def context_summary(spec: BuildSpec) -> str:
     """What a build would send, from the file sizes alone."""
     _, _, entries = _context(spec)
     files = [e for e in entries if e.is_file]
@@ -115,7 +117,7 @@ def existing_image(ctx: ControllerContext) -> str | None:
     return tag
 
 
-def build(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
+def build(ctx: ControllerContext, params: JSONObject) -> StepResult:
     from docker.errors import BuildError, ImageNotFound
 
     spec = ctx.build
@@ -168,7 +170,7 @@ def _read_from_image(client: docker.DockerClient, image: str, path: str) -> byte
         container.remove(force=True)
 
 
-def extract(ctx: ControllerContext, params: dict[str, Any]) -> StepResult:
+def extract(ctx: ControllerContext, params: JSONObject) -> StepResult:
     """Copy the executables out of the image without running it; record sha256 and size."""
     if ctx.image is None:
         raise StepFailed("no image: the build step has not run", retryable=False)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from rollout.bundle.release import release_id_of
 from rollout.errors import StepFailed
 from rollout.host.layout import EXECUTABLE_NAME, is_release_id, q
+from rollout.jsontypes import JSON
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.install import release_mismatches
 
@@ -26,7 +26,7 @@ def _refuse(ctx: HostContext, release_id: str, why: str) -> StepFailed:
                       retryable=False)
 
 
-def _artifacts(ctx: HostContext, release_id: str, meta: Any) -> tuple[Artifact, ...]:
+def _artifacts(ctx: HostContext, release_id: str, meta: JSON) -> tuple[Artifact, ...]:
     listed = meta.get("artifacts") if isinstance(meta, dict) else None
     if not isinstance(listed, dict) or not listed:
         raise _refuse(ctx, release_id, "RELEASE.json lists no executables")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
 
 from rollout.bundle.remote import local_copy, release_urls
 from rollout.errors import StepFailed
 from rollout.host.layout import q
 from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult, changed
 from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.secrets import tail
@@ -53,7 +53,7 @@ def fetch_command(args: list[str]) -> tuple[str, bytes]:
     return command, sized(script_text("fetch"))
 
 
-def parse_report(line: str) -> dict[str, Any] | None:
+def parse_report(line: str) -> JSONObject | None:
     """fetch.py's final report (hostile data): a JSON object with "files"; else None."""
     if len(line) > MAX_REPORT or not line.startswith("{"):
         return None
@@ -66,14 +66,14 @@ def parse_report(line: str) -> dict[str, Any] | None:
     return report
 
 
-def follow(ctx: HostContext, stream: Stream, release: Release) -> dict[str, Any]:
+def follow(ctx: HostContext, stream: Stream, release: Release) -> JSONObject:
     """Read the download's lines until its report, each progress line an event (at most one
     a second); the step's deadline and the guard are checked between lines."""
     sizes = {a.name: a.size for a in release.artifacts}
     tracker = tracker_for(ctx.emit, "upload", "pull", sum(a.size for a in release.artifacts))
     done: dict[str, int] = {}
 
-    def on_line(line: str) -> dict[str, Any] | None:
+    def on_line(line: str) -> JSONObject | None:
         sample = parse_host_progress(line, set(sizes))
         if sample is None:
             return parse_report(line)
@@ -89,7 +89,7 @@ def follow(ctx: HostContext, stream: Stream, release: Release) -> dict[str, Any]
     raise StepFailed(f"the download on the host ended without its report: {tail(said, 400)}")
 
 
-def _fetch(ctx: HostContext, release: Release, args: list[str]) -> tuple[int, Any]:
+def _fetch(ctx: HostContext, release: Release, args: list[str]) -> tuple[int, JSON]:
     """Run the download on the host; (exit code, its report). Where the transport keeps no
     channel to stream on, as one command whose output comes at its end."""
     command, stdin = fetch_command(args)
@@ -145,12 +145,12 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
     )
 
 
-def _emit(ctx: HostContext, kind: str, reason: str, **data: Any) -> None:
+def _emit(ctx: HostContext, kind: str, reason: str, **data: JSON) -> None:
     if ctx.emit is not None:
         ctx.emit(kind, step="upload", reason=reason, data=data)
 
 
-def _pulled(release: Release, report: dict[str, Any]) -> StepResult:
+def _pulled(release: Release, report: JSONObject) -> StepResult:
     files = report.get("files") or {}
     received = sum(int(f.get("received") or 0) for f in files.values())
     resumed = {n: f["resumed_from"] for n, f in files.items() if f.get("resumed_from")}
