@@ -264,3 +264,23 @@ def test_the_agent_runs_a_call_in_a_forked_child(root: Path) -> None:
     assert answer["exit"] == 0, answer
     assert json.loads(answer["stdout"])["outcome"] == "set"
     assert (root / "rollout" / "hold").exists()
+
+
+def test_the_agent_refuses_a_call_whose_arguments_are_not_an_object(root: Path) -> None:
+    source = script_text("ops")
+    import hashlib
+
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    reqs = [{"id": 1, "call": "ops.hold", "kwargs": ["rm", "-rf", "/"], "sha": sha,
+             "source": source},
+            {"id": 2, "call": "ops.rm_rf", "kwargs": {"root": str(root)}, "sha": sha},
+            {"id": 3, "call": "ops.hold", "kwargs": {"root": str(root), "x": "$(reboot)"},
+             "sha": sha}]
+    stdin = sized(script_text("agent")) + "".join(json.dumps(r) + "\n" for r in reqs).encode()
+    p = subprocess.run([sys.executable, "-c", bootstrap("agent.py")], input=stdin,
+                       capture_output=True, timeout=60)
+    answers = {x.get("id"): x for x in map(json.loads, p.stdout.decode().splitlines())}
+    assert answers[1]["exit"] == 2 and "kwargs" in answers[1]["stderr"]
+    assert json.loads(answers[2]["stdout"])["outcome"] == "bad-call"
+    assert json.loads(answers[3]["stdout"])["outcome"] == "bad-call"
+    assert not (root / "rollout" / "hold").exists()
