@@ -12,6 +12,7 @@ from rollout.config.inventory import Host
 from rollout.config.playbook import LAB_PLAYBOOK, Playbook, load_playbook, parse_set_options
 from rollout.host.layout import Layout
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Release
 from rollout.transport.base import Transport
 from rollout.transport.local import LocalTransport
 
@@ -35,9 +36,10 @@ def settings_for(host: Host) -> Playbook:
 
 def host_context(host: Host | None = None, transport: Transport | None = None,
                  layout: Layout | None = None,
-                 emit: Callable[..., object] | None = None) -> HostContext:
+                 emit: Callable[..., object] | None = None,
+                 release: Release | None = None) -> HostContext:
     """A step context on a real (small) host with the lab playbook's settings; a local
     transport and the default layout unless given."""
     host = host or small_host()
     return HostContext(host, transport or LocalTransport(host.name), layout or Layout(),
-                       settings_for(host), emit=emit)
+                       settings_for(host), release, emit=emit)

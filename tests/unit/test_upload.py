@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import host_context, small_host
 
 from rollout import failpoints
 from rollout.config.steps import SwitchParams
@@ -118,8 +119,8 @@ def release_of(tmp_path: Path) -> Release:
 
 
 def context(tmp_path: Path, transport: LocalTransport, release: Release) -> HostContext:
-    host: Any = SimpleNamespace(name="h1", vars={})
-    return HostContext(host, transport, Layout(str(tmp_path / "data")), None, release)
+    return host_context(small_host("h1"), transport, Layout(str(tmp_path / "data")),
+                        release=release)
 
 
 def test_upload_installs_checked_executables_and_their_manifest(tmp_path: Path) -> None:

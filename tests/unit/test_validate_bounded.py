@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from types import SimpleNamespace
+
+from contexts import host_context, small_host
 
 from rollout.host.layout import Layout
 from rollout.steps.base import HostContext
@@ -15,7 +16,7 @@ from rollout.transport.local import LocalTransport
 
 
 def local_ctx() -> HostContext:
-    return HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout("/tmp"), None)
+    return host_context(small_host("local"), LocalTransport(), Layout("/tmp"))
 
 
 def test_a_command_that_answers_is_not_hung_and_its_output_is_kept() -> None:
@@ -52,8 +53,7 @@ def test_a_command_that_ignores_sigterm_is_killed_and_reported_hung() -> None:
 
 
 def test_only_an_output_matching_the_pattern_leaves_the_evidence(tmp_path: Path) -> None:
-    ctx = HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout(str(tmp_path)),
-                      None)
+    ctx = host_context(small_host("local"), LocalTransport(), Layout(str(tmp_path)))
     evidence = Path(ctx.layout.validated)
     evidence.parent.mkdir(parents=True, exist_ok=True)
     evidence.write_text("an earlier validation's\n")

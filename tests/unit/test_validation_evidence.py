@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from contexts import host_context, small_host
 from test_engine import NEW, OLD, Fleet
 
 from rollout.host.layout import Layout
@@ -54,8 +54,7 @@ def test_the_success_pattern_is_read_inside_the_block_only() -> None:
 def local_ctx(tmp_path: Path) -> HostContext:
     from rollout.transport.local import LocalTransport
 
-    return HostContext(SimpleNamespace(name="local"), LocalTransport(), Layout(str(tmp_path)),
-                       None)
+    return host_context(small_host("local"), LocalTransport(), Layout(str(tmp_path)))
 
 
 @pytest.mark.parametrize(
