@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from rollout.steps import buildcontext, image
+from rollout.bundle import context as buildcontext
+from rollout.steps import image
 
 BIG = 3 * 1024**3
 

@@ -77,3 +77,30 @@ def test_paths_are_literal_not_pathspec_magic(repo: Path) -> None:
 def test_outside_a_checkout_there_is_no_revision(tmp_path: Path) -> None:
     (tmp_path / "ctx").mkdir()
     assert source_revision(tmp_path / "ctx", tmp_path / "Dockerfile") is None
+
+
+def test_what_the_build_leaves_out_never_makes_it_dirty(repo: Path) -> None:
+    """An untracked cargo target/ (no .gitignore for it) and a folder .dockerignore lists
+    are not what the build sends: the tree it reads is still the commit's."""
+    (repo / "ctx" / ".gitignore").unlink()
+    (repo / "ctx" / ".dockerignore").write_text("scratch\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "no gitignore")
+    (repo / "ctx" / "extern" / "cuzk" / "target").mkdir(parents=True)
+    (repo / "ctx" / "extern" / "cuzk" / "target" / "cuzk-daemon").write_text("built")
+    (repo / "ctx" / "scratch").mkdir()
+    (repo / "ctx" / "scratch" / "notes \udcff.txt".encode("utf-8", "surrogateescape").decode(
+        "utf-8", "surrogateescape")).write_text("a name that is not UTF-8")
+    assert _revision(repo) == _head(repo)
+    (repo / "ctx" / "extern" / "new.rs").write_text("// sent, never committed\n")
+    assert _revision(repo) == _head(repo) + "+dirty"
+
+
+def test_a_rename_counts_both_names(repo: Path) -> None:
+    (repo / "ctx" / ".dockerignore").write_text("old\n")
+    (repo / "ctx" / "old").mkdir()
+    (repo / "ctx" / "old" / "a.rs").write_text("// a\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "old")
+    _git(repo, "mv", "ctx/old/a.rs", "ctx/a.rs")  # from a left-out folder into what is sent
+    assert _revision(repo) == _head(repo) + "+dirty"

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollout.bundle import context as buildcontext
 from rollout.bundle.release import release_id_of
 from rollout.config.sections import BuildSpec
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
-from rollout.steps import buildcontext
 from rollout.steps.decision import Artifact, Release
 from rollout.units import format_size
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +62,29 @@ def included(context: Path, dockerfile: Path) -> list[Entry]:
         except OSError:
             continue  # gone since the walk
     return out
+
+
+def sent(context: Path) -> Callable[[str], bool]:
+    """Whether the build sends a path (relative to the context), by the rules `included`
+    walks with: a path under an excluded folder is not sent, unless a `!` pattern reaches
+    into that folder."""
+    from docker.utils.build import PatternMatcher
+
+    matcher = PatternMatcher(ignore_patterns(context))
+
+    def sends(rel: str) -> bool:
+        parts = [p for p in rel.split("/") if p]
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            if not matcher.matches(prefix):
+                continue
+            if depth == len(parts) or not any(
+                    p.exclusion and p.cleaned_pattern.startswith(prefix)
+                    for p in matcher.patterns):
+                return False
+        return True
+
+    return sends
 
 
 def _dockerfile_name(context: Path, dockerfile: Path) -> str | None:
