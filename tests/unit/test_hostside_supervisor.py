@@ -299,10 +299,10 @@ def test_never_blocks_repeated_kills_each_restart(host: Host) -> None:
 
 def test_backoff_grows_exponentially(host: Host) -> None:
     (host.root / "behavior").write_text("exit 3")
-    host.start("--backoff-initial", "0.1", "--backoff-max", "10", "--crash-loop-restarts", "99")
+    host.start("--backoff-initial", "0.02", "--backoff-max", "10", "--crash-loop-restarts", "99")
     starts = wait_for(lambda: host.starts() if len(host.starts()) >= 5 else None)[:5]
     # the delay each start waited, as the supervisor decided it: doubling from the first
-    assert [s["backoff"] for s in starts] == [0.0, 0.1, 0.2, 0.4, 0.8]
+    assert [s["backoff"] for s in starts] == [0.0, 0.02, 0.04, 0.08, 0.16]
     # and it really waited that long (at least; a loaded machine only makes gaps longer)
     for before, start in zip(starts, starts[1:]):  # noqa: B905 - equal by construction
         assert start["time"] - before["time"] >= start["backoff"] - 0.01, starts
