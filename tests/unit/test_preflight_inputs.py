@@ -144,12 +144,12 @@ def test_a_link_in_place_of_the_temporary_is_removed_not_its_target(tmp_path: Pa
     assert not os.path.lexists(tmp_path / "params" / "pce-porep-32g.tmp")
 
 
-def test_a_param_cache_that_is_a_link_is_refused(tmp_path: Path) -> None:
+def test_nothing_is_removed_through_a_param_cache_that_is_a_link(tmp_path: Path) -> None:
     real = tmp_path / "etc"
     sparse(real / "pce-porep-32g.tmp", 10)
-    (tmp_path / "params").symlink_to(real)
-    with pytest.raises(StepFailed, match="symbolic link"):
-        leftover_pce_tmp(pce_context(tmp_path))
+    (tmp_path / "params").symlink_to(real)  # params on another disk: the host goes on
+    note = leftover_pce_tmp(pce_context(tmp_path))
+    assert note is not None and note.startswith("left ") and "symbolic link" in note
     assert (real / "pce-porep-32g.tmp").exists()
 
 

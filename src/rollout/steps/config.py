@@ -90,11 +90,11 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     kept = config_of(daemon.config_path.rsplit("/", 1)[-1], "")  # kept copies: files, no link
     ctx.sh(f"find {q(directory)} -maxdepth 1 -type f -name {q(kept + '*')} -exec chmod 600 -- "
            "{} + 2>/dev/null")
-    removed = leftover_pce_tmp(ctx)  # after the stop: no daemon writes it now
-    also = f"; {removed}" if removed else ""
+    note = leftover_pce_tmp(ctx)  # after the stop: no daemon writes it now
+    also = f"; {note}" if note else ""
     if not ctx.write_if_changed(daemon.config_path, config.text, config.keep_as):
-        same = f"{daemon.config_path} already up to date (budget {config.budget_text})"
-        return changed(same + also, removed=removed) if removed else ok(same)
+        same = f"{daemon.config_path} already up to date (budget {config.budget_text}){also}"
+        return changed(same) if note and note.startswith("removed") else ok(same)
     return changed(
         f"wrote {daemon.config_path}: total_budget {config.budget_text}{also}",
         total_budget=config.budget,
