@@ -1,8 +1,8 @@
 """The recordings test_ansible_compare.py compares rollout with are what the pinned
 ansible-core answers today: ansible-inventory runs again on every case (--list and --graph).
 
-Marked slow (about a dozen Ansible processes): `pytest tests/unit` leaves it out, `./dev test`
-runs it after the unit tier (`pytest -m slow tests/unit`)."""
+Marked slow (two ansible-inventory processes per case): `pytest tests/unit` leaves it out,
+`./dev test` runs it after the unit tier (`pytest -m slow tests/unit`)."""
 
 from __future__ import annotations
 
