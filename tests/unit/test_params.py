@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from contexts import lab_playbook, small_host
 
 from rollout.config.sections import ParamsSpec
 from rollout.errors import StepFailed
@@ -52,13 +53,17 @@ def mirror(tmp_path: Path) -> Iterator[SimpleNamespace]:
 
 
 def context(tmp: Path, cache: str = "cache", **params: Any) -> HostContext:
+    """A step context on this machine: the lab playbook's settings with these params and
+    param_cache under `tmp`."""
     params.setdefault("reuse", [str(tmp / "curio")])
     params.setdefault("gateway", "http://127.0.0.1:9")  # nothing listens: never asked
-    settings = SimpleNamespace(
-        params=ParamsSpec(**params), daemon=SimpleNamespace(param_cache=str(tmp / cache))
-    )
-    return HostContext(SimpleNamespace(name="h", vars={}), LocalTransport("h"),
-                       Layout(str(tmp / "root")), settings=settings)
+    base = lab_playbook()
+    settings = base.model_copy(update={
+        "params": ParamsSpec.model_validate(params),
+        "daemon": base.daemon.model_copy(update={"param_cache": str(tmp / cache)}),
+    })
+    host = small_host("h")
+    return HostContext(host, LocalTransport("h"), Layout(str(tmp / "root")), settings=settings)
 
 
 def entry(**extra: Any) -> dict[str, Any]:
@@ -232,3 +237,16 @@ def test_no_room_for_the_pce_file_fails_before_anything_is_copied(tmp_path: Path
         check_params(ctx)
     (tmp_path / "cache" / "pce-porep-32g.bin").write_bytes(b"pce")  # already written
     assert "present" in check_params(ctx)
+
+
+@pytest.mark.parametrize("manifest_size", [len(DATA), None])
+def test_a_download_reports_its_progress_even_where_the_manifest_has_no_size(
+    tmp_path: Path, mirror: SimpleNamespace, manifest_size: int | None
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    ctx = context(tmp_path, gateway=mirror.url, files=[entry(size=manifest_size)])
+    ctx.emit = lambda kind, **fields: events.append((kind, fields))
+    check_params(ctx)
+    progress = [f["data"] for kind, f in events if kind == "progress"]
+    assert progress and all(f["step"] == "preflight" for k, f in events if k == "progress")
+    assert progress[-1]["bytes"] == progress[-1]["total"] == len(DATA)

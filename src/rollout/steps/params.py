@@ -24,6 +24,8 @@ from rollout.steps.pull import CONNECT_TIMEOUT, fetch_command, parse_report
 from rollout.steps.transfer import follow_lines
 from rollout.units import format_size, parse_size
 
+MAX_LINE = 4096  # characters of a line from the host that may be a size
+
 # Sizes of the manifest's files in param_cache (through links) and in the reuse folders
 # (and $FIL_PROOFS_PARAMETER_CACHE), their .partial sizes, whether the PCE file is there,
 # and the free bytes of the nearest existing folder of param_cache; one JSON line.
@@ -129,16 +131,21 @@ def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[
         _code, report = ctx.script("fetch", *args, "--retries", 3, own_process=True)
         return report if isinstance(report, dict) else {"error": {"message": str(report)}}
     sizes = {f.name: f.size or 0 for f in missing}
-    total = sum(sizes.values())
-    tracker = tracker_for(ctx.emit, "preflight", "params", total) if total else None
+    tracker = tracker_for(ctx.emit, "preflight", "params", sum(sizes.values()))
     done: dict[str, int] = {}
 
     def on_line(line: str) -> dict[str, Any] | None:
+        learnt = _total(line, {n for n, size in sizes.items() if not size})
+        if learnt is not None:  # a size the manifest lacks, from the gateway
+            sizes[learnt[0]] = learnt[1]
+            if tracker is not None:
+                tracker.total = sum(sizes.values())
+            return None
         sample = parse_host_progress(line, set(sizes))
         if sample is None:
             return parse_report(line)
         done[sample[0]] = min(sample[1], sizes[sample[0]])  # no file counts past its size
-        if tracker is not None:
+        if tracker is not None and tracker.total:
             tracker.update(sum(done.values()))
         return None
 
@@ -147,6 +154,23 @@ def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[
     finally:
         stream.close()
     return report or {"error": {"kind": "ended", "message": "ended without its report"}}
+
+
+def _total(line: str, names: set[str]) -> tuple[str, int] | None:
+    """fetch.py's `{"total": {"file": NAME, "bytes": N}}` (hostile data) for one of `names`
+    (the files of no known size), N a positive int below 2**60; else None."""
+    if len(line) > MAX_LINE or not line.startswith('{"total"'):
+        return None
+    try:
+        body = json.loads(line).get("total")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(body, dict) or body.get("file") not in names:
+        return None
+    size = body.get("bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < 1 << 60:
+        return None
+    return str(body["file"]), size
 
 
 def _failure(ctx: HostContext, facts: dict[str, Any], missing: list[ParamFile],

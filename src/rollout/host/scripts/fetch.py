@@ -141,6 +141,12 @@ class Reporter:
         self.out.write(json.dumps({"progress": {"file": name, "bytes": done}}) + "\n")
         self.out.flush()
 
+    def announce(self, name: str, total: int) -> None:
+        """A file's size, learnt from the server: {"total": {"file": NAME, "bytes": N}}."""
+        if self.interval > 0:
+            self.out.write(json.dumps({"total": {"file": name, "bytes": total}}) + "\n")
+            self.out.flush()
+
 
 def _no_report(_done: int) -> None:
     pass
@@ -370,10 +376,11 @@ def refused(path: str, wrong: tuple[str, str]) -> FetchFailed:
 def ensure_param(name: str, url: str, digest: str, size: int | None, folder: str,
                  reuse: list[str], verified: Verified,
                  before_download: Callable[[], None] = lambda: None,
-                 **fetch: Any) -> dict[str, Any]:
+                 announce: Report = _no_report, **fetch: Any) -> dict[str, Any]:
     """One proof parameter file in `folder`: checked where it is, linked from a reuse
     folder, or downloaded through NAME.partial (URL "-": pushed there by the controller);
-    `before_download` runs only when a download is needed (the gateway's connect probe)."""
+    `before_download` runs only when a download is needed (the gateway's connect probe),
+    `announce` gets the size the server gives where the manifest has none."""
     path = os.path.join(folder, name)
     if os.path.exists(path):
         wrong = verified.problem(path, digest, size)
@@ -399,6 +406,10 @@ def ensure_param(name: str, url: str, digest: str, size: int | None, folder: str
         out = {"outcome": "pushed", "received": 0}
     else:
         before_download()
+        if size is None:
+            size = learn_size(url, float(fetch.get("timeout", 30.0)))
+            if size is not None:
+                announce(size)
         out = fetch_file(url, partial, digest, size, **fetch)
     os.replace(partial, path)
     verified.problem(path, digest, size)  # remembered: not hashed again next time
@@ -436,7 +447,8 @@ def main(argv: list[str]) -> int:
             if args.partial:
                 files[name] = ensure_param(
                     name, url, digest, size, args.dir, args.reuse, verified,
-                    functools.partial(_probe_once, url, args.connect_timeout, probed), **fetch)
+                    functools.partial(_probe_once, url, args.connect_timeout, probed),
+                    functools.partial(reporter.announce, name), **fetch)
             else:
                 _probe_once(url, args.connect_timeout, probed)
                 files[name] = fetch_file(url, os.path.join(args.dir, name), digest, size,
