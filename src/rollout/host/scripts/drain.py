@@ -13,9 +13,10 @@ The memory that matters is the working set: cgroup usage less the page cache no 
 process maps (memory.stat's file pages less shmem, mapped, dirty and writeback pages:
 common.reclaimable_cache), on the active list or the inactive one; where the container has
 no limit, MemTotal - MemAvailable. Page cache the old daemon left (a params file it mmap'd
-and read many times, so its pages turned active) is not waited for. The memory is back when the headroom (limit
-minus working set) fits the new daemon's budget (--budget bytes: the controller's budget
-rule decides the figure, rollout.steps.budget; this script never works it out), or when the
+and read many times, so its pages turned active) is not waited for. The memory is back when
+the headroom (limit minus working set) fits the new daemon's budget (--budget bytes: the
+controller's budget rule decides the figure, rollout.steps.budget, leaving the container's
+other processes what they held before the stop; this script never works it out), or when the
 working set is back to the baseline the supervisor recorded just before it started the old
 daemon (<root>/rollout/starts.jsonl; the least of the recent records, so that a restart
 while a crashed daemon's memory was still charged cannot raise it).
