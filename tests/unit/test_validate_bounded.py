@@ -7,9 +7,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from contexts import host_context, small_host
 
 from rollout.host.layout import Layout
+from rollout.steps import validate
 from rollout.steps.base import HostContext
 from rollout.steps.validate import run_bounded
 from rollout.transport.local import LocalTransport
@@ -47,7 +49,10 @@ def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
         time.sleep(0.05)
 
 
-def test_a_command_that_ignores_sigterm_is_killed_and_reported_hung() -> None:
+def test_a_command_that_ignores_sigterm_is_killed_and_reported_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(validate, "KILL_AFTER", 0.2)  # SIGKILL 0.2 s after SIGTERM, not 5 s
     proof = run_bounded(local_ctx(), "trap '' TERM; sleep 300", 1)
     assert proof.hung and proof.result.exit_code == 137  # timeout's SIGKILL, as sh reports it
 
