@@ -436,3 +436,37 @@ def test_failure_reason_reads_the_hosts_answer_as_hostile_data() -> None:
     reason = failure_reason(hostile)
     assert "less tmpfs/shm -, mapped -" in reason and "(holds anon -, mapped file -)" in reason
     assert failure_reason({}).startswith("drain deadline passed")
+
+
+def test_neighbours_are_the_others_by_what_they_hold(tmp_path: Path) -> None:
+    """What the facts count as other processes' memory (issue 17): every process charged to
+    the cgroup but the daemons, their children and this script's own session; each by what
+    it holds, the biggest first."""
+    from rollout.host.scripts.common import neighbours
+
+    hog = subprocess.Popen([sys.executable, "-c",
+                            "import sys, time; b = b'x' * (24 << 20); print(1, flush=True); "
+                            "time.sleep(60)"], stdout=subprocess.PIPE)
+    daemon = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
+    try:
+        assert hog.stdout is not None and hog.stdout.readline()  # its 24 MiB are in
+        children = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children")
+        end = time.monotonic() + 60
+        while not children.read_text().split():
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        child = int(children.read_text().split()[0])
+        cg = v2_tree(tmp_path, 900 * MIB, limit=str(1 << 30))
+        procs = [os.getpid(), hog.pid, daemon.pid, child]
+        (cg / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+        out = neighbours(str(cg), "cgroup-v2", "/proc", [daemon.pid])
+        pids = [p["pid"] for p in out["processes"]]
+        assert pids == [hog.pid], out  # not the daemon, its child, nor this session
+        top = out["processes"][0]
+        assert top["anon"] >= 24 * MIB and top["rss"] == top["anon"] + top["file"] + top["shmem"]
+        assert out["bytes"] == top["rss"] and out["count"] == 1
+        assert "import sys, time" in top["cmdline"]
+    finally:
+        for p in (hog, daemon):
+            p.kill()
+            p.wait()
