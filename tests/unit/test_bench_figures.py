@@ -67,3 +67,28 @@ def test_json_carries_every_run_and_the_rerun() -> None:
     assert out["contention"][0]["label"] == "8 hosts"
     slow = Rerun(8, Run(3.4, 1.0, 60.0)).as_dict()
     assert slow["met"] is False and slow["seconds"] == 3.4
+
+
+def test_host_cpu_per_host_is_each_sides_median_and_shown_beside_the_others() -> None:
+    pairs = tuple(Pair(Run(s, 1.0, 70.0), f, True, mine, floor)
+                  for s, f, mine, floor in ((10.0, 8.0, 40.0, 20.0), (11.0, 9.0, 48.0, 22.0),
+                                            (12.0, 7.0, 44.0, 30.0)))  # fmt: skip
+    c = Comparison("64 hosts", 64, pairs)
+    assert c.host_cpu_s_per_host("rollout") == pytest.approx(44.0 / 64)
+    assert c.host_cpu_s_per_host("floor") == pytest.approx(22.0 / 64)
+    d = c.as_dict()
+    assert d["rollout_host_cpu_s"] == [40.0, 48.0, 44.0] and d["floor_host_cpu_s_per_host"] == 0.344
+    row = next(line for line in summary_table([c], None).splitlines() if "host CPU" in line)
+    assert "0.688 / 0.344 = 2.00x" in row
+    unmeasured = Comparison("8 hosts", 8, (_pair(10.0, 6.0),))
+    assert unmeasured.host_cpu_s_per_host("floor") is None
+    assert "host CPU" not in summary_table([unmeasured], None)
+
+
+def test_ratio_target_is_1_2_up_to_32_hosts_and_1_5_at_64() -> None:
+    at_32 = Comparison("32 hosts", 32, (_pair(13.0, 10.0),))
+    at_64 = Comparison("64 hosts", 64, (_pair(14.0, 10.0),))
+    assert at_32.as_dict()["ratio_target"] == 1.2 and at_32.as_dict()["ratio_met"] is False
+    assert at_64.as_dict()["ratio_target"] == 1.5 and at_64.as_dict()["ratio_met"] is True
+    row = next(line for line in summary_table([at_64], None).splitlines() if "/ floor," in line)
+    assert "<= 1.5x" in row and "| met" in row

@@ -19,6 +19,7 @@ from rollout.bench.bundles import padded_bundle
 from rollout.bench.child import timed_rollout
 from rollout.bench.figures import Comparison, Pair, Rerun, Run
 from rollout.bench.floor import SshHost, run_floor
+from rollout.bench.hostcpu import HostCpu, lab_host_cpu
 from rollout.bundle.local import open_bundle
 from rollout.commands import app
 from rollout.config.playbook import LAB_PLAYBOOK
@@ -68,24 +69,34 @@ def _floor(hosts: list[SshHost], bundle: Path, work: Path) -> float:
         shutil.rmtree(bundle, ignore_errors=True)
 
 
+def _on_hosts(cpu: HostCpu, side: Callable[[], Any]) -> tuple[Any, float]:
+    """What `side` returns, and the CPU seconds the hosts spent meanwhile (all of them)."""
+    before = cpu.seconds()
+    result = side()
+    return result, cpu.seconds() - before
+
+
 def alternate(fleet: Path, rel: Releases, pad: int, pairs: int) -> tuple[Pair, ...]:
     hosts, log, out = lab_hosts(), rel.work / "rollout.log", []
+    cpu = lab_host_cpu()
     for i in range(pairs):
         first = i % 2 == 0
 
-        def r() -> Run:
-            return _rollout(fleet, rel.fresh(pad), log)
+        def r() -> tuple[Run, float]:
+            bundle = rel.fresh(pad)  # made before the count starts: the hosts' CPU only
+            return _on_hosts(cpu, lambda: _rollout(fleet, bundle, log))
 
-        def f() -> float:
-            return _floor(hosts, rel.fresh(pad), rel.work)
+        def f() -> tuple[float, float]:
+            bundle = rel.fresh(pad)
+            return _on_hosts(cpu, lambda: _floor(hosts, bundle, rel.work))
 
         if first:
-            run = r()
-            floor_s = f()
+            run, run_cpu = r()
+            floor_s, floor_cpu = f()
         else:
-            floor_s = f()
-            run = r()
-        out.append(Pair(run, floor_s, first))
+            floor_s, floor_cpu = f()
+            run, run_cpu = r()
+        out.append(Pair(run, floor_s, first, run_cpu, floor_cpu))
     return tuple(out)
 
 
@@ -107,7 +118,7 @@ def on_lab(hosts: int, memory: str, body: Callable[[Path], Any]) -> Any:
 
 @dataclass(frozen=True)
 class Plan:
-    sizes: tuple[int, ...] = (8, 16, 32)
+    sizes: tuple[int, ...] = (8, 16, 32, 64)
     pairs: int = 3
     release_mib: int = 100  # 0: no large-release comparison
     release_hosts: int = 8

@@ -56,7 +56,7 @@ def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
 )
 @reports_errors
 def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
-          sizes: str = "8,16,32", pairs: int = 3, release_mib: int = 100) -> None:
+          sizes: str = "8,16,32,64", pairs: int = 3, release_mib: int = 100) -> None:
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
     a 100 MiB release to N hosts pushed and pulled, and rollout against the floor."""
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
