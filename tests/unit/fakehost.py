@@ -111,6 +111,17 @@ class FakeHost(Transport):
         report.setdefault("reason", report["outcome"])
         return report
 
+    def _op_work(self, status_url: str) -> dict[str, Any]:
+        if self.daemon is None:
+            return {"outcome": "no-answer", "reason": "no daemon", "jobs": []}
+        return {"outcome": "idle", "reason": "no job in flight", "jobs": [], "queue_depth": 0}
+
+    def _op_cordon(self, root: str, run_id: str, command: str, **_: Any) -> dict[str, Any]:
+        return {"outcome": "cordoned", "reason": "cordon command exited 0", "exit": 0}
+
+    def _op_uncordon(self, root: str, command: str, **_: Any) -> dict[str, Any]:
+        return {"outcome": "uncordoned", "reason": "uncordon command exited 0", "exit": 0}
+
     def _op_point_current(self, root: str, release: str) -> dict[str, Any]:
         before = self.current
         if release == before:

@@ -20,7 +20,7 @@ FACTS = script_text("facts")  # as sent: python3 - ARGS < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
-    "current_release", "previous_release", "digests", "cuzk_processes", "port_owners",
+    "cordoned", "current_release", "previous_release", "digests", "cuzk_processes", "port_owners",
     "registered", "validated", "host_id",
     "releases", "disk", "root_writable",
     "last_exit", "restarts_last_hour", "exits_last_hour", "exit_counts_complete", "last_start",

@@ -157,8 +157,10 @@ def rollback(
 
 
 def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None,
-            lock_wait: float, break_lock: bool) -> None:
-    results = single.run_steps(hosts_file(hosts), playbook, host, kinds, lock_wait, break_lock)
+            lock_wait: float, break_lock: bool, force: bool = False) -> None:
+    forced = {"force": True} if force else {}  # the stop waits for no work in flight
+    results = single.run_steps(hosts_file(hosts), playbook, host, kinds, lock_wait, break_lock,
+                               **forced)
     why = single.not_done(results)
     if why:
         print(f"{' '.join(kinds)} {host}: not done: {'; '.join(why)}", file=sys.stderr)
@@ -176,28 +178,33 @@ SINGLE_HELP = {
     "playbook": PLAYBOOK_HELP,
     **LOCK_HELP,
 }
+STOP_HELP = {
+    **SINGLE_HELP,
+    "force": "Stop at once: no cordon, no wait for the proofs in flight (the playbook's "
+    "`work` section); they are killed.",
+}
 
 
-@task(help=SINGLE_HELP)
+@task(help=STOP_HELP)
 @reports_errors
 def drain(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
-          lock_wait: float = 0.0, break_lock: bool = False) -> None:
+          lock_wait: float = 0.0, break_lock: bool = False, force: bool = False) -> None:
     """drain HOST: stop the daemon, wait until it is gone and its memory is back.
 
     The supervisor is held first, so the host is left stopped.
     """
-    _single(("stop", "drain"), host, hosts, playbook, lock_wait, break_lock)
+    _single(("stop", "drain"), host, hosts, playbook, lock_wait, break_lock, force)
 
 
-@task(help=SINGLE_HELP)
+@task(help=STOP_HELP)
 @reports_errors
 def stop(c: Context, host: str, hosts: str | None = None, playbook: str | None = None,
-         lock_wait: float = 0.0, break_lock: bool = False) -> None:
+         lock_wait: float = 0.0, break_lock: bool = False, force: bool = False) -> None:
     """stop HOST: hold the supervisor and stop the daemon.
 
     SIGTERM, then SIGKILL after the playbook's stop_grace.
     """
-    _single(("stop",), host, hosts, playbook, lock_wait, break_lock)
+    _single(("stop",), host, hosts, playbook, lock_wait, break_lock, force)
 
 
 @task(help=SINGLE_HELP)

@@ -14,15 +14,20 @@ from rollout.output.events import EventBus, Status, StepResult
 
 def run_steps(
     hosts_file: str, playbook: str | None, host: str, kinds: tuple[str, ...],
-    lock_wait: float = 0.0, break_lock: bool = False,
+    lock_wait: float = 0.0, break_lock: bool = False, force: bool = False,
 ) -> list[StepResult]:
+    """`force`: the stop waits for no work in flight (StopParams.work false)."""
     plan = load_fleet(hosts_file, playbook, host)
     bus = EventBus(plan.run_id)
     bus.subscribe(ConsoleSink())
     holder = holder_for(plan.run_id, plan.operator, plan.controller, f"single:{'+'.join(kinds)}")
     locks = LockPolicy(lock_wait, break_lock, plan.playbook.rolling.lock_stale_after)
     engine = Engine(plan, bus, connect, cache_dir(), EngineOptions(holder, locks))
-    return engine.run_steps_on(host, [step_spec(plan, k) for k in kinds])
+    specs = [step_spec(plan, k) for k in kinds]
+    if force:
+        specs = [s.model_copy(update={"params": {**s.params, "work": False}})
+                 if s.kind == "stop" else s for s in specs]
+    return engine.run_steps_on(host, specs)
 
 
 def not_done(results: list[StepResult]) -> list[str]:

@@ -130,6 +130,7 @@ def _host_row(ev: HostEvidence) -> dict[str, Any]:
         "supervisor": supervisor_state(facts),
         "supervisor_reason": facts.supervisor.reason if facts.supervisor.alive else None,
         "supervisor_registered": facts.registered or "none",
+        "cordoned_by": facts.cordoned,  # the run whose cordon is not undone (heal undoes it)
         "last_exit": last_exit,  # the death the cause names, never an earlier one
         "last_exit_how": exit_how(last_exit) if last_exit else None,
         "last_exit_cause": verdict.cause if last_exit else None,
@@ -157,7 +158,8 @@ def capacity(rows: list[dict[str, Any]]) -> Capacity:
 def table_row(row: dict[str, Any], now: float) -> dict[str, Any]:
     gone = "gone" if row["state"] == "dead" else "dead"
     dead = f" (supervisor {gone})" if row.get("supervisor") == "dead" else ""
-    out = {"host": row["host"], "state": row["state"] + dead}
+    cordoned = f" (cordoned by run {row['cordoned_by']})" if row.get("cordoned_by") else ""
+    out = {"host": row["host"], "state": row["state"] + dead + cordoned}
     if row["state"] in ("unreachable", UNKNOWN):
         return {**out, "last_exit": str(row.get("error") or "")[:60]}
     restarts = row.get("restarts_last_hour")

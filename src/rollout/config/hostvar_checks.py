@@ -85,6 +85,10 @@ def code_fields(root: Any) -> Iterator[tuple[str, KeyPath]]:
     if isinstance(validate, Mapping):
         for word in _program_words(validate.get("command")):
             yield word, ("validate", "command")
+    work = plain.get("work")
+    for key in ("cordon", "uncordon"):
+        for word in _program_words(work.get(key) if isinstance(work, Mapping) else None):
+            yield word, ("work", key)
     steps = plain.get("steps")
     for index, step in enumerate(steps if isinstance(steps, list) else []):
         params = step.get("params") if isinstance(step, Mapping) else None

@@ -55,7 +55,7 @@ LAB_PLAYBOOK = PLAYBOOKS / "lab.yaml"
 """The lab's playbook (the stand-in build), named by the inventory `lab.up` writes."""
 RESERVED_NAMES = frozenset(
     {"host", "release_dir", "release_id", "rolling", "release", "build", "daemon", "validate",
-     "params"}
+     "params", "work"}
 )
 """Names of the template context that variables may not take."""
 RUNTIME_TEMPLATES = (
@@ -64,7 +64,11 @@ RUNTIME_TEMPLATES = (
     "steps[].params.command",
     "steps[].when",
     "daemon.config_template",
+    "work.cordon",
+    "work.uncordon",
 )
+WORK_COMMANDS = (("work", "cordon"), ("work", "uncordon"))
+"""The user's own commands of the `work` section (runtime templates, like validate.command)."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -292,7 +296,7 @@ def _check_var_name(name: str, where: Location) -> None:
 
 def _is_runtime(path: KeyPath) -> bool:
     """Commands (a string, or each item of an argv list), their env values, `when`."""
-    if path[:2] in (("validate", "command"), ("validate", "env")):
+    if path[:2] in (("validate", "command"), ("validate", "env"), *WORK_COMMANDS):
         return True
     in_step = len(path) > 2 and path[0] == "steps"
     return in_step and (path[2:] == ("when",) or path[2:4] == ("params", "command"))

@@ -35,6 +35,10 @@ CODE_VARS = frozenset({"version"})
 def commands(playbook: Playbook) -> Iterator[tuple[Any, KeyPath]]:
     """Each user command of the playbook (a string or an argv list) and its key path."""
     yield playbook.validation.command, ("validate", "command")
+    for key in ("cordon", "uncordon"):
+        work_command = getattr(playbook.work, key)
+        if work_command is not None:
+            yield work_command, ("work", key)
     for index, step in enumerate(playbook.steps):
         command = step.params.get("command")
         if isinstance(command, str | list):

@@ -25,6 +25,7 @@ from .sections import (
     ValidateSpec,
 )
 from .steps import Scope, StepSpec
+from .work import WorkSpec
 from .yamlfile import YamlDoc, dotted_key
 
 
@@ -65,6 +66,10 @@ class Playbook(Section):
     )
     validation: ValidateSpec = Field(
         default_factory=ValidateSpec, alias="validate", description="The validation proof."
+    )
+    work: WorkSpec = Field(
+        default_factory=WorkSpec,
+        description="Work in flight before a stop: cordon, the wait and its deadline.",
     )
     steps: list[StepSpec] = Field(min_length=1, description="The steps, in order.")
 

@@ -119,6 +119,11 @@ class StopParams(_Strict):
     force: bool = Field(
         default=False, description="Stop even when the daemon already runs the release."
     )
+    work: bool = Field(
+        default=True,
+        description="Cordon and wait for the work in flight before the stop (the `work` "
+        "section); false: stop at once (`rollout stop --force`).",
+    )
 
 
 class DrainParams(_Strict):

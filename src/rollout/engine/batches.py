@@ -65,7 +65,7 @@ class Batches:
         """Why the rollout stops after batch `index`; None: it goes on."""
         plan = self.hosts.plan
         rolling = plan.playbook.rolling
-        failed = sum(1 for o in summary.outcomes.values() if not o.succeeded)
+        failed = sum(1 for o in summary.outcomes.values() if not o.succeeded and not o.busy)
         if index == 0 and failed and len(plan.batches) > 1:
             return "canary batch failed: rollout stopped"
         if max_fail_exceeded(failed, len(plan.host_names), rolling.max_fail_percentage):

@@ -34,6 +34,10 @@ def after_failure(
     if kind == "preflight" and ctx.state.phase is Phase.UNTOUCHED:
         outcome = HostOutcome(ctx.name, "skipped", f"{cause}; host untouched", None, steps)
         return host_end(bus, outcome, cause)
+    if result.data.get("busy") is True and ctx.state.phase is Phase.UNTOUCHED:
+        outcome = HostOutcome(ctx.name, "skipped", f"skipped: {result.reason}", None, steps,
+                              busy=True)  # work in flight at the deadline (work.at_deadline)
+        return host_end(bus, outcome, result.reason)
     park(bus, "park-before-rollback")
     rolled = roll_back_host(ctx, rollback, run_step)
     status = "rolled_back" if rolled.ok else "failed"

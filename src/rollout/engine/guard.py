@@ -36,6 +36,7 @@ from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Phase
 from rollout.steps.drain import DrainHow, drain_action
 from rollout.steps.validate import KILL_AFTER, validation_command
+from rollout.steps.work import work_how
 from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
@@ -153,7 +154,19 @@ def recipe(ctx: HostContext, plan: HostPlan, run_id: str) -> dict[str, Any]:
         "release": ctx.target.release_id,
         "previous": previous,
         "rollback": rollback_recipe(previous, ctx.target.release_id, calls),
+        "uncordon": uncordon_call(ctx),
     }
+
+
+def uncordon_call(ctx: HostContext) -> dict[str, Any] | None:
+    """The host call that undoes this run's cordon (ops.uncordon, the user's own command
+    rendered here): the guard makes it whatever its takeover's end, where rollout's record
+    says the host is cordoned. None without a cordon command."""
+    how = work_how(ctx.target, "")
+    if not how.cordon:
+        return None
+    return {"call": "uncordon", "kwargs": {"root": ctx.layout.root, "command": how.uncordon,
+                                           "timeout": how.timeout}}
 
 
 def rollback_recipe(previous: str | None, release_id: str | None,

@@ -26,6 +26,7 @@ from rollout.host.facts import HostFacts
 from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release, Skip
+from rollout.steps.work import uncordon_at_end
 
 
 class HostRun:
@@ -81,7 +82,11 @@ class HostRun:
         specs = self.options.host_steps or self.hosts.plan.host_steps
         plan = plan_host(facts, ctx.target, specs, self.hosts.where)
         arming.prepare(plan)
-        outcome = self._steps(ctx, plan, arming)
+        try:
+            outcome = self._steps(ctx, plan, arming)
+        finally:  # never left cordoned; before the guard settles, so that it still would
+            if not arming.lost:
+                uncordon_at_end(ctx)
         arming.settle()
         return outcome
 

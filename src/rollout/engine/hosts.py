@@ -38,6 +38,7 @@ class Hosts:
             release=release,
             log=partial(self._note, name),
             emit=partial(self.bus.emit, host=name),
+            run_id=self.plan.run_id,
         )
 
     def open(self, name: str) -> HostContext:

@@ -17,6 +17,7 @@ class HostOutcome:
     reason: str
     release: str | None = None
     steps: dict[str, str] = field(default_factory=dict)
+    busy: bool = False  # skipped untouched: work in flight at the deadline (not a failure)
 
     @property
     def succeeded(self) -> bool:

@@ -49,7 +49,7 @@ def rollback_action(ctx: HostContext, kind: str, to: str | None = None) -> Actio
     validate proves release `to` (where given) with that release's own command."""
     target = ctx.target
     if kind == "stop":
-        return stop_action(HostFacts(), target, StopParams(force=True))
+        return stop_action(HostFacts(), target, StopParams(force=True, work=False))
     if kind == "drain":  # the budget rule's figure, from the host's memory facts
         return drain_action(target, DrainParams(), (ctx.state.facts or ctx.facts()).memory)
     params: dict[str, StartParams | ReadyParams | ValidateParams] = {

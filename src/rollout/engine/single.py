@@ -14,6 +14,7 @@ from rollout.engine.outcome import HostOutcome
 from rollout.engine.runlocks import RunLocks
 from rollout.engine.stepper import StepRunner
 from rollout.output.events import Status, StepResult
+from rollout.steps.work import uncordon_at_end
 
 
 def run_steps_on(hosts: Hosts, locks: RunLocks, steps: StepRunner, name: str,
@@ -45,6 +46,10 @@ def _steps_on(hosts: Hosts, steps: StepRunner, name: str,
     try:
         guards_left(ctx, hosts.bus, hosts.plan.run_id)  # none at the host, and shown
         facts = ctx.facts(*digest_paths(ctx.target))
+        # a cordon an earlier run left (its record on the host) is undone at the end of a
+        # stop, or once the daemon serves (start, heal: ready)
+        ctx.state.cordoned = facts.cordoned is not None and any(
+            s.kind in ("stop", "ready") for s in specs)
         plan = plan_host(facts, ctx.target, specs, hosts.where)
         for step in plan.steps:
             results.append(steps.run(ctx, step.spec, partial(apply, ctx, step.kind,
@@ -52,5 +57,8 @@ def _steps_on(hosts: Hosts, steps: StepRunner, name: str,
             if results[-1].failed:
                 break
     finally:
-        transport.close()
+        try:
+            uncordon_at_end(ctx)  # a single stop or drain never leaves the host cordoned
+        finally:
+            transport.close()
     return results

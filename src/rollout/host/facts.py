@@ -348,6 +348,7 @@ class HostFacts:
     cuzk_loops: tuple[Parent, ...] = ()  # shells that start cuzk, outside any SSH session
     errors: dict[str, str] = field(default_factory=dict)
     host_id: str | None = None  # <root>/rollout/host-id: what this machine is (read, not made)
+    cordoned: str | None = None  # the run whose cordon is not undone (<root>/rollout/cordoned.json)
 
     @classmethod
     def parse(cls, raw: Any) -> HostFacts:
@@ -378,6 +379,7 @@ class HostFacts:
             digests={str(k): _str(v) for k, v in _dict(d.get("digests")).items()},
             validated=ValidatedFacts.parse(d.get("validated")),
             registered=_str(d.get("registered")),
+            cordoned=(_str(d.get("cordoned")) or "")[:128] or None,
             cuzk=_processes(d.get("cuzk_processes")),
             port_owners=_port_owners(d.get("port_owners")),
             cuzk_loops=tuple(p for p in (Parent.parse(r) for r in _list(

@@ -154,3 +154,64 @@ class PointReport:
         previous = doc.get("previous")
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
                    previous if isinstance(previous, str) else None, doc)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job in flight on the daemon, as ops.work named it."""
+
+    kind: str
+    id: str
+    age: float | None  # seconds since it started, where /status says
+
+    def describe(self) -> str:
+        age = "age unknown" if self.age is None else f"{self.age:.0f}s"
+        return f"{self.kind} {self.id} ({age})"
+
+
+def _jobs(value: JSON) -> tuple[Job, ...]:
+    items = value if isinstance(value, list) else []
+    return tuple(Job(_str(j, "kind", "?")[:64] or "?", _str(j, "id", "?")[:128] or "?",
+                     _float(j, "age")) for j in items[:50] if isinstance(j, dict))
+
+
+@dataclass(frozen=True)
+class WorkReport:
+    """ops.work: idle, busy (the jobs in flight and the queue's depth), unknown (a /status
+    not of cuzk's shape), no-answer (no status port answered)."""
+
+    outcome: str
+    reason: str
+    jobs: tuple[Job, ...]
+    queue_depth: int | None
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> WorkReport:
+        doc = doc if isinstance(doc, dict) else {}
+        depth = _int(doc, "queue_depth")
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300],
+                   _jobs(doc.get("jobs")), depth if depth is None or depth >= 0 else None, doc)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, nothing queued (or no daemon answering: nothing can be)."""
+        return self.outcome in ("idle", "no-answer") or (
+            self.outcome == "busy" and not self.jobs and not self.queue_depth)
+
+
+@dataclass(frozen=True)
+class CommandReport:
+    """ops.user_command, cordon, uncordon: the outcome word, the exit code, the output."""
+
+    outcome: str
+    reason: str
+    exit: int | None
+    output: str
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> CommandReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300], _int(doc, "exit"),
+                   _str(doc, "output")[-2000:], doc)

@@ -169,7 +169,7 @@ class ConsoleSink:
         if e.kind == "host_end":
             status = e.status or ""
             return f"{who} {styled(status, status.upper())} {console_text(e.reason or '')}"
-        if e.kind in ("note", "lock_broken", "connecting"):
+        if e.kind in ("note", "lock_broken", "connecting", "work"):
             return f"{who} {console_text(e.reason or '')}"
         if e.kind == "guard_report":  # what a host's guard did, read from the host
             status = "validated" if e.status == "validated" else "failed"

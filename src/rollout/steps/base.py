@@ -44,6 +44,7 @@ class HostContext:
     log: Callable[[str], None] = lambda _msg: None
     tether: Callable[[], None] = lambda: None  # raises once the host's guard has the host
     emit: Callable[..., object] | None = None  # the run's events, this host's: emit(kind, **fields)
+    run_id: str = ""  # the run this context acts for (the cordon's record names it)
 
     @property
     def target(self) -> Target:

@@ -19,6 +19,7 @@ from rollout.secrets import head
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Started, Stopped, Target
 from rollout.steps.identity import check_ports, ports_query
+from rollout.steps.work import before_stop, with_work, work_how
 from rollout.units import format_size
 
 
@@ -160,6 +161,7 @@ class StopHow:
     signal: str
     grace: float
     adopt: tuple[tuple[int, int], ...] = ()  # (pid, start time): daemons to take over
+    work: bool = True  # cordon and wait for the work in flight first (steps/work.py)
 
 
 def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
@@ -168,12 +170,14 @@ def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
                   daemon.stop_grace if params.grace is None else params.grace)
     adopt = tuple((p.pid, p.starttime) for p in facts.foreign_daemons
                   if p.starttime is not None) if target.settings.preflight.adopt else ()
-    how = StopHow(how.signal, how.grace, adopt)
+    how = StopHow(how.signal, how.grace, adopt, params.work)
     old = facts.daemon
     what = f"daemon {old.pid} ({old.state})" if old.pid else "the daemon, if any"
     if adopt:
         what += f", and adopt daemon(s) {', '.join(str(p) for p, _ in adopt)}"
     summary = f"set the hold; stop {what} with {how.signal}, SIGKILL after {how.grace:g}s"
+    if params.work:
+        summary = f"wait for the work in flight (work.*); {summary}"
     return Action(summary, params, how)
 
 
@@ -189,6 +193,13 @@ def _data(report: dict[str, Any]) -> dict[str, Any]:
 
 def stop(ctx: HostContext, action: Action) -> StepResult:
     how = action.detail_as(StopHow)
+    listen = ctx.settings.daemon.status_listen
+    url = status_url(listen) if listen else ""
+    done = before_stop(ctx, work_how(ctx.target, url)) if how.work else None
+    return with_work(_stop(ctx, how), done)
+
+
+def _stop(ctx: HostContext, how: StopHow) -> StepResult:
     if how.adopt:
         set_hold(ctx)
         return _adopt(ctx, how)

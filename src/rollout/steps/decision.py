@@ -176,3 +176,4 @@ class HostState:
     facts: HostFacts | None = None  # the facts the plan was decided from, until an action runs
     verified: Verified | None = None  # the upload's hand-off to the switch
     staged: Staged | None = None  # what staging ahead left for the upload step
+    cordoned: bool = False  # this run ran the cordon command: the host's end uncordons it

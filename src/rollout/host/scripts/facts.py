@@ -357,6 +357,18 @@ class Facts(Collector):
         recs = records(tail_lines(path, 64 * 1024)[0])
         return recs[-1] if recs else None
 
+    def cordoned(self) -> str | None:
+        """The run whose cordon is not undone yet (<root>/rollout/cordoned.json), or None."""
+        text = read_text(os.path.join(self.dir, "cordoned.json"))
+        if text is None:
+            return None
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return "?"
+        run = doc.get("run") if isinstance(doc, dict) else None
+        return run[:128] if isinstance(run, str) else "?"
+
     def collect(self) -> dict[str, Any]:
         out: dict[str, Any] = {"time": self.now, "root": self.root}
         out["hostname"] = self.safe("hostname", socket.gethostname)
@@ -375,6 +387,7 @@ class Facts(Collector):
         out["registered"] = self.safe("registered", lambda: (read_text(
             os.path.join(self.dir, "registered")) or "").strip()[:200] or None)
         out["held"] = self.safe("held", lambda: os.path.exists(os.path.join(self.dir, "hold")))
+        out["cordoned"] = self.safe("cordoned", self.cordoned)
         out["current_release"] = self.safe("current_release", self.current)
         out["previous_release"] = self.safe("previous_release", self.previous)
         out["digests"] = self.digests()

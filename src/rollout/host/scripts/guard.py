@@ -384,6 +384,28 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
     return end
 
 
+def uncordon_after(h: Host, events: Events) -> None:
+    """A host is never left cordoned: the recipe's uncordon call (ops.uncordon with the
+    user's command the controller rendered; it runs only where rollout's record says the
+    host is cordoned), whatever the takeover's end, as a step of its own."""
+    entry = h.r.get("uncordon")
+    kwargs = entry.get("kwargs") if isinstance(entry, dict) else None
+    if not isinstance(kwargs, dict):
+        return
+    started = time.monotonic()
+    try:
+        report = h.ops.call("uncordon", dict(kwargs))
+    except Exception as e:  # noqa: BLE001 - said in the step's event
+        report = {"outcome": "failed", "reason": f"{type(e).__name__}: {e}"}
+    outcome = report.get("outcome")
+    status = "changed" if outcome == "uncordoned" else "skipped" if outcome == "none" \
+        else "failed"
+    events.emit("step_end", step="guard-uncordon", status=status,
+                reason=str(report.get("reason") or ""), attempts=1,
+                duration=round(time.monotonic() - started, 3),
+                output=str(report.get("output") or "")[-500:])
+
+
 # ---------------------------------------------------------------- arm: tether and detach
 
 
@@ -455,7 +477,12 @@ def watcher(recipe: dict[str, Any], tether: str, state_path: str, events: Events
             return
         write_json(state_path + ".takeover", {"phase": state.get("phase"), "time": time.time(),
                                               "pid": os.getpid()})
-        ended = take_over(Host(recipe), events, state)
+        host = Host(recipe)
+        try:
+            ended = take_over(host, events, state)
+        finally:
+            if not not_ours(str(recipe["root"]), str(recipe["run_id"])):
+                uncordon_after(host, events)
         write_json(state_path, {**state, "ended": ended})
     return body
 

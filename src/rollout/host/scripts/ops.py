@@ -598,9 +598,140 @@ def prune(root: str, releases: list[str], keep: list[str] | None = None) -> dict
     return _report("pruned", f"removed {len(removed)} release(s)", removed=removed, kept=kept)
 
 
+# ---------------------------------------------------------------- work in flight and the cordon
+# (issue 17: a busy prover). The controller polls `work` before the stop; `cordon` and
+# `uncordon` run the user's own commands (curio cordon / curio uncordon) through
+# `user_command`, and keep "cordoned by run X" in <root>/rollout/cordoned.json.
+
+
+def _age(value: Any) -> float | None:
+    ok = _number(value) and 0 <= value < 1e12  # never NaN or infinite
+    return round(float(value), 3) if ok else None
+
+
+def _job_id(value: Any) -> str:
+    ok = isinstance(value, (str, int)) and not isinstance(value, bool)
+    return str(value)[:128] if ok else "?"
+
+
+def _pipeline_ended(p: dict[str, Any]) -> bool:
+    """A pipeline cuzk keeps in /status after its end: every partition done, or one failed."""
+    total: Any = p.get("total_partitions")
+    done: Any = p.get("partitions_done")
+    parts: Any = p.get("partitions")
+    failed = any(isinstance(x, dict) and x.get("state") == "failed"
+                 for x in (parts if isinstance(parts, list) else []))
+    finished = _number(total) and _number(done) and 0 < total <= done
+    return bool(finished or failed)
+
+
+def jobs_in_flight(doc: Any) -> dict[str, Any]:
+    """The work cuzk's /status shows (hostile data, read with its types checked): each job
+    in flight, {"kind", "id", "age"} (seconds), from `pipelines` (a pipeline whose
+    partitions are not all done and none failed) and `gpu_workers[].current_job`; the
+    queue's depth (counters.queue_depth). "idle": no job and an empty queue; "busy";
+    "unknown": not cuzk's shape."""
+    if not isinstance(doc, dict):
+        return _report("unknown", "/status is not a JSON object", jobs=[], queue_depth=None)
+    pipelines, workers = doc.get("pipelines"), doc.get("gpu_workers")
+    counters: Any = doc.get("counters")
+    depth: Any = counters.get("queue_depth") if isinstance(counters, dict) else None
+    queue = int(depth) if _number(depth) and depth >= 0 else None
+    if not isinstance(pipelines, list) and not isinstance(workers, list) and queue is None:
+        return _report("unknown", "/status shows no pipelines, gpu_workers or queue_depth",
+                       jobs=[], queue_depth=None)
+    jobs: dict[str, dict[str, Any]] = {}
+    for p in pipelines if isinstance(pipelines, list) else []:
+        if isinstance(p, dict) and not _pipeline_ended(p):
+            job = _job_id(p.get("job_id"))
+            jobs[job] = {"id": job, "kind": _job_id(p.get("proof_kind")),
+                         "age": _age(p.get("started_secs_ago"))}
+    for w in workers if isinstance(workers, list) else []:
+        current = w.get("current_job") if isinstance(w, dict) else None
+        if current is not None and _job_id(current) not in jobs:
+            job = _job_id(current)
+            jobs[job] = {"id": job, "kind": "?", "age": _age(w.get("busy_secs"))}
+    found = sorted(jobs.values(), key=lambda j: j["id"])[:50]
+    if not found and not queue:
+        return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=queue)
+    return _report("busy", f"{len(jobs)} job(s) in flight, {queue or 0} queued", jobs=found,
+                   queue_depth=queue)
+
+
+def work(status_url: str) -> dict[str, Any]:
+    """What the daemon is working on now, from its /status (jobs_in_flight); "no-answer"
+    when the status port does not answer (no daemon: nothing can be in flight)."""
+    answer = _status_answer(status_url) if status_url else None
+    if answer is None:
+        return _report("no-answer", f"{status_url or 'no status port'} did not answer",
+                       jobs=[], queue_depth=None)
+    try:
+        doc = json.loads(answer)
+    except ValueError:
+        doc = None
+    return jobs_in_flight(doc)
+
+
+def user_command(command: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Run one of the user's own commands (cordon, uncordon: rendered and quoted on the
+    controller as the validation command is) as `sh -c command` under `timeout`."""
+    import subprocess
+
+    if not command.strip():
+        return _report("no-command", "no command to run")
+    r = subprocess.run(["timeout", "-k", "5", f"{timeout:g}", "sh", "-c", command],
+                       stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode
+    output = (r.stdout + r.stderr).decode("utf-8", "replace")[-2000:]
+    if code in STOPPED:
+        return _report("timeout", f"did not end within {timeout:g}s", exit=code, output=output)
+    return _report("ran" if code == 0 else "failed", f"exited {code}", exit=code, output=output)
+
+
+def _cordon_record(root: str) -> str:
+    return os.path.join(_state_dir(root), "cordoned.json")
+
+
+def cordoned(root: str) -> dict[str, Any]:
+    """The record "cordoned by run X" (hostile data: what a host file says), if any."""
+    try:
+        doc = json.loads(read_text(_cordon_record(root)) or "null")
+    except ValueError:
+        doc = {"run": "?"}
+    if not isinstance(doc, dict):
+        return _report("none", "not cordoned by rollout", run=None)
+    run = _job_id(doc.get("run"))
+    return _report("cordoned", f"cordoned by run {run}", run=run, time=_age(doc.get("time")))
+
+
+def cordon(root: str, run_id: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Record "cordoned by run RUN_ID" first (a host is never cordoned without the record
+    that gets it uncordoned), then run the cordon command."""
+    safe_mkdir(_state_dir(root))
+    safe_write(_cordon_record(root), json.dumps({"run": run_id[:128], "time": time.time()},
+                                                sort_keys=True).encode(), 0o644)
+    out = user_command(command, timeout)
+    word = "cordoned" if out["outcome"] == "ran" else out["outcome"]
+    return {**out, "outcome": word, "reason": f"cordon command {out['reason']}"}
+
+
+def uncordon(root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Run the uncordon command where rollout's record says it cordoned the host ("none":
+    no record, nothing run); once it succeeded, remove the record."""
+    if not os.path.lexists(_cordon_record(root)):
+        return _report("none", "not cordoned by rollout: nothing to undo")
+    out = user_command(command, timeout)
+    if out["outcome"] != "ran":
+        return {**out, "reason": f"uncordon command {out['reason']}: the record is kept"}
+    removed = safe_remove(_cordon_record(root))
+    return {**out, "outcome": "uncordoned", "reason": f"uncordon command {out['reason']}",
+            "record_removed": removed}
+
+
 ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_current,
                                    restore_config, run_supervisor, start, wait_ready, owners,
-                                   prove, prune)}
+                                   prove, prune, work, user_command, cordoned, cordon,
+                                   uncordon)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
