@@ -25,6 +25,8 @@ from rollout.steps.base import HostContext
 from rollout.steps.decision import Phase, Target
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
+SETTLE = 1.0  # after a cordon, idle must be seen twice this far apart: a task its scheduler
+# assigned just before the cordon may reach the daemon a moment later
 Verdict = Literal["go", "wait", "skip", "stop"]
 
 
@@ -138,7 +140,7 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
     """Poll ops.work until the verdict is not `wait`; report the jobs at each interval.
     The wait's time does not count against the stop step's own timeout (work.deadline
     bounds it)."""
-    start, reported = clock(), None
+    start, reported, idle_at = clock(), None, None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
     while True:
@@ -148,7 +150,12 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
             ctx.deadline = step_deadline + waited
         seen.update((j.id, j) for j in report.jobs)
         decided = verdict(report, waited, how)
-        if decided == "wait" and due(waited, reported, how.interval):
+        if decided == "go" and how.cordon and report.idle:  # confirmed once, SETTLE later
+            idle_at = waited if idle_at is None else idle_at
+            decided = "go" if waited - idle_at >= SETTLE else "wait"
+        else:
+            idle_at = None
+        if decided == "wait" and not report.idle and due(waited, reported, how.interval):
             reported = waited
             _emit(ctx, f"waiting for work in flight ({waited:.0f}s of {how.deadline:g}s): "
                   f"{jobs_text(report.jobs, report.queue_depth)}",
@@ -159,7 +166,7 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
             if seen or decided != "go":
                 _emit(ctx, done.describe(), verdict=decided, **done.data())
             return done
-        sleep(min(POLL, how.interval))
+        sleep(min(POLL, SETTLE, how.interval))
 
 
 def busy_skip(ctx: HostContext, done: WorkWait) -> StepFailed:
