@@ -248,3 +248,55 @@ def test_a_user_command_that_runs_past_its_timeout_is_said(tmp_path: Path) -> No
     out = ops.user_command("sleep 5", timeout=0.2)
     assert out["outcome"] == "timeout"
     assert ops.user_command("  ")["outcome"] == "no-command"
+
+
+def test_after_a_cordon_idle_is_confirmed_by_a_second_look() -> None:
+    late = {**RUNNING, "job_id": "j-late"}
+    answers = [status(), status([late]), status(), status()]
+    ctx, _, _ = scripted_context(answers, **{"work.cordon": "curio cordon",
+                                             "work.uncordon": "curio uncordon"})
+    clock = Clock()
+    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert done.verdict == "go" and [j.id for j in done.waited_on] == ["j-late"]
+
+
+def test_a_busy_skip_is_a_skipped_host_not_a_failure() -> None:
+    from rollout.engine.failures import after_failure
+    from rollout.engine.hostplan import rollback_plan
+    from rollout.engine.outcome import HostOutcome, RunSummary
+    from rollout.output.events import EventBus, Status, StepResult
+
+    ctx, _, _ = scripted_context([])
+    ctx.state.phase = Phase.UNTOUCHED
+    result = StepResult(Status.FAILED, "busy: 1 job(s) still in flight", {"busy": True})
+    plan = rollback_plan(Phase.UNTOUCHED, "stop", "r-old", "r-new")
+    outcome = after_failure(EventBus("run"), ctx, "stop", result, plan, {}, None)  # type: ignore[arg-type]
+    assert (outcome.status, outcome.busy) == ("skipped", True)
+    assert outcome.reason.startswith("skipped: busy")
+    summary = RunSummary("run", {"h1": outcome, "h2": HostOutcome("h2", "validated", "")})
+    assert summary.exit_code == 1  # not validated on the new release: said, not hidden
+
+
+def test_the_guards_recipe_uncordons_and_the_guard_runs_it(tmp_path: Path) -> None:
+    from rollout.engine.guard import uncordon_call
+    from rollout.host.scripts import guard as guard_script
+
+    ctx, _, _ = scripted_context([])
+    assert uncordon_call(ctx) is None  # no cordon: nothing to undo
+    ctx, _, _ = scripted_context([], **{"work.cordon": "curio cordon",
+                                        "work.uncordon": "curio uncordon"})
+    call = uncordon_call(ctx)
+    assert call == {"call": "uncordon", "kwargs": {"root": ctx.layout.root,
+                                                   "command": "curio uncordon",
+                                                   "timeout": 60.0}}
+    root, marks = tmp_path / "data", tmp_path / "marks"
+    ops.cordon(str(root), "run-1", "true")
+    recipe = {"run_id": "run-1", "host": "h1", "root": str(root),
+              "uncordon": {"call": "uncordon", "kwargs": {
+                  "root": str(root), "command": f"echo done >> {marks}", "timeout": 5}}}
+    events = guard_script.Events(str(tmp_path / "guard.jsonl"), recipe, "1")
+    guard_script.uncordon_after(guard_script.Host(recipe, ops), events)
+    assert marks.read_text() == "done\n" and ops.cordoned(str(root))["outcome"] == "none"
+    [line] = (tmp_path / "guard.jsonl").read_text().splitlines()
+    assert json.loads(line)["step"] == "guard-uncordon"
+    assert json.loads(line)["status"] == "changed"
