@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_a_firewall_that_drops_packets_costs_the_connect_timeout_only(
         raise TimeoutError("timed out")
 
     monkeypatch.setattr(socket, "create_connection", dropped)
-    monkeypatch.setattr(fetch.urllib.request, "getproxies", dict)
+    monkeypatch.setattr(urllib.request, "getproxies", dict)  # fetch imports it where used
     out = io.StringIO()
     monkeypatch.setattr("sys.stdout", out)
     code = fetch.main(["--dir", str(tmp_path), "--connect-timeout", "10", "--retries", "3",

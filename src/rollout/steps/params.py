@@ -127,8 +127,8 @@ def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[
     """Run fetch.py on the host, its progress lines as `progress` events; its report."""
     command, stdin = fetch_command(args)
     stream = ctx.transport.open_stream(command, stdin) if missing else None
-    if stream is None:
-        _code, report = ctx.script("fetch", *args, "--retries", 3, own_process=True)
+    if stream is None:  # nothing to download: a check of what is there, in the host's agent
+        _code, report = ctx.script("fetch", *args, "--retries", 3, own_process=bool(missing))
         return report if isinstance(report, dict) else {"error": {"message": str(report)}}
     sizes = {f.name: f.size or 0 for f in missing}
     tracker = tracker_for(ctx.emit, "preflight", "params", sum(sizes.values()))
