@@ -17,18 +17,20 @@ from rollout.steps.validate import run_bounded
 from rollout.transport.local import LocalTransport
 
 
-def local_ctx() -> HostContext:
-    return host_context(small_host("local"), LocalTransport(), Layout("/tmp"))
+def local_ctx(root: Path) -> HostContext:
+    """This machine as a host rooted in a test's own folder (the proof removes the evidence
+    file under the root first: never a shared path such as /tmp's)."""
+    return host_context(small_host("local"), LocalTransport(), Layout(str(root)))
 
 
-def test_a_command_that_answers_is_not_hung_and_its_output_is_kept() -> None:
-    proof = run_bounded(local_ctx(), "echo 'status:    COMPLETED'; exit 0", 30)
+def test_a_command_that_answers_is_not_hung_and_its_output_is_kept(tmp_path: Path) -> None:
+    proof = run_bounded(local_ctx(tmp_path), "echo 'status:    COMPLETED'; exit 0", 30)
     assert not proof.hung and proof.result.exit_code == 0
     assert proof.result.stdout == "status:    COMPLETED\n"
 
 
-def test_a_command_that_fails_fast_is_not_hung() -> None:
-    proof = run_bounded(local_ctx(), "echo 'Error: failed to connect' >&2; exit 1", 30)
+def test_a_command_that_fails_fast_is_not_hung(tmp_path: Path) -> None:
+    proof = run_bounded(local_ctx(tmp_path), "echo 'Error: failed to connect' >&2; exit 1", 30)
     assert not proof.hung and proof.result.exit_code == 1
     assert "failed to connect" in proof.result.stderr
 
@@ -39,7 +41,7 @@ def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
     pids = tmp_path / "pids"
     # a shell that does not exec its last command, and a grandchild: the whole group goes
     command = f"sleep 300 & echo $! > {pids}; sleep 300; wait"
-    proof = run_bounded(local_ctx(), command, 1)
+    proof = run_bounded(local_ctx(tmp_path), command, 1)
     assert proof.hung and proof.result.exit_code in (124, 137)
     child = int(pids.read_text())
     assert child != os.getpid()
@@ -50,10 +52,10 @@ def test_a_command_still_running_at_its_timeout_is_killed_with_its_children(
 
 
 def test_a_command_that_ignores_sigterm_is_killed_and_reported_hung(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(validate, "KILL_AFTER", 0.2)  # SIGKILL 0.2 s after SIGTERM, not 5 s
-    proof = run_bounded(local_ctx(), "trap '' TERM; sleep 300", 1)
+    proof = run_bounded(local_ctx(tmp_path), "trap '' TERM; sleep 300", 1)
     assert proof.hung and proof.result.exit_code == 137  # timeout's SIGKILL, as sh reports it
 
 
