@@ -16,7 +16,7 @@ from rollout.config.render import Command, render_command
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
-from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.host.scripts import bootstrap, script_text
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult
 from rollout.secrets import head, tail
@@ -159,8 +159,9 @@ class HostContext:
         """files.py ARGS on the host with `text` on its stdin (after the script itself):
         its JSON answer; StepFailed with its reason when it refused."""
         command = f"python3 -c {q(bootstrap('files.py'))} {shlex.join(args)}"
-        stdin = sized(script_text("files")).decode() + text
-        result = self.sh(command, stdin=stdin)
+        result = self._bounded(  # in the host's agent where there is one: no python3 start
+            lambda left: self.transport.run_script_fed(script_text("files"), "files.py", args,
+                                                       text, left), None, command)
         try:
             out = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as e:

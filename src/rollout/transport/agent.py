@@ -71,10 +71,13 @@ class HostAgent:
         return self._result(command, answer)
 
     def script(self, source: str, args: Sequence[str], timeout: float | None,
-               before: str = "") -> RunResult:
+               before: str = "", stdin: str | None = None) -> RunResult:
+        """A host script in a forked child of the agent; `stdin`: what it reads there."""
         sha = _sha256(source)
         request: dict[str, Any] = {"script": True, "sha": sha, "args": list(args),
                                    "before": before, "timeout": timeout}
+        if stdin is not None:
+            request["stdin"] = stdin
         if sha not in self._known:
             request["source"] = source
         answer = self._call(request, timeout)

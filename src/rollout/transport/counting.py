@@ -42,6 +42,12 @@ class CountingTransport(Transport):
         self.sent.add(self.name, size)
         return self.inner.run_script(source, args, timeout=timeout, before=before)
 
+    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
+                       timeout: float | None = None) -> RunResult:
+        size = len(source.encode()) + sum(len(a.encode()) for a in args) + len(stdin.encode())
+        self.sent.add(self.name, size)
+        return self.inner.run_script_fed(source, filename, args, stdin, timeout)
+
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         self.sent.add(self.name, len(source.encode()) + len(repr(kwargs).encode()))

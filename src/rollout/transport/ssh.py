@@ -246,6 +246,13 @@ class SshTransport(Transport):
             return super().run_script(source, args, timeout, before)
         return self._through(agent, lambda: agent.script(source, args, timeout, before))
 
+    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
+                       timeout: float | None = None) -> RunResult:
+        agent = self._host_agent()
+        if agent is None:
+            return super().run_script_fed(source, filename, args, stdin, timeout)
+        return self._through(agent, lambda: agent.script(source, args, timeout, stdin=stdin))
+
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         agent = self._host_agent()
