@@ -300,3 +300,13 @@ def test_the_guards_recipe_uncordons_and_the_guard_runs_it(tmp_path: Path) -> No
     [line] = (tmp_path / "guard.jsonl").read_text().splitlines()
     assert json.loads(line)["step"] == "guard-uncordon"
     assert json.loads(line)["status"] == "changed"
+
+
+def test_the_program_word_of_a_work_command_is_code_an_inventory_var_may_not_set() -> None:
+    from rollout.config.hostvar_checks import code_fields
+
+    raw = {"work": {"cordon": "{{ prog }} cordon --node {{ node }}",
+                    "uncordon": ["{{ other }}", "uncordon"]}}
+    found = sorted(code_fields(raw))
+    assert found == [("{{ other }}", ("work", "uncordon")), ("{{ prog }}", ("work", "cordon"))]
+    assert list(code_fields({"work": "not a mapping"})) == []
