@@ -310,3 +310,16 @@ def test_the_program_word_of_a_work_command_is_code_an_inventory_var_may_not_set
     found = sorted(code_fields(raw))
     assert found == [("{{ other }}", ("work", "uncordon")), ("{{ prog }}", ("work", "cordon"))]
     assert list(code_fields({"work": "not a mapping"})) == []
+
+
+@pytest.mark.parametrize(("raw", "state"), [
+    ("run-7", "running (cordoned by run run-7)"), (None, "running"), (["x"], "running"),
+    ("r" * 500, f"running (cordoned by run {'r' * 128})"),
+])
+def test_status_shows_a_host_rollout_left_cordoned(raw: Any, state: str) -> None:
+    from rollout.commands import status as health
+    from rollout.host.facts import HostFacts
+
+    cordoned = HostFacts.parse({"cordoned": raw}).cordoned
+    row = {"host": "h", "state": "running", "cordoned_by": cordoned}
+    assert health.table_row(row, 0.0)["state"] == state
