@@ -20,7 +20,7 @@ import pytest
 from contexts import small_host
 from pydantic import ValidationError
 
-from rollout.config.sections import DaemonSpec, PreflightSpec
+from rollout.config.sections import DaemonSpec, PreflightSpec, ValidateSpec
 from rollout.config.steps import DrainParams
 from rollout.engine.guard import drain_recipe
 from rollout.engine.hostplan import HostPlan
@@ -39,7 +39,8 @@ CASES = sorted((Path(__file__).parent / "cases" / "budget").glob("*.json"))
 def settings_of(case: dict[str, Any]) -> Any:
     given = case["settings"]
     return SimpleNamespace(daemon=DaemonSpec.model_validate(given.get("daemon", {})),
-                           preflight=PreflightSpec.model_validate(given.get("preflight", {})))
+                           preflight=PreflightSpec.model_validate(given.get("preflight", {})),
+                           validation=ValidateSpec.model_validate(given.get("validate", {})))
 
 
 def facts_of(case: dict[str, Any], tmp: Path) -> HostFacts:
@@ -123,14 +124,17 @@ def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
         "--root", "/data", "--pid", "42", "--starttime", "7", "--deadline", "60.0", *args]
 
 
-def test_every_proof_kind_the_setting_takes_has_cuzks_figures() -> None:
-    """preflight.proof_kind's values and the rule's table are the same kinds (cuzk's circuit
-    ids, srs_manager.rs), and each figure is its SRS plus one partition (memory.rs)."""
-    from typing import get_args
+def test_every_proof_kind_of_the_table_is_the_settings_and_has_its_figures() -> None:
+    """validate.proof_kind takes exactly the kinds of the one table, and the rule reads its
+    figures there: SRS plus one partition (memory.rs), none where the table has none."""
+    from rollout.config.params_manifest import kinds
+    from rollout.steps.budget import ProofNeed
 
-    from rollout.steps.budget import NO_PROOF_KIND, PROOF_KINDS
-
-    allowed = set(get_args(PreflightSpec.model_fields["proof_kind"].annotation))
-    assert allowed == {*PROOF_KINDS, NO_PROOF_KIND}
-    assert PROOF_KINDS["porep-32g"].bytes == (44 + 14) << 30
-    assert PreflightSpec().proof_kind == NO_PROOF_KIND  # the default playbook sets porep-32g
+    for name in kinds():
+        assert ValidateSpec(proof_kind=name).proof_kind == name
+    need = ProofNeed.of("porep-32g")
+    assert need is not None and need.bytes == (44 + 14) << 30
+    assert ProofNeed.of("lab-porep") is None and ProofNeed.of(None) is None
+    assert ValidateSpec().proof_kind is None  # the default playbook sets porep-32g
+    rule = BudgetRule("cgroup", "0", "1GiB", "lab-porep")  # no figure: min_budget alone
+    assert rule.least()[0] == 1 << 30 and "preflight.min_budget" in rule.least()[1]

@@ -8,10 +8,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from rollout.config.params_manifest import files_for, kinds
+from rollout.config.params_manifest import bench_type_asked, files_for, kind, kinds
+from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook_model import Playbook
 from rollout.config.sections import ParamsSpec
+from rollout.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 POREP = "v28-stacked-proof-of-replication-merkletree-poseidon_hasher-8-8-0-sha256_hasher-82a357d2f2ca81dc61bb45f4a762807aedee1b0a53fd6c4e77b46a01bfef7820"  # noqa: E501
@@ -55,33 +57,61 @@ def test_the_lab_kind_describes_the_lab_files_bytes() -> None:
         assert f.cid == "b" + base64.b32encode(raw).decode().lower().rstrip("=")
 
 
-def test_a_kind_gives_its_files_unless_they_are_listed() -> None:
-    assert [f.cid for f in ParamsSpec(kind="porep-32g").files] == [
+def playbook(*sets: str, path: Path = LAB_PLAYBOOK) -> Playbook:
+    return load_playbook(path, overrides=parse_set_options(sets), builds=False)
+
+
+def test_the_validations_kind_gives_the_params_files_unless_they_are_listed() -> None:
+    """validate.proof_kind is the one setting: params.files null takes its files."""
+    assert [f.cid for f in playbook("proof_kind=porep-32g").params.files] == [
         f.cid for f in files_for("porep-32g")]
-    assert ParamsSpec(kind="porep-32g", files=[]).files == []
-    listed = ParamsSpec.model_validate({"kind": "porep-32g", "files": [{"name": "x.vk"}]})
-    assert [f.name for f in listed.files] == ["x.vk"]
-    assert ParamsSpec(kind="").kind is None
+    assert [f.cid for f in playbook().params.files] == [f.cid for f in files_for("lab-porep")]
+    assert playbook("params_files=[]").params.files == []
+    listed = playbook('params_files=[{"name": "x.vk"}]').params.files
+    assert [f.name for f in listed] == ["x.vk"]
+    none = playbook("proof_kind=")
+    assert none.validation.proof_kind is None and none.params.files == []
 
 
-def test_an_unknown_kind_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ValidationError, match="unknown proof kind 'porep-128g'; known: porep-32g"):
-        ParamsSpec(kind="porep-128g")
+@pytest.mark.parametrize("value", ["porep-128g", "$(reboot)", "none"])
+def test_an_unknown_kind_is_refused_naming_the_key_and_the_known_ones(value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        playbook(f"proof_kind={value}")
+    assert "validate.proof_kind: unknown proof kind" in str(e.value)
+    assert "known: porep-32g, wpost-32g" in str(e.value) and e.value.exit_code == 2
 
 
-@pytest.mark.parametrize("field,value", [
-    ("digest", "6A388072A518CF46EBD661F5CC46900A"), ("digest", "6a38; rm -rf /"),
-    ("cid", "Qm$(reboot)"), ("cid", "../../etc/passwd"), ("name", "../x.params"),
+@pytest.mark.parametrize("path", [LAB_PLAYBOOK, DEFAULT_PLAYBOOK])
+def test_a_command_that_proves_another_kind_is_refused_at_load(path: Path) -> None:
+    """The validation command's cuzk-bench -t must be the kind's: file:line: key."""
+    with pytest.raises(ConfigError) as e:
+        playbook("proof_kind=wpost-32g", path=path)
+    message = str(e.value)
+    assert f"{path.name}:" in message and ": validate.command: " in message
+    assert "cuzk-bench -t porep, but validate.proof_kind is wpost-32g (-t wpost)" in message
+    for name in ("porep-32g", "porep-64g", "lab-porep"):
+        assert playbook(f"proof_kind={name}", path=path).validation.proof_kind == name
+
+
+@pytest.mark.parametrize(("command", "asked"), [
+    ("/r/cuzk-bench -a http://h:1 single -t porep --c1 /c1.json", "porep"),
+    (["/r/cuzk-bench", "single", "-twpost"], "wpost"),
+    ("cuzk-bench single -t=snap", "snap"),
+    ("cuzk-bench single --c1 /c1.json", None),  # names no -t
+    ("cuzk-bench status -t porep", None),  # not single
+    ("my-check -t porep", None),  # not cuzk-bench: the user's own script
+    ("cuzk-bench single -t 'unbalanced", None),  # no shell: the loader's own check names it
 ])
-def test_hostile_manifest_values_are_refused(field: str, value: str) -> None:
-    entry = {"name": "x.params", field: value}
-    with pytest.raises(ValidationError):
-        ParamsSpec.model_validate({"files": [entry]})
+def test_the_bench_type_the_command_asks_for(command: str | list[str], asked: str | None) -> None:
+    assert bench_type_asked(command) == asked
 
 
-def test_the_gateway_is_a_base_url_and_the_default_curios() -> None:
-    assert ParamsSpec().gateway == "https://proofs.filecoin.io"
-    assert ParamsSpec(gateway="http://127.0.0.1:8080/").gateway == "http://127.0.0.1:8080"
-    for bad in ("file:///etc", "http://h/x?y=1", "http://h/$(id) x", "ftp://h"):
-        with pytest.raises(ValidationError):
-            ParamsSpec(gateway=bad)
+@pytest.mark.parametrize("name", kinds())
+def test_every_kind_has_one_row_the_three_users_read(name: str) -> None:
+    """One table: the -t value, the budget figures (both or neither), the C1s' porep ids."""
+    row = kind(name)
+    assert row.bench_type in ("porep", "wpost", "winning", "snap")
+    assert (row.srs is None) == (row.partition is None) and row.partitions == 1
+    assert bool(row.registered_proofs) == (row.bench_type == "porep")
+    assert kind("porep-32g").registered_proofs == {"StackedDrg32GiBV1": 3, "StackedDrg32GiBV1_1": 8}
+    assert (kind("porep-32g").srs or 0) + (kind("porep-32g").partition or 0) == (44 + 14) << 30

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from contexts import small_host
 
+from rollout.config.params_manifest import all_registered_proofs
 from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
@@ -37,7 +38,8 @@ TICKET, COMM_D = bytes(range(32)), bytes(range(100, 132))
 def make_c1(sector: int = 1, miner: int = 1000, proof: str = "StackedDrg32GiBV1_1") -> bytes:
     """A C1 shaped as curio writes it (cuzk's C1OutputWrapper around the base64 JSON of a
     SealCommitPhase1Output), made for `sector` and `miner`."""
-    replica = c1.replica_id_of(miner, sector, TICKET, COMM_D, c1.REGISTERED_PROOFS[proof])
+    number = all_registered_proofs().get(proof, 8)  # another proof: made as a 32 GiB one
+    replica = c1.replica_id_of(miner, sector, TICKET, COMM_D, number)
     inner = {"registered_proof": proof, "vanilla_proofs": {"StackedDrg32GiBV1": [[]]},
              "comm_r": list(range(32)), "comm_d": list(COMM_D), "replica_id": list(replica),
              "seed": list(range(32)), "ticket": list(TICKET)}
@@ -183,13 +185,21 @@ def test_a_c1_that_is_not_curios_leaves_the_ids_unknown(data: bytes, why: str) -
     assert ids.replica_matches(1, 1000) is None
 
 
-def test_an_unknown_proof_kind_leaves_the_miner_unchecked() -> None:
+def test_a_registered_proof_no_kind_has_leaves_the_miner_unchecked() -> None:
+    ids = c1.read_ids(make_c1(proof="StackedDrg32GiBV1_2_Feat_NonInteractivePoRep"))
+    assert ids.sector == 1 and ids.proof == "StackedDrg32GiBV1_2_Feat_NonInteractivePoRep"
+    assert ids.replica_matches(1, 1000) is None
+    assert c1.mismatch(ids, c1.Asked(1, 1000)) is None  # no kind set: nothing says it fails
+
+
+@pytest.mark.parametrize("proof", ["$(reboot)", "A" * 65, 7, None])
+def test_a_hostile_registered_proof_is_not_read(proof: Any) -> None:
     data = json.loads(make_c1())
     inner = json.loads(base64.b64decode(data["Phase1Out"]))
-    inner["registered_proof"] = "StackedDrg32GiBV1_2_Feat_NonInteractivePoRep"
+    inner["registered_proof"] = proof
     data["Phase1Out"] = base64.b64encode(json.dumps(inner).encode()).decode()
     ids = c1.read_ids(json.dumps(data).encode())
-    assert ids.sector == 1 and ids.replica is None and "porep id" in ids.why
+    assert ids.sector == 1 and ids.replica is None and "RegisteredSealProof" in ids.why
 
 
 @pytest.mark.parametrize(("command", "asked"), [
@@ -207,9 +217,11 @@ def test_the_ids_the_command_asks_for(command: str, asked: c1.Asked | None) -> N
     assert c1.asked_ids(command) == asked
 
 
-def c1_context(tmp_path: Path, sector: int, miner: int, source: Path | None) -> HostContext:
-    sets = ("params_files=[]", "pce_bytes=0", f"c1_sector_num={sector}", f"c1_miner_id={miner}")
-    playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets))
+def c1_context(tmp_path: Path, sector: int, miner: int, source: Path | None,
+               *more: str, settings: dict[str, Any] | None = None) -> HostContext:
+    sets = ("params_files=[]", "pce_bytes=0", f"c1_sector_num={sector}", f"c1_miner_id={miner}",
+            *more)
+    playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets), settings=settings)
     validation = playbook.validation
     path = str(tmp_path / "host-c1.json")
     spec = validation.model_copy(update={"input": validation.input.model_copy(
@@ -254,6 +266,35 @@ def test_the_lab_c1_is_checked_as_a_real_one(tmp_path: Path) -> None:
     assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, notes) == []
     assert notes == ["C1 made for miner 1000, sector 1"]
     assert "replica id" in check_c1_ids(c1_context(tmp_path, 1, 1001, source), None, [])[0]
+
+
+def test_the_miner_comparison_alone_can_be_turned_off(tmp_path: Path) -> None:
+    """preflight.c1_miner false: a C1 of another miner passes, noted; the sector is still
+    compared. The refusal names the switch."""
+    source = tmp_path / "c1.json"
+    source.write_bytes(make_c1(sector=5, miner=4321))
+    refused = check_c1_ids(c1_context(tmp_path, 5, 1000, source), None, [])
+    assert "preflight.c1_miner: false turns this comparison off" in refused[0]
+    off = {"preflight.c1_miner": False}
+    notes: list[str] = []
+    assert check_c1_ids(c1_context(tmp_path, 5, 1000, source, settings=off), None, notes) == []
+    assert notes == ["C1 is sector 5; miner not compared (preflight.c1_miner false)"]
+    wrong_sector = check_c1_ids(c1_context(tmp_path, 6, 1000, source, settings=off), None, [])
+    assert "sector 5, but the validation command asks for sector 6" in wrong_sector[0]
+
+
+def test_a_c1_of_another_kind_than_the_validations_is_refused(tmp_path: Path) -> None:
+    """validate.proof_kind says which C1s the validation proves: a 64 GiB PoRep C1 under the
+    lab's lab-porep (32 GiB) is refused, naming both."""
+    source = tmp_path / "c1.json"
+    source.write_bytes(make_c1(proof="StackedDrg64GiBV1_1"))
+    problems = check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, [])
+    assert len(problems) == 1
+    assert "it is a StackedDrg64GiBV1_1 C1, but validate.proof_kind is lab-porep" in problems[0]
+    assert "StackedDrg32GiBV1, StackedDrg32GiBV1_1" in problems[0]
+    notes: list[str] = []  # no kind set: the 64 GiB C1's replica id is checked with its number
+    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source, "proof_kind="), None, notes) == []
+    assert notes == ["C1 made for miner 1000, sector 1"]
 
 
 def test_a_c1_that_names_no_sector_is_noted_not_refused(tmp_path: Path) -> None:

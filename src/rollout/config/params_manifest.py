@@ -1,14 +1,19 @@
-"""The proof parameters rollout ships as data (resources/params): for each proof kind, the
-files cuzk reads from [srs] param_cache, each with its CID, its digest (filecoin-proofs'
-parameters.json: the hex of the first 16 bytes of its blake2b-512 sum) and its size where
-one is known. kinds.yaml says which file each kind needs and where its entry is."""
+"""The proof kinds rollout knows, one table shipped as data (resources/params/kinds.yaml), and
+its one loader: for each kind, the files cuzk reads from [srs] param_cache (each with its
+CID, its digest, filecoin-proofs' parameters.json: the hex of the first 16 bytes of its
+blake2b-512 sum, and its size where one is known), its SRS size and per-partition
+reservation in cuzk's memory model, the cuzk-bench `-t` value that proves it and the
+registered proofs of its C1s. validate.proof_kind names one; params (which files), the
+budget rule (the least budget for one proof) and the C1 check read it here."""
 
 from __future__ import annotations
 
 import functools
 import json
+import shlex
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import PurePosixPath
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -47,6 +52,60 @@ def _kinds() -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RuntimeError("resources/params/kinds.yaml is not a mapping")
     return data
+
+
+@dataclass(frozen=True)
+class ProofKind:
+    """One row of kinds.yaml (its comment says what each field is)."""
+
+    name: str
+    bench_type: str
+    srs: int | None
+    partition: int | None
+    partitions: int
+    registered_proofs: dict[str, int]
+
+
+def kind(name: str) -> ProofKind:
+    """The kind `name`, from the shipped table; KeyError for an unknown kind."""
+    spec = _kinds()[name]
+    return ProofKind(name=name, bench_type=str(spec["bench_type"]),
+                     srs=_bytes(spec.get("srs")), partition=_bytes(spec.get("partition")),
+                     partitions=int(spec.get("partitions", 1)),
+                     registered_proofs={str(k): int(v) for k, v in
+                                        (spec.get("registered_proofs") or {}).items()})
+
+
+def _bytes(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def all_registered_proofs() -> dict[str, int]:
+    """Every registered proof of every kind, with its number."""
+    out: dict[str, int] = {}
+    for name in kinds():
+        out |= kind(name).registered_proofs
+    return out
+
+
+def bench_type_asked(command: str | list[str]) -> str | None:
+    """The `-t` value of a `cuzk-bench ... single` command (`-t X`, `-tX`, `-t=X`); None:
+    not such a command, or one that names no -t. A command line that is no valid shell is
+    left to the loader's own check of it."""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else list(command)
+    except ValueError:
+        return None
+    starts = [i for i, w in enumerate(words) if PurePosixPath(w).name == "cuzk-bench"]
+    if not starts or "single" not in words[starts[0]:]:
+        return None
+    args = words[starts[0]:]
+    for i, word in enumerate(args):
+        if word == "-t" and i + 1 < len(args):
+            return args[i + 1]
+        if word.startswith("-t") and len(word) > 2:
+            return word[2:].removeprefix("=")
+    return None
 
 
 def kinds() -> list[str]:

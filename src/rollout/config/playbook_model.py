@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
 from rollout.errors import ConfigError, Location
 
 from .inventory import Host
+from .params_manifest import files_for, kinds
 from .sections import (
     BuildSpec,
     DaemonSpec,
@@ -72,6 +73,22 @@ class Playbook(Section):
         description="Work in flight before a stop: cordon, the wait and its deadline.",
     )
     steps: list[StepSpec] = Field(min_length=1, description="The steps, in order.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_of_the_proof_kind(cls, data: Any) -> Any:
+        """params.files null or absent: the files of validate.proof_kind (none without one;
+        an unknown kind is named by its own check)."""
+        if not isinstance(data, dict):
+            return data
+        params, validate = data.get("params"), data.get("validate")
+        params = {} if params is None else params
+        if not isinstance(params, dict) or params.get("files") is not None:
+            return data
+        name = validate.get("proof_kind") if isinstance(validate, dict) else None
+        known = name if isinstance(name, str) and name in kinds() else None
+        files = [f.as_setting() for f in files_for(known)] if known else []
+        return {**data, "params": {**params, "files": files}}
 
     _source: Rendering | None = PrivateAttr(default=None)
     _host: str | None = PrivateAttr(default=None)

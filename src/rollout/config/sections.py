@@ -17,7 +17,6 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from rollout.host.layout import EXECUTABLE_NAME
@@ -25,7 +24,7 @@ from rollout.host.layout import EXECUTABLE_NAME
 from . import cuda
 from .batches import BatchSize, parse_serial
 from .durations import Seconds
-from .params_manifest import files_for, kinds
+from .params_manifest import bench_type_asked, kind, kinds
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -318,7 +317,6 @@ class BuildSpec(Section):
         return out
 
 
-
 class DrainSpec(Section):
     """Waiting for the old daemon's memory to come back after it stopped: drained when the
     process is gone and the headroom under the limit fits the new daemon's budget, or the
@@ -445,16 +443,11 @@ class ParamsSpec(Section):
     host (in param_cache or a `reuse` folder) is verified in place; a missing one is
     downloaded by the host from `gateway` by its CID, or pushed from `source` when set."""
 
-    kind: str | None = Field(
-        default=None,
-        description="A proof kind of the manifest rollout ships (resources/params/kinds.yaml: "
-        "porep-32g, wpost-32g, winning-32g, snap-32g, porep-64g, lab-porep): `files` "
-        "defaults to its files, with their CIDs and digests from filecoin-proofs' "
-        "parameters.json.",
-    )
     files: list[ParamFile] = Field(
         default_factory=list,
-        description="The files the validation's proof type needs; null: the files of `kind`.",
+        description="The files the validation's proof needs; null: the files of "
+        "validate.proof_kind (resources/params/kinds.yaml), with their CIDs and digests from "
+        "filecoin-proofs' parameters.json.",
     )
     gateway: Annotated[str, AfterValidator(_check_gateway)] = Field(
         default="https://proofs.filecoin.io",
@@ -486,29 +479,6 @@ class ParamsSpec(Section):
         description="Name of that PCE file in param_cache.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _files_of_kind(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("files") is not None:
-            return data
-        kind = data.get("kind")
-        if kind in (None, ""):
-            return {**data, "files": [], "kind": None}
-        if not isinstance(kind, str) or kind not in kinds():
-            return {**data, "files": []}  # the kind's own check names it
-        return {**data, "files": [f.as_setting() for f in files_for(kind)]}
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str | None) -> str | None:
-        if value == "":
-            return None
-        if value is not None and value not in kinds():
-            raise ValueError(
-                f"unknown proof kind {value!r}; known: {', '.join(kinds())}"
-            )
-        return value
-
 
 class PreflightSpec(Section):
     """What preflight checks on a host before the old daemon is touched (besides disk
@@ -532,14 +502,14 @@ class PreflightSpec(Section):
     min_budget: Size = Field(
         default="0",
         description="A least memory budget of your own: a smaller budget is refused at "
-        "preflight, naming both numbers. proof_kind gives cuzk's own figure.",
+        "preflight, naming both numbers. validate.proof_kind gives cuzk's own figure.",
     )
-    proof_kind: Literal["porep-32g", "wpost-32g", "winning-32g", "snap-32g", "none"] = Field(
-        default="none",
-        description="The validation proof's kind (cuzk's circuit id): preflight refuses a "
-        "host whose memory budget cannot hold one such proof in cuzk's memory model (its "
-        "SRS + one partition's working set: porep-32g 58 GiB), before anything is stopped. "
-        "none: only min_budget.",
+    c1_miner: bool = Field(
+        default=True,
+        description="Compare the C1's replica id with the one of validate's --miner-id and "
+        "--sector-num (rollout's reading of filecoin-proofs' replica-id derivation). false: "
+        "that comparison alone is off; the C1's sector number and proof kind are still "
+        "checked.",
     )
     adopt: bool = Field(
         default=False,
@@ -577,6 +547,14 @@ class InputSpec(Section):
 class ValidateSpec(Section):
     """The proof that shows a new release works. Success is the output, never the exit code."""
 
+    proof_kind: str | None = Field(
+        default=None,
+        description="The validation proof's kind, and of the work the host does (resources/"
+        "params/kinds.yaml: " + ", ".join(kinds()) + "): params.files defaults to its files, "
+        "preflight refuses a budget that cannot hold one such proof in cuzk's memory model "
+        "(its SRS + one partition: porep-32g 58 GiB) and a C1 of another kind; a cuzk-bench "
+        "command's -t must be its. null: none of these.",
+    )
     command: CommandField = Field(
         default="{{ release_dir }}/cuzk-bench -a http://{{ daemon.listen }} single -t porep "
         "--c1 {{ validate.input.path }}",
@@ -596,6 +574,28 @@ class ValidateSpec(Section):
         "host is rolled back.",
     )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")
+
+    @field_validator("proof_kind")
+    @classmethod
+    def _known_kind(cls, value: str | None) -> str | None:
+        if value == "":
+            return None
+        if value is not None and value not in kinds():
+            raise ValueError(f"unknown proof kind {value!r}; known: {', '.join(kinds())}")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _proves_the_kind(cls, value: CommandField, info: ValidationInfo) -> CommandField:
+        name = info.data.get("proof_kind")
+        asked = bench_type_asked(value)
+        if name is None or asked is None or "{" in asked:
+            return value
+        if asked != kind(name).bench_type:
+            raise ValueError(
+                f"the command proves cuzk-bench -t {asked}, but validate.proof_kind is "
+                f"{name} (-t {kind(name).bench_type}): set one to match the other")
+        return value
 
 
 class Retired(BaseModel):

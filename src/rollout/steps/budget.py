@@ -5,7 +5,7 @@ step and the guard's recipe hand the figure to the host as data (the host never 
 out again). The rule, from the container's cgroup limit (v1 or v2, as the host reports it),
 what the container's other processes hold (a curio sidecar, rollout's supervisor and guard:
 measured by the facts before any stop), and the playbook's daemon.total_budget,
-daemon.safety_margin, preflight.proof_kind and preflight.min_budget:
+daemon.safety_margin, validate.proof_kind and preflight.min_budget:
 
 - total_budget "cgroup": the limit less the safety margin and less what the other
   processes hold (rounded up to NEIGHBOUR_GRAIN, so that a few MiB more or less do not change
@@ -14,9 +14,10 @@ daemon.safety_margin, preflight.proof_kind and preflight.min_budget:
   container's, so it is never used (issue 17).
 - total_budget a size: that size, which must fit in the same room where the host shows a
   limit; where it shows none, the setting is taken as it is, and said so.
-- Either way, a budget below the least one proof of preflight.proof_kind needs (cuzk's
-  memory model: PROOF_KINDS) or below preflight.min_budget is refused before anything is
-  stopped, naming the figures, and so is one under 1 MiB (the config says it in whole MiB).
+- Either way, a budget below the least one proof of validate.proof_kind needs (cuzk's
+  memory model: the kind's figures in resources/params/kinds.yaml) or below
+  preflight.min_budget is refused before anything is stopped, naming the figures, and so is
+  one under 1 MiB (the config says it in whole MiB).
 
 A limit the host reports that is not a positive number of bytes below HUGE_LIMIT (a
 negative or zero figure, a string, a boolean, cgroup v1's "no limit" of about 2**63) counts
@@ -28,13 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rollout.config.params_manifest import kind as proof_kind
 from rollout.host.facts import MemoryFacts
 from rollout.host.scripts.common import HUGE_LIMIT
 from rollout.units import format_size, parse_size
 
 CGROUP = "cgroup"
 MIB = 1 << 20  # the config says the budget in whole MiB
-GIB = 1 << 30
 NEIGHBOUR_GRAIN = 64 * MIB  # what other processes hold, rounded up to this
 
 
@@ -56,53 +57,51 @@ class ProofNeed:
     def bytes(self) -> int:
         return self.srs + self.partition * self.partitions
 
+    @classmethod
+    def of(cls, kind: str | None) -> ProofNeed | None:
+        """The figures of the kind `kind` in the shipped table; None without a kind or
+        where the table has no figure for it."""
+        if kind is None:
+            return None
+        row = proof_kind(kind)
+        if row.srs is None or row.partition is None:
+            return None
+        return cls(srs=row.srs, partition=row.partition, partitions=row.partitions)
+
     def explain(self, kind: str) -> str:
         """What the figure is made of, after 'is below ...'."""
         return (f"the {format_size(self.bytes)} ({self.bytes} bytes) one {kind} proof needs: "
                 f"its SRS {format_size(self.srs)} + {self.partitions} partition x "
-                f"{format_size(self.partition)} (cuzk's memory model; preflight.proof_kind)")
-
-
-# SRS sizes: the .params files' sizes as cuzk's own notes give them (cuzk-memory-manager.md
-# 1.3, which logs porep-32g as 44 GiB), rounded down so that the rule never refuses a host
-# that can prove; exact sizes come with the params manifest (issue 17, another change).
-# Per-partition figures: memory.rs's *_FULL_BYTES constants.
-PROOF_KINDS: dict[str, ProofNeed] = {
-    "porep-32g": ProofNeed(srs=44 * GIB, partition=14 * GIB),
-    "wpost-32g": ProofNeed(srs=57 * GIB, partition=14 * GIB),
-    "winning-32g": ProofNeed(srs=184 * MIB, partition=GIB // 2),
-    "snap-32g": ProofNeed(srs=33 * GIB, partition=9 * GIB),
-}
-NO_PROOF_KIND = "none"
+                f"{format_size(self.partition)} (cuzk's memory model; validate.proof_kind)")
 
 
 @dataclass(frozen=True)
 class BudgetRule:
     """The settings the rule reads (daemon.total_budget, daemon.safety_margin,
-    preflight.proof_kind, preflight.min_budget), as the playbook validated them."""
+    validate.proof_kind, preflight.min_budget), as the playbook validated them."""
 
     total_budget: str
     safety_margin: str
     min_budget: str = "0"
-    proof_kind: str = NO_PROOF_KIND
+    proof_kind: str | None = None
 
     @classmethod
     def of(cls, settings: Any) -> BudgetRule:
-        """From a rendered playbook (min_budget "0" and no proof kind where it has no
-        preflight section)."""
+        """From a rendered playbook (min_budget "0" where it has no preflight section, no
+        proof kind where it has no validate section)."""
         daemon = settings.daemon
         preflight = getattr(settings, "preflight", None)
         minimum = getattr(preflight, "min_budget", None)
-        kind = getattr(preflight, "proof_kind", None)
+        kind = getattr(getattr(settings, "validation", None), "proof_kind", None)
         return cls(str(daemon.total_budget), str(daemon.safety_margin),
                    str(minimum) if minimum is not None else "0",
-                   str(kind) if kind is not None else NO_PROOF_KIND)
+                   str(kind) if kind is not None else None)
 
     def least(self) -> tuple[int, str]:
         """The least budget a host must have, and what that figure is, for 'is below ...'."""
         minimum = parse_size(self.min_budget)
-        need = PROOF_KINDS.get(self.proof_kind)
-        if need is not None and need.bytes >= minimum:
+        need = ProofNeed.of(self.proof_kind)
+        if need is not None and self.proof_kind is not None and need.bytes >= minimum:
             return need.bytes, need.explain(self.proof_kind)
         return minimum, (f"the minimum {format_size(minimum)} ({minimum} bytes) the proof "
                          "needs (preflight.min_budget)")

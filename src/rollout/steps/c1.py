@@ -12,7 +12,10 @@ derives (storage-proofs-porep, generate_replica_id) as sha256(prover_id || secto
 big-endian bytes || ticket || comm_d || porep_id) with the top two bits of its last byte
 cleared; prover_id is the miner id as LEB128, left-aligned in 32 bytes (cuzk's
 make_prover_id); porep_id is the registered proof's number as 8 little-endian bytes, then
-zeros (filecoin-proofs-api, RegisteredSealProof::porep_id, nonce 0).
+zeros (filecoin-proofs-api, RegisteredSealProof::porep_id, nonce 0). Which registered
+proofs a kind's C1s are, with their numbers, is the kinds table's (validate.proof_kind;
+rollout.config.params_manifest); a C1 of another registered proof has its miner id left
+unchecked, or is refused where validate.proof_kind names a kind it is not of.
 """
 
 from __future__ import annotations
@@ -26,18 +29,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from rollout.config.params_manifest import ProofKind, all_registered_proofs
+
 DEFAULT_SECTOR, DEFAULT_MINER = 1, 1000  # cuzk-bench single's defaults
 MAX_C1_BYTES = 512 * 1024**2  # a 32 GiB PoRep C1 is about 51 MB; more is not a C1
-
-REGISTERED_PROOFS = {
-    "StackedDrg2KiBV1": 0, "StackedDrg8MiBV1": 1, "StackedDrg512MiBV1": 2,
-    "StackedDrg32GiBV1": 3, "StackedDrg64GiBV1": 4,
-    "StackedDrg2KiBV1_1": 5, "StackedDrg8MiBV1_1": 6, "StackedDrg512MiBV1_1": 7,
-    "StackedDrg32GiBV1_1": 8, "StackedDrg64GiBV1_1": 9,
-}
-"""filecoin-proofs-api's RegisteredSealProof numbers (the Go abi's too) whose porep_id
-rollout rebuilds; a C1 of any other kind has its miner id left unchecked."""
-
 
 @dataclass(frozen=True)
 class C1Ids:
@@ -48,12 +43,23 @@ class C1Ids:
     # replica_id): what the miner check needs; None: not a C1 whose replica id rollout reads
     why: str = ""  # why the ids could not be read, where they could not
 
-    def replica_matches(self, sector: int, miner: int) -> bool | None:
-        """Whether the C1's replica id is the one of this sector and miner; None: unknown."""
+    @property
+    def proof(self) -> str | None:
+        """The C1's registered proof (its kind in filecoin-proofs' names), where read."""
+        return None if self.replica is None else self.replica[0]
+
+    def replica_matches(self, sector: int, miner: int,
+                        porep_ids: dict[str, int] | None = None) -> bool | None:
+        """Whether the C1's replica id is the one of this sector and miner; None: unknown
+        (no replica id read, or a registered proof not in `porep_ids`, by default every
+        kind's)."""
         if self.replica is None:
             return None
         proof, ticket, comm_d, replica_id = self.replica
-        return replica_id_of(miner, sector, ticket, comm_d, REGISTERED_PROOFS[proof]) == replica_id
+        number = (all_registered_proofs() if porep_ids is None else porep_ids).get(proof)
+        if number is None:
+            return None
+        return replica_id_of(miner, sector, ticket, comm_d, number) == replica_id
 
 
 def prover_id(miner: int) -> bytes:
@@ -100,8 +106,8 @@ def _replica(phase1: Any) -> tuple[tuple[str, bytes, bytes, bytes] | None, str]:
         return None, "Phase1Out is not a JSON object"
     proof = inner.get("registered_proof")
     fields = [_bytes32(inner.get(k)) for k in ("ticket", "comm_d", "replica_id")]
-    if not isinstance(proof, str) or proof not in REGISTERED_PROOFS:
-        return None, f"registered proof {str(proof)[:40]!r}: its porep id is not one rollout knows"
+    if not isinstance(proof, str) or not proof.isidentifier() or len(proof) > 64:
+        return None, f"registered proof {str(proof)[:40]!r} is not a RegisteredSealProof name"
     ticket, comm_d, replica_id = fields
     if ticket is None or comm_d is None or replica_id is None:
         return None, "ticket, comm_d or replica_id is not 32 bytes"
@@ -158,12 +164,25 @@ def _flags(words: list[str], names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def mismatch(ids: C1Ids, asked: Asked) -> str | None:
-    """Why the proof would fail for these ids, or None when nothing says it would."""
+MINER_SWITCH = "preflight.c1_miner"
+
+
+def mismatch(ids: C1Ids, asked: Asked, kind: ProofKind | None = None,
+             check_miner: bool = True) -> str | None:
+    """Why the proof would fail for these ids, or None when nothing says it would. `kind`:
+    validate.proof_kind's row (None: no kind set, any kind's C1); check_miner false: the
+    replica id is not compared (preflight.c1_miner)."""
     if ids.sector is not None and ids.sector != asked.sector:
         return (f"it is the C1 of sector {ids.sector}, but the validation command asks for "
                 f"sector {asked.sector} (--sector-num)")
-    if ids.replica_matches(asked.sector, asked.miner) is False:
+    if kind is not None and ids.proof is not None and ids.proof not in kind.registered_proofs:
+        known = ", ".join(kind.registered_proofs) or "none: its input is no C1"
+        return (f"it is a {ids.proof} C1, but validate.proof_kind is {kind.name} "
+                f"(its C1s: {known})")
+    porep_ids = None if kind is None else kind.registered_proofs
+    if check_miner and ids.replica_matches(asked.sector, asked.miner, porep_ids) is False:
         return (f"its replica id is not that of miner {asked.miner} and sector "
-                f"{asked.sector} (--miner-id, --sector-num): it was made for another miner")
+                f"{asked.sector} (--miner-id, --sector-num): it was made for another miner "
+                f"(rollout's reading of filecoin-proofs' replica id; {MINER_SWITCH}: false "
+                "turns this comparison off)")
     return None

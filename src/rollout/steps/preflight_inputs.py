@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rollout.config.params_manifest import ProofKind
+from rollout.config.params_manifest import kind as proof_kind
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.steps import c1
@@ -178,17 +180,28 @@ def check_c1_ids(ctx: HostContext, facts: HostFacts | None, notes: list[str]) ->
         notes.append("the validation command is not cuzk-bench single: C1 ids not compared")
         return []
     ids, where = c1_ids(ctx)
-    problem = c1.mismatch(ids, asked)
+    name = ctx.settings.validation.proof_kind
+    kind = proof_kind(name) if name is not None else None
+    check_miner = ctx.settings.preflight.c1_miner
+    problem = c1.mismatch(ids, asked, kind, check_miner)
     if problem:
         return [f"validation input {where}: {problem}; the proof would fail after the stop "
                 "(c1_sector_num and c1_miner_id in the default playbook)"]
-    if ids.sector is None:
-        notes.append(f"C1 ids not checked ({ids.why})")
-    elif ids.replica is None:
-        notes.append(f"C1 is sector {ids.sector}; miner not checked ({ids.why})")
-    else:
-        notes.append(f"C1 made for miner {asked.miner}, sector {asked.sector}")
+    notes.append(_c1_note(ids, asked, kind, check_miner))
     return []
+
+
+def _c1_note(ids: c1.C1Ids, asked: c1.Asked, kind: ProofKind | None, check_miner: bool) -> str:
+    if ids.sector is None:
+        return f"C1 ids not checked ({ids.why})"
+    if not check_miner:
+        return f"C1 is sector {ids.sector}; miner not compared ({c1.MINER_SWITCH} false)"
+    matches = ids.replica_matches(asked.sector, asked.miner,
+                                  None if kind is None else kind.registered_proofs)
+    if matches is None:
+        why = ids.why or f"registered proof {ids.proof} has no porep id in the kinds table"
+        return f"C1 is sector {ids.sector}; miner not checked ({why})"
+    return f"C1 made for miner {asked.miner}, sector {asked.sector}"
 
 
 def leftover_pce_tmp(ctx: HostContext) -> str | None:
