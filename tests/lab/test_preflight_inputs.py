@@ -58,6 +58,37 @@ def test_a_wrong_c1_sector_or_miner_is_refused_before_the_stop(
     assert assert_serving(HOST) == "inputs-base"
 
 
+def test_a_command_that_proves_another_kind_is_refused_at_load(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """validate.proof_kind is the validation's kind; a cuzk-bench -t of another is a
+    playbook error (exit 2, file:line: key), before any host is touched."""
+    pid = daemon_pid(HOST)
+    run = deploy(tmp_path, fleet, "other-kind", "--set", "proof_kind=wpost-32g")
+    assert run.code == 2, run.stderr[-3000:]
+    assert "lab.yaml:" in run.stderr and ": validate.command: the command proves cuzk-bench " \
+        "-t porep, but validate.proof_kind is wpost-32g (-t wpost)" in run.stderr, run.stderr
+    assert daemon_pid(HOST) == pid
+
+
+def test_the_miner_comparison_turned_off_lets_the_proof_decide(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """preflight.c1_miner false (the lab playbook's var c1_miner): the wrong miner passes
+    preflight, noted; the stand-in's proof, checked against the request as cuzk's is, then
+    fails the validation and the host goes back to the release it had."""
+    run = deploy(tmp_path, fleet, "miner-off", "--set", "c1_miner=false",
+                 "--set", "c1_miner_id=1001")
+    assert run.code == 1, run.stderr[-3000:]
+    steps = run.steps(HOST)
+    assert steps["preflight"]["status"] != "failed", steps["preflight"]
+    notes = " ".join(str(e.get("data")) + str(e.get("reason")) for e in run.events
+                     if e.get("host") == HOST)
+    assert "miner not compared (preflight.c1_miner false)" in notes
+    assert steps["validate"]["status"] == "failed", steps["validate"]
+    assert assert_serving(HOST) == "inputs-base"
+
+
 def test_the_pce_rewrite_needs_its_room_though_the_file_exists(
     fleet: LabFleet, tmp_path: Path
 ) -> None:
