@@ -97,6 +97,11 @@ def test_a_command_that_proves_another_kind_is_refused_at_load(path: Path) -> No
     ("/r/cuzk-bench -a http://h:1 single -t porep --c1 /c1.json", "porep"),
     (["/r/cuzk-bench", "single", "-twpost"], "wpost"),
     ("cuzk-bench single -t=snap", "snap"),
+    ("cuzk-bench single -t porep-c2", "porep"),  # cuzk-bench's other names for a type
+    ("cuzk-bench single --type Window-PoST", "wpost"),
+    ("cuzk-bench single --type=winningpost", "winning"),
+    ("cuzk-bench single -t update", "snap"),
+    ("cuzk-bench single -t sealing", "sealing"),  # unknown: as written, the check names it
     ("cuzk-bench single --c1 /c1.json", None),  # names no -t
     ("cuzk-bench status -t porep", None),  # not single
     ("my-check -t porep", None),  # not cuzk-bench: the user's own script

@@ -88,10 +88,21 @@ def all_registered_proofs() -> dict[str, int]:
     return out
 
 
+# cuzk-bench's own names for each proof type, as it reads `-t`/`--type` (case-insensitive):
+# curio extern/cuzk/cuzk-bench/src/main.rs, proof_kind_from_str.
+BENCH_TYPE_NAMES = {
+    "porep": "porep", "porep-c2": "porep", "seal-commit": "porep",
+    "snap": "snap", "snap-deals": "snap", "update": "snap",
+    "wpost": "wpost", "window-post": "wpost", "windowpost": "wpost",
+    "winning": "winning", "winning-post": "winning", "winningpost": "winning",
+}
+
+
 def bench_type_asked(command: str | list[str]) -> str | None:
-    """The `-t` value of a `cuzk-bench ... single` command (`-t X`, `-tX`, `-t=X`); None:
-    not such a command, or one that names no -t. A command line that is no valid shell is
-    left to the loader's own check of it."""
+    """The proof type a `cuzk-bench ... single` command asks for (`-t X`, `-tX`, `-t=X`,
+    `--type X`, `--type=X`), as cuzk-bench's own name for it (`porep-c2` is `porep`); an
+    unknown name is returned as written. None: not such a command, or one that names no
+    type. A command line that is no valid shell is left to the loader's own check of it."""
     try:
         words = shlex.split(command) if isinstance(command, str) else list(command)
     except ValueError:
@@ -99,11 +110,19 @@ def bench_type_asked(command: str | list[str]) -> str | None:
     starts = [i for i, w in enumerate(words) if PurePosixPath(w).name == "cuzk-bench"]
     if not starts or "single" not in words[starts[0]:]:
         return None
-    args = words[starts[0]:]
+    written = _type_option(words[starts[0]:])
+    if written is None:
+        return None
+    return BENCH_TYPE_NAMES.get(written.lower(), written)
+
+
+def _type_option(args: list[str]) -> str | None:
     for i, word in enumerate(args):
-        if word == "-t" and i + 1 < len(args):
+        if word in ("-t", "--type") and i + 1 < len(args):
             return args[i + 1]
-        if word.startswith("-t") and len(word) > 2:
+        if word.startswith("--type="):
+            return word.removeprefix("--type=")
+        if word.startswith("-t") and not word.startswith("--") and len(word) > 2:
             return word[2:].removeprefix("=")
     return None
 
