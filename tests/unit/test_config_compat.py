@@ -174,7 +174,7 @@ def test_a_vars_file_gives_typed_values(tmp_path: Path) -> None:
         ("a: 1\nbad name: 2\n", 2, "not an identifier"),
         ("a: 1\nhost: 2\n", 2, "reserved"),
         ("a: 1\nb: " + "[" * 40 + "]" * 40 + "\n", 2, "nested deeper"),
-        ("a: 1\nb: " + "[" * DEEPER + "]" * DEEPER + "\n", None, "nested too deeply"),
+        ("a: 1\nb: " + "[" * DEEPER + "]" * DEEPER + "\n", 2, "nested deeper than 32"),
         ("a: &x [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
             f"{n}: &{n}x [{', '.join([f'*{p}x' if p != 'a' else '*x'] * 10)}]\n"
             for p, n in zip("abcdef", "bcdefg", strict=True)), 5, "more than"),

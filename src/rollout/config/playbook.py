@@ -38,6 +38,7 @@ from .playbook_model import Playbook as Playbook  # re-exported: the playbook lo
 from .render import render_tree, resolve_vars
 from .retired import retire_keys
 from .steps import PARAMS, step_order_problem
+from .yamldepth import MAX_VALUE_DEPTH
 from .yamlfile import (
     KeyPath,
     YamlDoc,
@@ -165,8 +166,6 @@ def apply_settings(data: dict[str, Any], settings: Mapping[str, Any]) -> None:
         node[last] = value
 
 
-MAX_VALUE_DEPTH = 32
-"""How deeply a --set value or a vars file may nest lists and mappings."""
 MAX_VALUE_NODES = 100_000
 """How many values (at any depth) a --set value or a vars file may hold."""
 

@@ -18,6 +18,8 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from rollout.errors import ConfigError, Location
 
+from .yamldepth import MAX_VALUE_DEPTH, too_deep
+
 KeyPath = tuple[str | int, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -61,6 +63,10 @@ def load_yaml(path: Path | str, what: str, quotes: bool = False) -> YamlDoc:
         raise ConfigError(f"{what} file not found", Location(str(file))) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} file: {exc}", Location(str(file))) from None
+    deep = too_deep(text)  # before ruamel, whose scanner spends seconds on such a file
+    if deep is not None:
+        raise ConfigError(f"invalid YAML: nested deeper than {MAX_VALUE_DEPTH} levels",
+                          Location(str(file), deep))
     try:
         yaml = YAML(typ="rt")
         yaml.preserve_quotes = quotes
