@@ -1,0 +1,54 @@
+"""host/reports.py: a host action's report is hostile data; wrong types are "unknown", None
+or empty, never a crash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rollout.host.reports import (
+    PointReport,
+    ProveReport,
+    ReadyReport,
+    Report,
+    StartReport,
+    StopReport,
+)
+
+HOSTILE: list[Any] = [
+    None, "$(reboot)", [1, 2], 7, True,
+    {"outcome": ["stopped"], "reason": {"x": 1}, "pid": "42", "starttime": True,
+     "escalated": "yes", "respawned": ["1", 2, None, False], "pidline": 5, "answer": None,
+     "owners": "all", "exit": "0", "elapsed": "fast", "recorded": "true",
+     "status_after": [], "previous": 3},
+]
+
+
+@pytest.mark.parametrize("doc", HOSTILE)
+def test_hostile_reports_parse_to_unknown_not_a_crash(doc: Any) -> None:
+    stop = StopReport.parse(doc)
+    assert stop.outcome == "unknown" and stop.pid is None and stop.starttime is None
+    assert stop.escalated is False and set(stop.respawned) <= {2}
+    start = StartReport.parse(doc)
+    assert start.outcome == "unknown" and start.pid is None and start.pidline == ""
+    ready = ReadyReport.parse(doc)
+    assert ready.outcome == "unknown" and ready.owners is None and ready.answer == ""
+    proof = ProveReport.parse(doc)
+    assert proof.exit == 1 and proof.elapsed == 0.0 and proof.recorded is False
+    assert proof.status_after is None
+    point = PointReport.parse(doc)
+    assert point.outcome == "unknown" and point.previous is None
+    assert Report.parse(doc).outcome == "unknown"
+
+
+def test_a_good_report_keeps_its_figures_and_its_raw_data() -> None:
+    doc = {"outcome": "stopped", "reason": "daemon 42 stopped (SIGTERM)", "pid": 42,
+           "starttime": 7, "signal": "SIGTERM", "escalated": True, "state": "gone"}
+    stop = StopReport.parse(doc)
+    assert (stop.outcome, stop.pid, stop.starttime, stop.escalated) == ("stopped", 42, 7, True)
+    assert stop.raw == doc
+    proof = ProveReport.parse({"exit": 124, "elapsed": 3, "stdout": "x", "recorded": True,
+                               "status_after": {"counters": {}}})
+    assert (proof.exit, proof.elapsed, proof.recorded) == (124, 3.0, True)
+    assert proof.status_after == {"counters": {}}
