@@ -6,7 +6,8 @@ lab-3 arrive with one byte flipped. Unset, nothing here does anything.
 
 Park points hold a run at a known place so that a test can act there, waiting on an event
 rather than on time: "park-after-locks@controller" stops the run once it holds every
-host's lock, until the file $ROLLOUT_PARK_DIR/park-after-locks.go exists.
+host's lock, until the file $ROLLOUT_PARK_DIR/park-after-locks.go exists; a host's park
+point, "park-before-drain@lab-3", holds that host alone before its step runs.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def hit(name: str, host: str) -> bool:
 PARK_LIMIT = 900.0  # seconds: a forgotten park never holds a run forever
 
 
-def park(name: str, announce: Callable[[str, str], None]) -> None:
-    """When `name@controller` is armed: announce(name, go file), then wait for that file."""
-    if not hit(name, "controller"):
+def park(name: str, announce: Callable[[str, str], None], where: str = "controller") -> None:
+    """When `name@where` is armed: announce(name, go file), then wait for that file."""
+    if not hit(name, where):
         return
     go = Path(os.environ.get("ROLLOUT_PARK_DIR", ".")) / f"{name}.go"
     announce(name, str(go))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +21,7 @@ from .rollout_helpers import (
     run_cli,
     serving_version,
     sh,
+    start_cli,
 )
 
 pytestmark = pytest.mark.lab
@@ -173,18 +177,43 @@ def test_single_step_commands(fleet: LabFleet, work: Path) -> None:
 
 
 def test_hosts_of_a_batch_roll_at_their_own_pace(fleet: LabFleet, work: Path) -> None:
-    slow = "lab_knobs: {pool_mib: 160, load_secs: 0.3, drain_mib_per_sec: 16, prove_secs: 0.1}"
-    inventory = inventory_with(work, fleet.fleet_path, "lab-3", slow)
-    one_batch = ("--set", "serial=[3]")  # host vars win over playbook vars, --set over both
-    first = run_cli(
-        work, "rollout", "--hosts", str(inventory), "--set", "version=pace-1", *one_batch
-    )
-    assert first.code == 0, first.stderr[-3000:]
-    run = run_cli(work, "rollout", "--hosts", str(inventory), "--set", "version=pace-2", *one_batch)
-    assert run.code == 0, run.stderr[-3000:]
-    slow_drain_end = run.steps("lab-3")["drain"]["time"]
-    assert run.steps("lab-1")["validate"]["time"] < slow_drain_end
-    assert run.steps("lab-2")["validate"]["time"] < slow_drain_end
+    """lab-3 is held before its drain (a park point) until lab-1 and lab-2 of the same
+    batch have validated: were a batch's hosts to wait for each other, they never would,
+    and the bounded wait fails naming what it waited for. No timing decides anything."""
+    park = work / "park-pace"
+    park.mkdir()
+    go = park / "park-before-drain.go"
+    env = {"ROLLOUT_FAILPOINTS": "park-before-drain@lab-3", "ROLLOUT_PARK_DIR": str(park)}
+    run = start_cli(work, *rollout_args(fleet.fleet_path, "pace"), "--set",
+                    f"lab_knobs={FAST_KNOBS}", "--set", "serial=[3]", env=env)
+    try:
+        run.wait_for(lambda e: e["kind"] == "parked" and e["host"] == "lab-3", timeout=300)
+        validated = wait_until(lambda: _validated(run.events()) >= {"lab-1", "lab-2"}, 300)
+        assert validated, (
+            "lab-1 and lab-2 did not validate while lab-3 was parked before its drain: "
+            f"the hosts of a batch waited for each other (validated: {_validated(run.events())})"
+        )
+        assert "lab-3" not in _validated(run.events())
+    finally:
+        go.touch()
+    done = run.finish()
+    assert done.code == 0, done.stderr[-3000:]
+    assert done.steps("lab-3")["validate"]["status"] == "ok"
+
+
+def _validated(events: list[dict[str, Any]]) -> set[str]:
+    return {e["host"] for e in events if e["kind"] == "step_end" and e["step"] == "validate"
+            and e["status"] == "ok"}
+
+
+def wait_until(check: Callable[[], bool], timeout: float) -> bool:
+    """Poll `check` until it holds; `timeout` only bounds a wait that would never end."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
 
 
 def test_rollback_on_abort_all_reverts_validated_hosts(fleet: LabFleet, work: Path) -> None:

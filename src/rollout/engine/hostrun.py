@@ -100,6 +100,7 @@ class HostRun:
             state = ctx.state
             state.phase = phase_at_start(state.phase, step.kind, step.decision)
             arming.follow(plan, state.phase)  # armed before the host leaves untouched
+            park(self.bus, f"park-before-{step.kind}", ctx.name)
             result = self.steps.run(ctx, step.spec, partial(apply, ctx, step.kind, step.decision))
             steps[step.spec.name] = result.status.value
             if arming.lost:

@@ -52,11 +52,12 @@ def host_end(bus: EventBus, outcome: HostOutcome, cause: str | None = None) -> H
     return outcome
 
 
-def park(bus: EventBus, failpoint: str) -> None:
-    """Stop at `failpoint` when a test set it (rollout.failpoints), saying so first."""
+def park(bus: EventBus, failpoint: str, host: str | None = None) -> None:
+    """Stop at `failpoint` when a test set it (rollout.failpoints), saying so first; with
+    `host`, the point is that host's (`park-before-drain@lab-3`) and holds it alone."""
 
     def parked(name: str, go: str) -> None:
-        bus.emit("parked", reason=f"failpoint {name}: parked until {go} exists",
+        bus.emit("parked", host=host, reason=f"failpoint {name}: parked until {go} exists",
                  data={"failpoint": name, "go": go})
 
-    failpoints.park(failpoint, parked)
+    failpoints.park(failpoint, parked, host or "controller")
