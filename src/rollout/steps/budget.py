@@ -27,9 +27,8 @@ as no visible limit.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
-
 from rollout.config.params_manifest import kind as proof_kind
+from rollout.config.playbook import Playbook
 from rollout.host.facts import MemoryFacts
 from rollout.host.scripts.common import HUGE_LIMIT
 from rollout.units import format_size, parse_size
@@ -86,16 +85,11 @@ class BudgetRule:
     proof_kind: str | None = None
 
     @classmethod
-    def of(cls, settings: Any) -> BudgetRule:
-        """From a rendered playbook (min_budget "0" where it has no preflight section, no
-        proof kind where it has no validate section)."""
+    def of(cls, settings: Playbook) -> BudgetRule:
+        """From a rendered playbook (its preflight and validate sections have defaults)."""
         daemon = settings.daemon
-        preflight = getattr(settings, "preflight", None)
-        minimum = getattr(preflight, "min_budget", None)
-        kind = getattr(getattr(settings, "validation", None), "proof_kind", None)
         return cls(str(daemon.total_budget), str(daemon.safety_margin),
-                   str(minimum) if minimum is not None else "0",
-                   str(kind) if kind is not None else None)
+                   str(settings.preflight.min_budget), settings.validation.proof_kind)
 
     def least(self) -> tuple[int, str]:
         """The least budget a host must have, and what that figure is, for 'is below ...'."""
