@@ -27,6 +27,7 @@ as no visible limit.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 from rollout.config.params_manifest import kind as proof_kind
 from rollout.config.playbook import Playbook
 from rollout.host.facts import MemoryFacts
