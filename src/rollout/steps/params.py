@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from rollout.config.sections import ParamFile
 from rollout.errors import StepFailed
+from rollout.jsontypes import JSON, JSONObject
 from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.steps.base import HostContext
 from rollout.steps.params_push import digest_arg, push_missing
@@ -67,7 +67,7 @@ class Problem:
         return f"{self.name} ({self.found} bytes, expected {want})"
 
 
-def _probe(ctx: HostContext) -> dict[str, Any]:
+def _probe(ctx: HostContext) -> JSONObject:
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
     arg = {"cache": cache, "pce": spec.pce_file, "names": [f.name for f in spec.files],
            "reuse": list(spec.reuse)}
@@ -79,9 +79,9 @@ def _probe(ctx: HostContext) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def _missing(ctx: HostContext, facts: dict[str, Any]) -> list[ParamFile]:
+def _missing(ctx: HostContext, facts: JSONObject) -> list[ParamFile]:
     """The files neither in param_cache nor in a reuse folder: to download or push."""
-    sizes, reuse = facts.get("sizes") or {}, facts.get("reuse") or {}
+    sizes, reuse = _object(facts.get("sizes")), _object(facts.get("reuse"))
     return [f for f in ctx.settings.params.files
             if sizes.get(f.name) is None and not reuse.get(f.name)]
 
@@ -103,7 +103,12 @@ def check_params(ctx: HostContext) -> str:
     error = report.get("error")
     if error:
         raise _failure(ctx, facts, missing, error)
-    return _summary(ctx, report.get("files") or {}, facts.get("partial") or {}, pushed)
+    return _summary(ctx, _object(report.get("files")), _object(facts.get("partial")), pushed)
+
+
+def _object(value: JSON) -> JSONObject:
+    """A part of a host's answer that should be a JSON object: {} when it is anything else."""
+    return value if isinstance(value, dict) else {}
 
 
 def _fetch_args(ctx: HostContext, pushed: dict[str, str]) -> list[str]:
@@ -123,7 +128,7 @@ def _fetch_args(ctx: HostContext, pushed: dict[str, str]) -> list[str]:
     return args
 
 
-def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[str, Any]:
+def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> JSONObject:
     """Run fetch.py on the host, its progress lines as `progress` events; its report."""
     command, stdin = fetch_command(args)
     stream = ctx.transport.open_stream(command, stdin) if missing else None
@@ -134,7 +139,7 @@ def _fetch(ctx: HostContext, args: list[str], missing: list[ParamFile]) -> dict[
     tracker = tracker_for(ctx.emit, "preflight", "params", sum(sizes.values()))
     done: dict[str, int] = {}
 
-    def on_line(line: str) -> dict[str, Any] | None:
+    def on_line(line: str) -> JSONObject | None:
         learnt = _total(line, {n for n, size in sizes.items() if not size})
         if learnt is not None:  # a size the manifest lacks, from the gateway
             sizes[learnt[0]] = learnt[1]
@@ -173,8 +178,8 @@ def _total(line: str, names: set[str]) -> tuple[str, int] | None:
     return str(body["file"]), size
 
 
-def _failure(ctx: HostContext, facts: dict[str, Any], missing: list[ParamFile],
-             error: Any) -> StepFailed:
+def _failure(ctx: HostContext, facts: JSONObject, missing: list[ParamFile],
+             error: JSON) -> StepFailed:
     cache = ctx.settings.daemon.param_cache
     error = error if isinstance(error, dict) else {}
     kind, message = str(error.get("kind")), str(error.get("message"))[:600]
@@ -190,7 +195,7 @@ def _failure(ctx: HostContext, facts: dict[str, Any], missing: list[ParamFile],
                       retryable=kind not in ("missing",))
 
 
-def _summary(ctx: HostContext, files: dict[str, Any], partial: dict[str, Any],
+def _summary(ctx: HostContext, files: JSONObject, partial: JSONObject,
              pushed: dict[str, str]) -> str:
     cache = ctx.settings.daemon.param_cache
     notes = [_note(name, f if isinstance(f, dict) else {}, partial.get(name), pushed)
@@ -198,7 +203,7 @@ def _summary(ctx: HostContext, files: dict[str, Any], partial: dict[str, Any],
     return f"params in {cache}: {'; '.join(notes) or 'none'}"
 
 
-def _note(name: str, f: dict[str, Any], partial: Any, pushed: dict[str, str]) -> str:
+def _note(name: str, f: JSONObject, partial: JSON, pushed: dict[str, str]) -> str:
     outcome, path = str(f.get("outcome")), str(f.get("path"))
     if outcome == "present":
         return f"{name} present, verified"
@@ -211,7 +216,7 @@ def _note(name: str, f: dict[str, Any], partial: Any, pushed: dict[str, str]) ->
     return f"{name} downloaded ({f.get('received')} bytes{resumed}), verified"
 
 
-def _check_room(ctx: HostContext, facts: dict[str, Any], staged: int) -> None:
+def _check_room(ctx: HostContext, facts: JSONObject, staged: int) -> None:
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
     pce = 0 if facts.get("pce") else parse_size(spec.pce_bytes)
     free = facts.get("free")
