@@ -27,9 +27,10 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TypeGuard
 
 from rollout.config.params_manifest import ProofKind, all_registered_proofs
+from rollout.jsontypes import JSON
 
 DEFAULT_SECTOR, DEFAULT_MINER = 1, 1000  # cuzk-bench single's defaults
 MAX_C1_BYTES = 512 * 1024**2  # a 32 GiB PoRep C1 is about 51 MB; more is not a C1
@@ -95,7 +96,7 @@ def read_ids(data: bytes) -> C1Ids:
     return C1Ids(sector, *_replica(doc.get("Phase1Out")))
 
 
-def _replica(phase1: Any) -> tuple[tuple[str, bytes, bytes, bytes] | None, str]:
+def _replica(phase1: JSON) -> tuple[tuple[str, bytes, bytes, bytes] | None, str]:
     if not isinstance(phase1, str):
         return None, "no Phase1Out"
     try:
@@ -114,11 +115,11 @@ def _replica(phase1: Any) -> tuple[tuple[str, bytes, bytes, bytes] | None, str]:
     return (proof, ticket, comm_d, replica_id), ""
 
 
-def _is_u64(value: Any) -> bool:
+def _is_u64(value: JSON) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
 
 
-def _bytes32(value: Any) -> bytes | None:
+def _bytes32(value: JSON) -> bytes | None:
     if isinstance(value, list) and len(value) == 32 and all(
             isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in value):
         return bytes(value)
