@@ -14,6 +14,7 @@ import pytest
 
 from rollout import lab
 from rollout.lab.c1 import c1_json
+from rollout.lab.fleet import wait_for_ssh
 
 from .conftest import LISTEN, LOG, PARAMS, ZK, LabFleet, Standin
 from .rollout_helpers import FAST_KNOBS, assert_serving, run_cli
@@ -197,7 +198,8 @@ def test_the_pool_is_released_when_every_process_is_sigkilled(standin: Standin) 
     standin.sh(KILL_EVERYTHING)  # the daemon, its keeper, sshd: all of them at once
     wait_until(lambda: not any(f.startswith("lab-srs-pool.") for f in standin.pool_files()),
                timeout=5)
-    lab.exec_on(standin.host, "true")  # the host lives on (lab-init, sshd restarted)
+    port = next(h["port"] for h in lab.status() if h["name"] == standin.host)
+    wait_for_ssh(port)  # the host lives on: lab-init started sshd again
 
 
 def test_a_never_release_leak_survives_every_process_killed(standin: Standin) -> None:
@@ -270,6 +272,7 @@ def test_after_every_process_is_sigkilled_heal_then_a_rollout_succeed(
     wait_until(lambda: lab.exec_on(host, "pgrep -x cuzk-daemon; pgrep -f '[s]upervisor.py'")[0]
                == 1)
     wait_until(lambda: "lab-srs-pool." not in lab.exec_on(host, "ls /dev/shm")[1])
+    wait_for_ssh(lab_fleet.hosts[1].port)  # lab-init starts sshd again, as a provider's init
     healed = run_cli(tmp_path, "heal", *hosts)
     assert healed.code == 0, healed.stdout + healed.stderr
     assert assert_serving(host) == "killed-1"
