@@ -171,6 +171,30 @@ class FakeHost(Transport):
         report: dict[str, Any] = json.loads(out)
         return report
 
+    def _op_prune(self, root: str, releases: list[str], keep: Any = None) -> dict[str, Any]:
+        if "prune" in self.faults and self.current == self.bad_release:
+            return {"outcome": "failed", "reason": "could not remove: Read-only file system"}
+        removed = [r for r in releases if r != self.current and self.releases.pop(r, None)]
+        return {"outcome": "pruned" if removed else "none", "reason": "pruned",
+                "removed": removed}
+
+    def _op_remove_partial(self, root: str, name: str) -> dict[str, Any]:
+        return {"outcome": "removed", "reason": f"removed {name}"}
+
+    def _op_pointed(self, root: str) -> dict[str, Any]:
+        return {"outcome": "pointed" if self.current else "none", "reason": "read",
+                "current": self.current, "previous": self.previous}
+
+    def _op_log_tail(self, root: str, lines: int = 20) -> dict[str, Any]:
+        return {"outcome": "read", "reason": "read", "text": "daemon log\n"}
+
+    def _op_make_folder(self, path: str) -> dict[str, Any]:
+        return {"outcome": "kept", "reason": f"{path} already there"}
+
+    def _op_forget_validated(self, root: str) -> dict[str, Any]:
+        was, self.validated = self.validated, None
+        return {"outcome": "removed" if was else "none", "reason": "evidence removed"}
+
     def put(self, local_path: str, remote_path: str, resume: bool = False,
             progress: Any = None) -> None:
         self.sent.append(f"put {remote_path}")
@@ -343,7 +367,6 @@ class FakeHost(Transport):
         return f"id-{digest}" if digest else None
 
     def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
-        words = command.split()
         staging = self._staging(command)
         if staging is not None:
             return staging
@@ -365,8 +388,6 @@ class FakeHost(Transport):
             return self._script(f"python3 - {script}", stdin)
         if command.startswith("readlink -f -- "):
             return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
-        if command.startswith("readlink -- "):
-            return (0, f"releases/{self.current}\n") if self.current else (1, "")
         if m := re.match(r"cd (\S+) 2>/dev/null && sha256sum", command):
             return 0, self._sums(shlex.split(m.group(1))[0])
         if command.startswith("sha256sum -- "):
@@ -390,8 +411,6 @@ class FakeHost(Transport):
         if command.startswith("printf %s ") and "previous_release" in command:
             self.previous = shlex.split(command)[2]
             return 0, ""
-        if command.startswith("cat -- ") and "previous_release" in command:
-            return (0, self.previous) if self.previous else (1, "")
         if command.endswith("/hold") and "touch --" in command:
             self.held = True
             return 0, ""
@@ -425,12 +444,6 @@ class FakeHost(Transport):
             return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
         if m := re.match(r"mv -T -- (\S+) (\S+)$", command):
             self.files[m.group(2)] = self.files.pop(m.group(1), "")
-            return 0, ""
-        if command.startswith("rm -rf -- ") and f"{RELEASES}/" in command and ".partial" not in command:  # noqa: E501
-            if "prune" in self.faults and self.current == self.bad_release:
-                return 1, "rm: cannot remove: Read-only file system"
-            for path in words[2:]:
-                self.releases.pop(shlex.split(path)[0].rsplit("/", 1)[-1], None)
             return 0, ""
         return 0, ""
 

@@ -284,3 +284,80 @@ def test_the_agent_refuses_a_call_whose_arguments_are_not_an_object(root: Path) 
     assert json.loads(answers[2]["stdout"])["outcome"] == "bad-call"
     assert json.loads(answers[3]["stdout"])["outcome"] == "bad-call"
     assert not (root / "rollout" / "hold").exists()
+
+
+# ---------------------------------------------------------------- reads and tidying (issue 16)
+
+
+def test_pointed_reads_current_and_previous_as_hostile_text(root: Path) -> None:
+    assert call("pointed", root=str(root)) == {"outcome": "none", "reason": "current: none",
+                                               "current": None, "previous": None}
+    (root / "current").symlink_to(f"releases/{RELEASE}")
+    (root / "rollout" / "previous_release").write_text("0123456789ab\n")
+    out = call("pointed", root=str(root))
+    assert (out["outcome"], out["current"], out["previous"]) == ("pointed", RELEASE,
+                                                                 "0123456789ab")
+    (root / "rollout" / "previous_release").write_text("$(reboot); ../../etc")
+    assert call("pointed", root=str(root))["previous"] is None
+
+
+def test_pointed_never_reads_previous_through_a_link(root: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789ab")
+    (root / "rollout" / "previous_release").symlink_to(secret)
+    assert call("pointed", root=str(root))["previous"] is None
+
+
+def test_log_tail_keeps_the_last_lines_and_refuses_a_link(root: Path, tmp_path: Path) -> None:
+    log = root / "rollout" / "daemon.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    out = call("log_tail", root=str(root), lines=3)
+    assert out["outcome"] == "read" and out["text"] == "line 97\nline 98\nline 99\n"
+    log.unlink()
+    assert call("log_tail", root=str(root))["outcome"] == "none"
+    secret = tmp_path / "secret"
+    secret.write_text("password\n")
+    log.symlink_to(secret)
+    out = call("log_tail", root=str(root))
+    assert out["outcome"] == "none" and "password" not in json.dumps(out)
+
+
+def test_make_folder_makes_parents_once_and_refuses_a_link(root: Path, tmp_path: Path) -> None:
+    where = root / "inputs" / "c1"
+    assert call("make_folder", path=str(where))["outcome"] == "made" and where.is_dir()
+    assert call("make_folder", path=str(where))["outcome"] == "kept"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "planted").symlink_to(elsewhere)
+    out = call("make_folder", path=str(root / "planted" / "x"))
+    assert out["outcome"] == "refused" and not (elsewhere / "x").exists()
+
+
+def test_forget_validated_removes_a_link_never_its_target(root: Path, tmp_path: Path) -> None:
+    evidence = root / "rollout" / "validated.json"
+    assert call("forget_validated", root=str(root))["outcome"] == "none"
+    evidence.write_text("{}")
+    assert call("forget_validated", root=str(root))["outcome"] == "removed"
+    assert not evidence.exists()
+    precious = tmp_path / "precious"
+    precious.write_text("x")
+    evidence.symlink_to(precious)
+    assert call("forget_validated", root=str(root))["outcome"] == "removed"
+    assert not evidence.is_symlink() and precious.read_text() == "x"
+
+
+def test_remove_partial_only_removes_an_upload_folder(root: Path, tmp_path: Path) -> None:
+    partial = root / "releases" / ".partial-abc-1234"
+    (partial / "sub").mkdir(parents=True)
+    assert call("remove_partial", root=str(root), name=partial.name)["outcome"] == "removed"
+    assert not partial.exists()
+    assert call("remove_partial", root=str(root), name=partial.name)["outcome"] == "none"
+    for hostile in (RELEASE, "../..", ".partial-/../..", ".partial-"):
+        assert call("remove_partial", root=str(root), name=hostile)["outcome"] == "refused"
+    assert (root / "releases" / RELEASE).is_dir()
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("x")
+    partial.symlink_to(precious)
+    assert call("remove_partial", root=str(root), name=partial.name)["outcome"] == "removed"
+    assert (precious / "keep").exists()

@@ -215,3 +215,37 @@ class CommandReport:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300], _int(doc, "exit"),
                    _str(doc, "output")[-2000:], doc)
+
+
+@dataclass(frozen=True)
+class PointedReport:
+    """ops.pointed: the release current points at and the one recorded before it (each
+    as the host said: check it is a release id before using it)."""
+
+    outcome: str
+    reason: str
+    current: str | None
+    previous: str | None
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> PointedReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
+                   _str(doc, "current") or None, _str(doc, "previous") or None, doc)
+
+
+@dataclass(frozen=True)
+class TextReport:
+    """ops.log_tail: the outcome word and the text it read (at most 64 KiB kept)."""
+
+    outcome: str
+    reason: str
+    text: str
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> TextReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
+                   _str(doc, "text")[-65536:], doc)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from rollout.errors import StepFailed
-from rollout.host.layout import is_release_id, q
-from rollout.host.reports import PointReport
+from rollout.host.layout import is_release_id
+from rollout.host.reports import PointedReport, PointReport
 from rollout.steps.base import HostContext
 
 
+def _pointed(ctx: HostContext) -> PointedReport:
+    return PointedReport.parse(ctx.call("pointed", root=ctx.layout.root))
+
+
 def current_release(ctx: HostContext) -> str | None:
-    r = ctx.sh(f"readlink -- {q(ctx.layout.current)}")
-    release_id = r.stdout.strip().rsplit("/", 1)[-1]
-    return release_id if r.ok and is_release_id(release_id) else None
+    release_id = _pointed(ctx).current
+    return release_id if release_id and is_release_id(release_id) else None
 
 
 def point_current_at(ctx: HostContext, release_id: str) -> None:
@@ -26,6 +29,5 @@ def point_current_at(ctx: HostContext, release_id: str) -> None:
 
 def recorded_previous(ctx: HostContext) -> str | None:
     """The release current pointed at before the last switch (survives a dead controller)."""
-    r = ctx.sh(f"cat -- {q(ctx.layout.previous_release)} 2>/dev/null")
-    release_id = r.stdout.strip()
-    return release_id if r.ok and is_release_id(release_id) else None
+    release_id = _pointed(ctx).previous
+    return release_id if release_id and is_release_id(release_id) else None

@@ -12,7 +12,7 @@ from rollout.config.steps import ReadyParams, StartParams, StopParams, Supervise
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import q
-from rollout.host.reports import ReadyReport, Report, StartReport, StopReport
+from rollout.host.reports import ReadyReport, Report, StartReport, StopReport, TextReport
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
 from rollout.secrets import head
@@ -122,7 +122,9 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     if register_only:
         how = ctx.sh(register_command(ctx)).stdout.strip() or "none"
         return changed(f"supervisor running; start-up registration: {how}")
-    ctx.sh(f"mkdir -p -- {q(lay.state_dir)}").check()
+    made = Report.parse(ctx.call("make_folder", path=lay.state_dir))
+    if made.outcome not in ("made", "kept"):
+        raise StepFailed(f"could not make {lay.state_dir}: {made.reason}", retryable=False)
     if hold:
         set_hold(ctx)
     ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
@@ -134,6 +136,11 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     what = "restarted (script or settings changed)" if alive else "started"
     what += f"; start-up registration: {registered}"
     return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
+
+
+def daemon_log_tail(ctx: HostContext, lines: int = 20) -> str:
+    """The last lines of the daemon's log (ops.log_tail: never read through a link)."""
+    return TextReport.parse(ctx.call("log_tail", root=ctx.layout.root, lines=lines)).text
 
 
 def set_hold(ctx: HostContext) -> None:
@@ -274,7 +281,7 @@ def start(ctx: HostContext, action: Action) -> StepResult:
         raise StepFailed(f"could not start the supervisor: {head(report.reason, 300)}",
                          output=report.reason)
     if report.outcome not in ("started", "running"):
-        tail = ctx.sh(f"tail -n 20 -- {q(lay.daemon_log)} 2>/dev/null").stdout
+        tail = daemon_log_tail(ctx)
         raise StepFailed(f"supervisor did not start the daemon within {params.wait:.0f}s",
                          output=tail)
     if not report.pidline:
@@ -348,7 +355,7 @@ def ready(ctx: HostContext, action: Action) -> StepResult:
     report = wait_ready(ctx, seconds, url)  # the ports' owners in the same call
     answer, owners = report.answer, report.owners
     if report.outcome == "died":
-        tail = ctx.sh(f"tail -n 20 -- {q(ctx.layout.daemon_log)} 2>/dev/null").stdout
+        tail = daemon_log_tail(ctx)
         raise StepFailed(
             f"{report.reason}; status port {url} never answered", retryable=False, output=tail
         )

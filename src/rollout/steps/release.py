@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from rollout.config.steps import NoParams, PruneParams, SwitchParams
 from rollout.errors import StepFailed, TransportError
 from rollout.host.facts import HostFacts
-from rollout.host.layout import q
+from rollout.host.reports import Report
 from rollout.output.events import StepResult, changed
 from rollout.steps.base import HostContext
 from rollout.steps.config import forget_configs_of, restore_config_of
@@ -74,8 +74,8 @@ def upload(ctx: HostContext, action: Action) -> StepResult:
         push_into(ctx, release, partial)
         install_partial(ctx, release, partial, checked=True)
     except BaseException:
-        with contextlib.suppress(TransportError):  # a lost host keeps the original error
-            ctx.sh(f"rm -rf -- {q(partial)}")
+        with contextlib.suppress(TransportError, StepFailed):  # the original error stays
+            ctx.call("remove_partial", root=ctx.layout.root, name=partial.rsplit("/", 1)[-1])
         raise
     size = sum(a.size for a in release.artifacts)
     return changed(
@@ -148,7 +148,8 @@ def decide_prune(facts: HostFacts, target: Target, params: PruneParams) -> Decis
 
 def prune(ctx: HostContext, action: Action) -> StepResult:
     doomed, kept = action.detail_as(Pruning)
-    paths = " ".join(q(ctx.layout.release_dir(rid)) for rid in doomed)
-    ctx.sh(f"rm -rf -- {paths}").check()
+    report = Report.parse(ctx.call("prune", root=ctx.layout.root, releases=list(doomed)))
+    if report.outcome not in ("pruned", "none"):
+        raise StepFailed(f"prune: {report.reason}")
     forget_configs_of(ctx, doomed)
     return changed(f"pruned {len(doomed)} old release(s), kept {kept}", pruned=doomed)

@@ -246,5 +246,5 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
             output_tail=tail(output, 1000),
         )
     if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
-        ctx.sh(f"rm -f -- {q(ctx.layout.validated)}").check()
+        ctx.call("forget_validated", root=ctx.layout.root)
     raise StepFailed(f"validation failed: {why} (exit {r.exit_code})", output=output)

@@ -574,28 +574,106 @@ def prove(command: str, timeout: float, kill_after: float, evidence: str = "",
 # ---------------------------------------------------------------- prune
 
 
-def prune(root: str, releases: list[str], keep: list[str] | None = None) -> dict[str, Any]:
-    """Remove the named release folders; never what current points at, one in `keep`, a
-    name that is not a release id, or a link (a link is removed, never followed)."""
+def _remove_tree(where: str) -> None:
+    """Remove a folder (a link there: the link itself, never its target)."""
     import shutil
 
+    if os.path.islink(where) or not os.path.isdir(where):
+        safe_remove(where)
+    else:
+        shutil.rmtree(where)
+
+
+def prune(root: str, releases: list[str], keep: list[str] | None = None) -> dict[str, Any]:
+    """Remove the named release folders; never what current points at, one in `keep`, a
+    name that is not a release id, or a link (a link is removed, never followed). A folder
+    that could not be removed: "failed", named with why."""
     protected = set(keep or []) | {current_release(root) or ""}
-    removed, kept = [], []
+    removed, kept, failed = [], [], []
     for release in releases:
         where = os.path.join(root, "releases", release)
         if not _release_id_ok(release) or release in protected:
             kept.append(release)
             continue
-        if os.path.islink(where):
-            os.unlink(where)
-        elif os.path.isdir(where):
-            shutil.rmtree(where)
-        else:
+        if not os.path.lexists(where):
+            continue
+        try:
+            _remove_tree(where)
+        except OSError as e:
+            failed.append(f"{release}: {e.strerror or e}")
             continue
         removed.append(release)
+    if failed:
+        return _report("failed", f"could not remove {'; '.join(failed)[:300]}",
+                       removed=removed, kept=kept)
     if not removed:
         return _report("none", "no release to remove", kept=kept)
     return _report("pruned", f"removed {len(removed)} release(s)", removed=removed, kept=kept)
+
+
+def remove_partial(root: str, name: str) -> dict[str, Any]:
+    """Remove an upload's unfinished folder <root>/releases/.partial-*: only such a name."""
+    if not name.startswith(".partial-") or "/" in name or name in (".partial-",):
+        return _report("refused", f"not an upload's partial folder: {name[:80]!r}")
+    where = os.path.join(root, "releases", name)
+    if not os.path.lexists(where):
+        return _report("none", f"no {name} to remove")
+    _remove_tree(where)
+    return _report("removed", f"removed {name}")
+
+
+# ---------------------------------------------------------------- what the steps read and tidy
+
+
+def _read_at_most(path: str, limit: int) -> bytes | None:
+    """The first `limit` bytes of a regular file (never through a link), None if none."""
+    fd = _open_read(path)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit)
+
+
+def pointed(root: str) -> dict[str, Any]:
+    """The release current points at and the one recorded as before it (each: a release
+    id, or None)."""
+    now = current_release(root)
+    text = (_read_at_most(os.path.join(_state_dir(root), "previous_release"), 256) or b"")
+    before = text.decode("utf-8", "replace").strip()
+    previous = before if _release_id_ok(before) else None
+    return _report("pointed" if now else "none", f"current: {now or 'none'}", current=now,
+                   previous=previous)
+
+
+def log_tail(root: str, lines: int = 20, max_bytes: int = 65536) -> dict[str, Any]:
+    """The last `lines` lines (of at most `max_bytes`) of <root>/rollout/daemon.log."""
+    fd = _open_read(os.path.join(_state_dir(root), "daemon.log"))
+    if fd is None:
+        return _report("none", "no daemon log", text="")
+    with os.fdopen(fd, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - max(1, max_bytes)))
+        data = f.read(max_bytes)
+    kept = data.decode("utf-8", "replace").splitlines()[-max(1, min(lines, 1000)):]
+    return _report("read", f"{len(kept)} line(s) of the daemon log",
+                   text="".join(f"{line}\n" for line in kept))
+
+
+def make_folder(path: str) -> dict[str, Any]:
+    """Make the folder `path` and its missing parents (a link in its place is refused)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return _report("kept", f"{path} already there")
+    try:
+        safe_mkdir(path)
+    except OSError as e:
+        return _report("refused", f"{path}: {e}")
+    return _report("made", f"made {path}")
+
+
+def forget_validated(root: str) -> dict[str, Any]:
+    """Remove the validation evidence <root>/rollout/validated.json (a failed proof)."""
+    if safe_remove(os.path.join(_state_dir(root), "validated.json")):
+        return _report("removed", "validation evidence removed")
+    return _report("none", "no validation evidence")
 
 
 # ---------------------------------------------------------------- work in flight and the cordon
@@ -731,7 +809,8 @@ def uncordon(root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
 ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_current,
                                    restore_config, run_supervisor, start, wait_ready, owners,
                                    prove, prune, work, user_command, cordoned, cordon,
-                                   uncordon)}
+                                   uncordon, remove_partial, pointed, log_tail, make_folder,
+                                   forget_validated)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
