@@ -16,12 +16,12 @@ import functools
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from rollout.config.params_manifest import ProofKind
 from rollout.config.params_manifest import kind as proof_kind
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
+from rollout.jsontypes import JSON, JSONObject
 from rollout.steps import c1
 from rollout.steps.base import HostContext
 from rollout.units import format_size, parse_size
@@ -59,7 +59,7 @@ print(json.dumps({"files": {n: file(n) for n in names}, "free": st.f_bavail * st
 '''
 
 
-def _answer(ctx: HostContext, source: str, *args: str) -> dict[str, Any]:
+def _answer(ctx: HostContext, source: str, *args: str) -> JSONObject:
     r = ctx.run_python(source, *args, timeout=60)
     try:
         out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -71,14 +71,14 @@ def _answer(ctx: HostContext, source: str, *args: str) -> dict[str, Any]:
     return out
 
 
-def pce_room(pce_bytes: int, pce: Any, tmp: Any, free: int) -> tuple[int, int, str | None]:
+def pce_room(pce_bytes: int, pce: JSON, tmp: JSON, free: int) -> tuple[int, int, str | None]:
     """(bytes needed, bytes there will be, why short or None). A full rewrite needs the
     larger of pce_bytes and the existing file's size; a leftover regular .tmp is removed
-    before the start, so its blocks count as free."""
-    existing = pce.get("size", 0) if isinstance(pce, dict) else 0
-    need = max(pce_bytes, existing if isinstance(existing, int) else 0)
-    back = tmp.get("blocks", 0) if isinstance(tmp, dict) else 0
-    have = free + (back if isinstance(back, int) else 0)
+    before the start, so its blocks count as free. `pce` and `tmp` are the host's answers
+    about the two files (hostile: a figure that is not a count of bytes counts as 0)."""
+    existing, back = _figure(pce, "size"), _figure(tmp, "blocks")
+    need = max(pce_bytes, existing)
+    have = free + back
     if need <= have:
         return need, have, None
     because = f"the existing PCE file is {format_size(existing)}" if existing else \
@@ -89,6 +89,12 @@ def pce_room(pce_bytes: int, pce: Any, tmp: Any, free: int) -> tuple[int, int, s
            if back else "")
         + f", and cuzk rewrites the PCE file through a .tmp in every lifetime, next to the "
         f"old one: it needs {format_size(need)} ({because})")
+
+
+def _figure(answer: JSON, key: str) -> int:
+    """answer[key] when `answer` is an object and that is a count of bytes; else 0."""
+    value = answer.get(key, 0) if isinstance(answer, dict) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
