@@ -5,32 +5,16 @@ the text after the script on stdin, never in the command line."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from test_hostside_agent import PipeStream
+import test_hostside_agent
 
 from rollout.host.scripts import script_text
-from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command
+from rollout.transport.agent import HostAgent
 from rollout.transport.base import RunResult
 from rollout.transport.local import LocalTransport
 
-
-@pytest.fixture
-def agent() -> Iterator[HostAgent]:
-    _, stdin = agent_command()
-    p = subprocess.Popen([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE)
-    assert p.stdin is not None
-    p.stdin.write(stdin)
-    p.stdin.flush()
-    started = HostAgent.start("here", PipeStream(p))
-    assert started is not None
-    yield started
-    started.close()
+agent = test_hostside_agent.agent  # the fixture: an agent in a local child
 
 
 def test_a_script_reads_the_stdin_it_is_fed_and_only_that(agent: HostAgent) -> None:
