@@ -14,9 +14,10 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import PurePosixPath
-from typing import Any
 
 from ruamel.yaml import YAML
+
+from rollout.jsontypes import JSON, JSONObject
 
 PACKAGE = "rollout.resources"
 
@@ -29,7 +30,7 @@ class ManifestFile:
     sector_size: int
     size: int | None
 
-    def as_setting(self) -> dict[str, Any]:
+    def as_setting(self) -> dict[str, str | int | None]:
         """The file as a `params.files` entry."""
         return {"name": self.name, "cid": self.cid, "digest": self.digest, "size": self.size}
 
@@ -39,7 +40,7 @@ def _text(name: str) -> str:
 
 
 @functools.cache
-def _parameters(name: str) -> dict[str, Any]:
+def _parameters(name: str) -> JSONObject:
     data = json.loads(_text(name))
     if not isinstance(data, dict):
         raise RuntimeError(f"resources/params/{name} is not a JSON object")
@@ -47,7 +48,7 @@ def _parameters(name: str) -> dict[str, Any]:
 
 
 @functools.cache
-def _kinds() -> dict[str, Any]:
+def _kinds() -> JSONObject:
     data = YAML(typ="safe", pure=True).load(_text("kinds.yaml"))
     if not isinstance(data, dict):
         raise RuntimeError("resources/params/kinds.yaml is not a mapping")
@@ -76,7 +77,7 @@ def kind(name: str) -> ProofKind:
                                         (spec.get("registered_proofs") or {}).items()})
 
 
-def _bytes(value: Any) -> int | None:
+def _bytes(value: JSON) -> int | None:
     return None if value is None else int(value)
 
 
@@ -139,7 +140,7 @@ def files_for(kind: str) -> list[ManifestFile]:
     return [_entry(name, table[name]) for name in spec["files"]]
 
 
-def _entry(name: str, entry: dict[str, Any]) -> ManifestFile:
+def _entry(name: str, entry: JSONObject) -> ManifestFile:
     size = entry.get("size")
     return ManifestFile(name=name, cid=str(entry["cid"]), digest=str(entry["digest"]),
                         sector_size=int(entry["sector_size"]),
