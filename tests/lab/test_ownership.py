@@ -184,8 +184,9 @@ def test_hand_started_daemon_with_adopt_is_replaced_by_the_supervisors(
     [pid] = cuzk_pids(HOST)
     supervisor = int(sh(HOST, "cut -d' ' -f1 /data/rollout/supervisor.pid"))
     assert sh(HOST, f"cut -d')' -f2 /proc/{pid}/stat").split()[1] == str(supervisor)
-    sh(HOST, "printf '%s' " + shlex.quote(script_text("ports")) + " > /tmp/ports.py")
-    owners = json.loads(sh(HOST, "python3 /tmp/ports.py --port 9820 --port 9821"))["ports"]
+    sh(HOST, "printf '%s' " + shlex.quote(script_text("ops")) + " > /tmp/ops.py")
+    kwargs = shlex.quote(json.dumps({"ports": [9820, 9821]}))
+    owners = json.loads(sh(HOST, f"python3 /tmp/ops.py --call owners --kwargs {kwargs}"))["ports"]
     assert {o["pid"] for port in ("9820", "9821") for o in owners[port]} == {pid}
     exits = [json.loads(x) for x in sh(HOST, "cat /data/rollout/exits.jsonl").splitlines()]
     assert any(e.get("adopted") and e["pid"] == hand for e in exits), exits

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.steps.identity import PORTS_MARK
-from rollout.steps.validate import STATUS_MARK
 from rollout.transport.base import RunResult, Stream, Transport
 
 ROOT = "/data"
@@ -161,9 +159,8 @@ class FakeHost(Transport):
             self.daemon = None
             return {"outcome": "died", "reason": f"daemon {self.pid} died during start-up"}
         status = json.dumps({"version": self.daemon, "uptime_secs": 0.1})
-        argv = " ".join(f"--port {p}" for p in ports)
         return {"outcome": "ready", "reason": "ready", "answer": status,
-                "owners": self._ports(argv)}
+                "owners": self._ports(list(ports))}
 
     def _op_prove(self, command: str, timeout: float, kill_after: float, evidence: str,
                   record: str = "", **_: Any) -> dict[str, Any]:
@@ -190,6 +187,30 @@ class FakeHost(Transport):
 
     def _op_make_folder(self, path: str) -> dict[str, Any]:
         return {"outcome": "kept", "reason": f"{path} already there"}
+
+    def _op_owners(self, ports: list[int], pid: Any = None, **_: Any) -> dict[str, Any]:
+        return self._ports(ports)
+
+    def _op_input_check(self, path: str, size: Any = None) -> dict[str, Any]:
+        digest = self.files.get(path)
+        return {"outcome": "present" if digest else "missing", "reason": path,
+                "size": size if digest else None, "sha256": digest}
+
+    def _op_probe(self, input_path: str, input_size: Any = None, status_url: str = "",
+                  ports: Any = None, pid: Any = None) -> dict[str, Any]:
+        """validate's checks before the proof: the input, /status, the ports' owners."""
+        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1}) if self.daemon else None
+        return {"outcome": "probed", "reason": "probed",
+                "input": self._op_input_check(input_path, input_size),
+                "status": status if status_url else None,
+                "owners": self._ports(list(ports)) if ports else None}
+
+    def _op_stage_input(self, partial: str, path: str, sha256: str) -> dict[str, Any]:
+        if self.files.get(partial) != sha256:
+            self.files.pop(partial, None)
+            return {"outcome": "mismatch", "reason": "sha256 differs"}
+        self.files[path] = self.files.pop(partial)
+        return {"outcome": "staged", "reason": f"staged {path}"}
 
     def _op_forget_validated(self, root: str) -> dict[str, Any]:
         was, self.validated = self.validated, None
@@ -240,14 +261,6 @@ class FakeHost(Transport):
             if "drain" in self.faults:
                 return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
-        if stdin.startswith('"""Print who holds the daemon'):
-            if " --wait " in command:  # ready: wait for the ports, then their owners
-                if self._bad("ready"):
-                    self.daemon = None
-                    return 3, f"daemon {self.pid} died during start-up\n"
-                status = json.dumps({"version": self.daemon, "uptime_secs": 0.1})
-                return 0, f"{status}\n{PORTS_MARK}\n{json.dumps(self._ports(command))}\n"
-            return 0, json.dumps(self._ports(command))
         if stdin.startswith('"""Run the validation proof'):
             return self._prove(shlex.split(command))
         if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
@@ -281,12 +294,10 @@ class FakeHost(Transport):
             self.previous = text
         return 0, json.dumps({"ok": True, "changed": True})
 
-    def _ports(self, command: str) -> dict[str, Any]:
-        argv = shlex.split(command)
+    def _ports(self, asked: list[int]) -> dict[str, Any]:
         holder = self.stranger or (self.pid if self.daemon else None)
         owners = [{"pid": holder, "ancestors": [1], "cmdline": "x", "age_secs": 1.0}]
-        ports = {argv[i + 1]: owners if holder else [] for i, a in enumerate(argv)
-                 if a == "--port"}
+        ports = {str(p): owners if holder else [] for p in asked}
         me = {"pid": self.pid, "ancestors": [9], "age_secs": 1.0} if self.daemon else None
         return {"ports": ports, "pid": me}
 
@@ -304,13 +315,6 @@ class FakeHost(Transport):
         out = "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
         return 0, json.dumps({"exit": 0, "elapsed": 0.1, "stdout": out, "stderr": "",
                               "status_after": None, "recorded": bool(record)})
-
-    def _probe(self, command: str) -> tuple[int, str]:
-        """validate's checks before the proof: the input's size and digest, /status."""
-        m = re.search(r"sha256sum -- (\S+) 2>/dev/null", command)
-        digest = self.files.get(shlex.split(m.group(1))[0], "") if m else ""
-        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1}) if self.daemon else ""
-        return 0, f"\n{digest}\n{STATUS_MARK}\n{status}"
 
     def _stop(self) -> tuple[int, str]:
         if self.daemon is None:
@@ -370,13 +374,6 @@ class FakeHost(Transport):
         staging = self._staging(command)
         if staging is not None:
             return staging
-        if PORTS_MARK in command:  # a command, then the ports' owners in the same round trip
-            code, out = self._answer(command[2 : command.rindex(" ) && printf ")], stdin)
-            if code:
-                return code, out
-            return 0, f"{out}\n{PORTS_MARK}\n{json.dumps(self._ports(command))}\n"
-        if STATUS_MARK in command:
-            return self._probe(command)
         if command.startswith("python3 - "):
             return self._script(command, stdin)
         if command.startswith("python3 -c ") and "files.py" in command:
@@ -390,7 +387,7 @@ class FakeHost(Transport):
             return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
         if m := re.match(r"cd (\S+) 2>/dev/null && sha256sum", command):
             return 0, self._sums(shlex.split(m.group(1))[0])
-        if command.startswith("sha256sum -- "):
+        if command.startswith("sha256sum -- "):  # the transport's own check of a put
             path = shlex.split(command)[2]
             digest = self.files.get(path)
             return (0, f"{digest}  {path}\n") if digest else (1, "")
@@ -442,9 +439,6 @@ class FakeHost(Transport):
             if self._bad("validate"):
                 return 0, "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
             return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
-        if m := re.match(r"mv -T -- (\S+) (\S+)$", command):
-            self.files[m.group(2)] = self.files.pop(m.group(1), "")
-            return 0, ""
         return 0, ""
 
     def _bad(self, kind: str) -> bool:

@@ -393,8 +393,9 @@ def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:
     ready, checks, proof = after
     assert ready.startswith("call ops.wait_ready ") and '"grpc_url": ' in ready  # one process
     assert '"status_url": ' in ready and '"ports": [' in ready  # then the ports' owners
-    assert "sha256sum -- /data/32gbench/c1.json" in checks and "/status" in checks
-    assert "python3 - --port " in checks  # the ports' owners before the proof, same trip
+    assert checks.startswith("call ops.probe ") and '"/data/32gbench/c1.json"' in checks
+    assert "/status" in checks  # the input, /status and
+    assert '"ports": [9821, 9820]' in checks  # the ports' owners before the proof, one call
     assert proof.startswith("call ops.prove ") and "cuzk-bench" in proof
     assert host.validated["release"] == NEW  # the proof's own trip wrote the evidence
 

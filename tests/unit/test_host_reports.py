@@ -8,12 +8,16 @@ from typing import Any
 import pytest
 
 from rollout.host.reports import (
+    InputReport,
+    PointedReport,
     PointReport,
+    ProbeReport,
     ProveReport,
     ReadyReport,
     Report,
     StartReport,
     StopReport,
+    TextReport,
 )
 
 HOSTILE: list[Any] = [
@@ -52,3 +56,24 @@ def test_a_good_report_keeps_its_figures_and_its_raw_data() -> None:
                                "status_after": {"counters": {}}})
     assert (proof.exit, proof.elapsed, proof.recorded) == (124, 3.0, True)
     assert proof.status_after == {"counters": {}}
+
+
+@pytest.mark.parametrize("doc", HOSTILE)
+def test_hostile_reads_and_probes_parse_to_nothing(doc: Any) -> None:
+    pointed = PointedReport.parse(doc)
+    assert pointed.outcome == "unknown" and pointed.current is None and pointed.previous is None
+    assert TextReport.parse(doc).text == ""
+    probe = ProbeReport.parse(doc)
+    assert probe.input.outcome == "unknown" and probe.input.sha256 is None
+    assert probe.status is None and probe.owners is None
+
+
+def test_a_probe_keeps_only_a_digest_and_a_status_object() -> None:
+    probe = ProbeReport.parse({"input": {"outcome": "present", "size": 3, "sha256": "AB" * 32},
+                               "status": '{"uptime_secs": 2}', "owners": {"ports": {}}})
+    assert (probe.input.size, probe.input.sha256) == (3, "ab" * 32)
+    assert probe.status == {"uptime_secs": 2} and probe.owners == {"ports": {}}
+    for hostile in ("$(reboot)", "ab" * 33, "zz" * 32):
+        assert InputReport.parse({"sha256": hostile}).sha256 is None
+    for status in ("[1]", "not json", '"x"'):
+        assert ProbeReport.parse({"status": status}).status is None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -361,3 +362,47 @@ def test_remove_partial_only_removes_an_upload_folder(root: Path, tmp_path: Path
     partial.symlink_to(precious)
     assert call("remove_partial", root=str(root), name=partial.name)["outcome"] == "removed"
     assert (precious / "keep").exists()
+
+
+def test_input_check_sizes_then_hashes_never_through_a_link(root: Path, tmp_path: Path) -> None:
+    c1 = root / "c1.json"
+    assert call("input_check", path=str(c1))["outcome"] == "missing"
+    c1.write_bytes(b"proof input")
+    out = call("input_check", path=str(c1), size=11)
+    digest = hashlib.sha256(b"proof input").hexdigest()
+    assert out["outcome"] == "present" and out["sha256"] == digest
+    wrong = call("input_check", path=str(c1), size=12)
+    assert (wrong["outcome"], wrong["size"], wrong["sha256"]) == ("wrong-size", 11, None)
+    c1.unlink()
+    c1.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_bytes(b"proof input")
+    assert call("input_check", path=str(c1), size=11)["outcome"] == "missing"
+
+
+def test_probe_answers_input_status_and_owners_in_one_call(root: Path, status_port: int) -> None:
+    (root / "c1.json").write_bytes(b"x")
+    out = call("probe", input_path=str(root / "c1.json"), input_size=1,
+               status_url=f"http://127.0.0.1:{status_port}/status", ports=[status_port],
+               pid=os.getpid())
+    assert out["input"]["outcome"] == "present"
+    assert json.loads(out["status"]) == {"uptime_secs": 1.5}
+    assert [o["pid"] for o in out["owners"]["ports"][str(status_port)]] == [os.getpid()]
+    quiet = call("probe", input_path=str(root / "none"), status_url="", ports=[])
+    assert (quiet["input"]["outcome"], quiet["status"], quiet["owners"]) == ("missing", None, None)
+
+
+def test_stage_input_checks_the_digest_then_renames(root: Path, tmp_path: Path) -> None:
+    partial, path = root / "c1.json.partial", root / "c1.json"
+    partial.write_bytes(b"good")
+    good = hashlib.sha256(b"good").hexdigest()
+    bad = call("stage_input", partial=str(partial), path=str(path), sha256="0" * 64)
+    assert bad["outcome"] == "mismatch" and not partial.exists() and not path.exists()
+    partial.write_bytes(b"good")
+    precious = tmp_path / "precious"
+    precious.write_text("x")
+    path.symlink_to(precious)  # a link in place of the input: replaced, never written through
+    assert call("stage_input", partial=str(partial), path=str(path), sha256=good)["outcome"] \
+        == "staged"
+    assert not path.is_symlink() and path.read_bytes() == b"good" and precious.read_text() == "x"
+    assert call("stage_input", partial=str(partial), path=str(path),
+                sha256=good)["outcome"] == "missing"

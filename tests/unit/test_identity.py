@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from rollout.host.facts import tcp_port
-from rollout.host.scripts import ports
+from rollout.host.scripts import ops
 from rollout.steps.identity import identity_problem
 
 
@@ -19,7 +19,7 @@ def test_port_owner_is_found_from_proc_for_ipv4_and_ipv6() -> None:
             s.bind((addr, 0))
             s.listen()
             port = s.getsockname()[1]
-            found = ports.collect("/proc", [port], os.getpid())
+            found = ops.owners([port], os.getpid())
         owners = found["ports"][str(port)]  # type: ignore[index]
         assert [o["pid"] for o in owners] == [os.getpid()]
         assert found["pid"]["age_secs"] >= 0  # type: ignore[index]
@@ -33,7 +33,7 @@ def test_a_child_holding_the_port_names_its_parent_among_its_ancestors() -> None
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
-        owners = ports.collect("/proc", [port], None)["ports"][str(port)]  # type: ignore[index]
+        owners = ops.owners([port])["ports"][str(port)]  # type: ignore[index]
         assert owners[0]["pid"] == child.pid and os.getpid() in owners[0]["ancestors"]
         assert identity_problem(port, owners, os.getpid(), 100.0, 1.0) is None
     finally:
@@ -44,7 +44,7 @@ def test_a_port_nobody_listens_on_has_no_owner() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))  # bound, never listening
         port = s.getsockname()[1]
-        assert ports.collect("/proc", [port], None)["ports"] == {str(port): []}
+        assert ops.owners([port])["ports"] == {str(port): []}
 
 
 def owner(pid: int, *ancestors: int) -> dict[str, object]:

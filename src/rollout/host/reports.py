@@ -7,6 +7,7 @@ report stays with each value (`raw`), for the step's events.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from rollout.jsontypes import JSON, JSONObject
@@ -249,3 +250,43 @@ class TextReport:
         doc = doc if isinstance(doc, dict) else {}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
                    _str(doc, "text")[-65536:], doc)
+
+
+@dataclass(frozen=True)
+class InputReport:
+    """ops.input_check: present, missing, wrong-size; the size and the sha256 the host saw."""
+
+    outcome: str
+    reason: str
+    size: int | None
+    sha256: str | None
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> InputReport:
+        doc = doc if isinstance(doc, dict) else {}
+        digest = _str(doc, "sha256").lower()
+        ok = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300], _int(doc, "size"),
+                   digest if ok else None, doc)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """ops.probe: the input check, /status (a JSON object, or None when off, silent or not
+    an object) and the ports' owners (None where there was no port to ask about)."""
+
+    input: InputReport
+    status: JSONObject | None
+    owners: JSONObject | None
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> ProbeReport:
+        doc = doc if isinstance(doc, dict) else {}
+        try:
+            status = json.loads(_str(doc, "status") or "null")
+        except ValueError:
+            status = None
+        return cls(InputReport.parse(doc.get("input")),
+                   status if isinstance(status, dict) else None, _dict(doc, "owners"), doc)

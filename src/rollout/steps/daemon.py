@@ -335,7 +335,7 @@ def wait_ready(ctx: HostContext, seconds: float, url: str) -> ReadyReport:
     answers ("died": the daemon died meanwhile; "timeout": not in time), then the ports'
     owners, polled in one host process."""
     known = ctx.state.started.pid if ctx.state.started else None
-    ports, pid, _ = ports_query(ctx)
+    ports, pid = ports_query(ctx)
     watch = {"watch": int(known)} if known and known.isdigit() else {
         "pidfile": ctx.layout.daemon_pid}
     out = ctx.call("wait_ready", status_url=url, seconds=seconds,

@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rollout.errors import StepFailed
 from rollout.host.facts import tcp_port
-from rollout.host.layout import q
-from rollout.host.scripts.ports import MARK
-from rollout.secrets import tail
 from rollout.steps.base import HostContext
-from rollout.transport.base import RunResult
 
 UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
 
@@ -61,15 +56,11 @@ def identity_problem(
     return None
 
 
-def ports_query(ctx: HostContext) -> tuple[list[int], int | None, list[str]]:
-    """(the daemon's TCP ports, the started daemon's pid, the ports script's arguments:
-    none when there is no TCP port to check)."""
+def ports_query(ctx: HostContext) -> tuple[list[int], int | None]:
+    """(the daemon's TCP ports, the started daemon's pid): what ops.owners is asked."""
     daemon = ctx.settings.daemon
     ports = [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
-    pid = expected_pid(ctx)
-    args: list[object] = [a for p in ports for a in ("--port", p)]
-    args += ["--pid", pid] if pid else []
-    return ports, pid, [str(a) for a in args] if ports else []
+    return ports, expected_pid(ctx)
 
 
 def judge_ports(ports: list[int], pid: int | None, found: Any,
@@ -90,35 +81,6 @@ def judge_ports(ports: list[int], pid: int | None, found: Any,
     return f"ports {', '.join(map(str, ports))} held by daemon {pid}"
 
 
-PORTS_MARK = MARK  # the line between what ran first and the ports' owners
-
-
-def then_ports(ctx: HostContext, first: str, timeout: float) -> tuple[RunResult, str, Any]:
-    """Run the shell command `first` and, where it succeeds, the ports script in the same
-    round trip. Returns the result, what `first` printed, and the ports script's answer (None
-    where it did not run: `first` failed, or there is no TCP port to check)."""
-    _, _, args = ports_query(ctx)
-    if not args:
-        r = ctx.sh(first, timeout=timeout)
-        return r, r.stdout, None
-    r = ctx.run_script("ports", *args, timeout=timeout,
-                       before=f"( {first} ) && printf '\\n%s\\n' {q(PORTS_MARK)}")
-    before, mark, after = r.stdout.rpartition(f"\n{PORTS_MARK}\n")
-    if not mark:
-        return r, r.stdout, None
-    r = RunResult(r.command, 0, r.stdout, r.stderr)  # `first` passed: its status, 0
-    return r, before, parse_owners(r, after)
-
-
-def parse_owners(r: RunResult, after: str) -> Any:
-    """The ports script's answer: the JSON line after its mark."""
-    try:
-        return json.loads(after.strip().splitlines()[-1])
-    except (ValueError, IndexError) as e:
-        raise StepFailed(f"ports on host gave no JSON (exit {r.exit_code}): "
-                         f"{tail((r.stderr or after).strip(), 400)}") from e
-
-
 def check_ports(ctx: HostContext, status: dict[str, Any] | None, found: Any) -> str:
-    ports, pid, _ = ports_query(ctx)
+    ports, pid = ports_query(ctx)
     return judge_ports(ports, pid, found, status)

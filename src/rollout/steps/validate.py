@@ -15,15 +15,15 @@ from rollout.config.render import Command, render_command
 from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
-from rollout.host.layout import is_release_id, q
-from rollout.host.reports import ProveReport
+from rollout.host.layout import is_release_id
+from rollout.host.reports import InputReport, ProbeReport, ProveReport, Report
 from rollout.host.scripts.common import proof_verdict
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Release, Target
-from rollout.steps.identity import check_ports, then_ports
+from rollout.steps.identity import check_ports, ports_query
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
 
@@ -46,31 +46,10 @@ def validation_command(target: Target, template: Command, release_id: str | None
     return render_command(template, target.settings.validation.env, context, where)
 
 
-def _sha256_on_host(ctx: HostContext, path: str) -> str | None:
-    r = ctx.sh(f"sha256sum -- {q(path)} 2>/dev/null")
-    return r.stdout.split()[0] if r.ok and r.stdout else None
-
-
-def _input_check(path: str, size: int | None) -> str:
-    """A shell command printing the input's size and, where that is right (or no size is
-    set), its sha256, one per line."""
-    hash_it = f"sha256sum -- {q(path)} 2>/dev/null | cut -d' ' -f1"
-    if size is None:
-        return f"echo; {hash_it}"
-    return (f"s=$(stat -c %s -- {q(path)} 2>/dev/null); echo \"$s\"; "
-            f"if [ \"$s\" = {size} ]; then {hash_it}; else echo; fi")
-
-
-def _read_input_check(text: str) -> tuple[int | None, str | None]:
-    lines = (text.splitlines() + ["", ""])[:2]
-    size = int(lines[0]) if lines[0].strip().isdigit() else None
-    return size, (lines[1].strip() or None)
-
-
-def ensure_input(ctx: HostContext, seen: str | None = None) -> str:
+def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
     """The validation input is on the host with the expected size and sha256 (a real C1,
-    not a stand-in); stage it if not. `seen`: what _input_check printed, where it ran in an
-    earlier round trip."""
+    not a stand-in); stage it if not. `seen`: what ops.input_check said, where it ran in an
+    earlier call (ops.probe)."""
     spec = ctx.settings.validation.input
     source = Path(spec.source) if spec.source else None
     if source is not None and spec.size is not None and source.stat().st_size != spec.size:
@@ -81,61 +60,51 @@ def ensure_input(ctx: HostContext, seen: str | None = None) -> str:
         )
     want = spec.sha256 or (hashlib.sha256(source.read_bytes()).hexdigest() if source else None)
     if seen is None:
-        seen = ctx.sh(_input_check(spec.path, spec.size)).stdout
-    size, have = _read_input_check(seen)
+        seen = InputReport.parse(ctx.call("input_check", path=spec.path, size=spec.size))
+    size, have = seen.size, seen.sha256
     if have and (want is None or have == want):
         return f"input {spec.path} present"
     if source is None:
-        if size is not None and size != spec.size:
+        if size is not None and spec.size is not None and size != spec.size:
             problem = f"is {size} bytes, not {spec.size}"
         else:
             problem = "missing" if have is None else f"sha256 {have[:12]} is not {want}"
         raise StepFailed(
             f"validation input {spec.path} {problem} and no source is set", retryable=False
         )
-    partial = f"{spec.path}.partial"
-    ctx.sh(f"mkdir -p -- {q(spec.path.rsplit('/', 1)[0])}").check()
+    return _stage_input(ctx, source, spec.path, want or "")
+
+
+def _stage_input(ctx: HostContext, source: Path, path: str, want: str) -> str:
+    """Upload `source` beside `path`, then ops.stage_input: checked, renamed into place."""
+    folder = path.rsplit("/", 1)[0] or "/"
+    made = Report.parse(ctx.call("make_folder", path=folder))
+    if made.outcome not in ("made", "kept"):
+        raise StepFailed(f"staged validation input {path}: {made.reason}", retryable=False)
+    partial = f"{path}.partial"
     put_file(ctx, str(source), partial, "input")
-    if _sha256_on_host(ctx, partial) != want:
-        ctx.sh(f"rm -f -- {q(partial)}")
-        raise StepFailed(f"staged validation input {spec.path}: sha256 mismatch")
-    ctx.sh(f"mv -T -- {q(partial)} {q(spec.path)}").check()
-    return f"staged input {spec.path} from {source.name}"
+    staged = Report.parse(ctx.call("stage_input", partial=partial, path=path, sha256=want))
+    if staged.outcome == "mismatch":
+        raise StepFailed(f"staged validation input {path}: sha256 mismatch ({staged.reason})")
+    if staged.outcome != "staged":
+        raise StepFailed(f"staged validation input {path}: {staged.reason}", retryable=False)
+    return f"staged input {path} from {source.name}"
 
 
 KILL_AFTER = 5  # seconds between timeout's SIGTERM and its SIGKILL
 TIMED_OUT, KILLED = 124, 137  # timeout's status when it stopped the command (TERM, KILL)
 
 
-STATUS_MARK = "@@rollout: /status follows@@"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What validate reads ahead of the proof, in one round trip: the input check's output,
+def probe(ctx: HostContext) -> ProbeReport:
+    """What validate reads ahead of the proof, in one call (ops.probe): the input check,
     /status (None when the status port is off or does not answer) and the ports' owners."""
-
-    input_seen: str
-    status: dict[str, Any] | None
-    owners: Any
-
-
-def probe(ctx: HostContext) -> Probe:
     spec = ctx.settings.validation.input
     listen = ctx.settings.daemon.status_listen
-    status = f"curl -fsS --max-time 5 {q(status_url(listen))} 2>/dev/null; " if listen else ""
-    first = (f"{_input_check(spec.path, spec.size)}; printf '%s\\n' {q(STATUS_MARK)}; "
-             f"{status}true")
-    r, text, owners = then_ports(ctx, first, timeout=45)
-    seen, mark, answer = text.partition(f"{STATUS_MARK}\n")
-    if not mark:
-        raise StepFailed(f"the checks before the proof gave no answer (exit {r.exit_code}): "
-                         f"{tail((r.stderr or r.stdout).strip(), 400)}")
-    try:
-        doc = json.loads(answer) if listen and answer.strip() else None
-    except ValueError:
-        doc = None
-    return Probe(seen, doc if isinstance(doc, dict) else None, owners)
+    ports, pid = ports_query(ctx)
+    return ProbeReport.parse(ctx.call(
+        "probe", input_path=spec.path, input_size=spec.size,
+        status_url=status_url(listen) if listen else "", ports=list(ports),
+        pid=pid, call_timeout=45))
 
 
 @dataclass(frozen=True)
@@ -212,7 +181,7 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     spec = ctx.settings.validation
     seen = probe(ctx)
     check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
-    staged = ensure_input(ctx, seen.input_seen)  # (never staged for a daemon not running)
+    staged = ensure_input(ctx, seen.input)  # (never staged for a daemon not running)
     proves = (action.detail.release_id if isinstance(action.detail, ValidateFor)
               else ctx.target.release_id)
     command = validation_command(ctx.target, params.command or spec.command, proves)

@@ -12,7 +12,7 @@ import functools
 from importlib import resources
 
 SCRIPTS = (
-    "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "ports", "guard", "ops", "agent",
+    "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "guard", "ops", "agent",
     "files",
 )
 COMMON_IMPORT = "from rollout.host.scripts.common import "

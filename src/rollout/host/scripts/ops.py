@@ -433,13 +433,14 @@ def _accepts(url: str) -> bool:
         return False
 
 
-def _status_answer(url: str) -> str | None:
+def _status_answer(url: str, timeout: float = 1.0) -> str | None:
     """The status port's answer (HTTP below 400), else None."""
     import http.client
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=1)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80,
+                                      timeout=timeout)
     try:
         conn.request("GET", parts.path or "/")
         reply = conn.getresponse()
@@ -669,6 +670,61 @@ def make_folder(path: str) -> dict[str, Any]:
     return _report("made", f"made {path}")
 
 
+def _sha256_of(path: str) -> str | None:
+    """The sha256 of a regular file (never read through a link), None if there is none."""
+    import hashlib
+
+    fd = _open_read(path)
+    if fd is None:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_check(path: str, size: int | None = None) -> dict[str, Any]:
+    """The validation input's size and, where that is right (or no size is set), its
+    sha256: present, missing (or not a regular file: a link is not read), wrong-size."""
+    fd = _open_read(path)
+    if fd is None:
+        return _report("missing", f"{path} missing", size=None, sha256=None)
+    with os.fdopen(fd, "rb") as f:
+        have = os.fstat(f.fileno()).st_size
+    if size is not None and have != size:
+        return _report("wrong-size", f"{path} is {have} bytes, not {size}", size=have,
+                       sha256=None)
+    return _report("present", f"{path} present", size=have, sha256=_sha256_of(path))
+
+
+def probe(input_path: str, input_size: int | None = None, status_url: str = "",
+          ports: list[int] | None = None, pid: int | None = None) -> dict[str, Any]:
+    """What validate reads before the proof, in one call: the input (input_check), the
+    status port's answer (None when off or silent) and who holds the daemon's ports."""
+    found = input_check(input_path, input_size)
+    answer = _status_answer(status_url, 5.0) if status_url else None
+    held = owners(ports, pid) if ports else None
+    return _report("probed", found["reason"], input=found, status=answer, owners=held)
+
+
+def stage_input(partial: str, path: str, sha256: str) -> dict[str, Any]:
+    """Put an uploaded input (`partial`) in place at `path` where its sha256 is `sha256`
+    (a rename: a link at `path` is replaced, never written through); else remove it."""
+    have = _sha256_of(partial)
+    if have is None:
+        return _report("missing", f"{partial} missing")
+    if have != sha256:
+        safe_remove(partial)
+        return _report("mismatch", f"sha256 {have[:12]} is not {sha256[:64]}")
+    folder = os.path.dirname(path) or "."
+    if os.path.islink(folder) or os.path.dirname(partial) != os.path.dirname(path):
+        safe_remove(partial)
+        return _report("refused", f"{folder} is a link, or {partial} is not beside {path}")
+    os.replace(partial, path)
+    return _report("staged", f"staged {path}")
+
+
 def forget_validated(root: str) -> dict[str, Any]:
     """Remove the validation evidence <root>/rollout/validated.json (a failed proof)."""
     if safe_remove(os.path.join(_state_dir(root), "validated.json")):
@@ -810,7 +866,7 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    restore_config, run_supervisor, start, wait_ready, owners,
                                    prove, prune, work, user_command, cordoned, cordon,
                                    uncordon, remove_partial, pointed, log_tail, make_folder,
-                                   forget_validated)}
+                                   forget_validated, input_check, probe, stage_input)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
