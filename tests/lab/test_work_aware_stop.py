@@ -205,3 +205,24 @@ def test_a_controller_killed_while_the_host_waits_leaves_it_serving_and_uncordon
     settle_sidecars([host])
     assert set(ended(host).values()) == {"completed"}, ended(host)
     sh(host, "rm -f /data/rollout/lock")  # the killed run's lock: not the next test's
+
+
+def test_a_single_stop_leaves_the_host_cordoned_until_start(
+    fleet: LabFleet, tmp_path: Path
+) -> None:
+    """`rollout stop HOST` takes the prover down for maintenance: curio must not send it
+    work, so the cordon stays (status shows it) until `rollout start HOST` serves again."""
+    host = fleet.hosts[0].name
+    hosts = ("--hosts", str(fleet.fleet_path), "--playbook", str(work_playbook(tmp_path)))
+    sh(host, "curio uncordon")
+    stopped = run_cli(tmp_path, "stop", host, *hosts)
+    assert stopped.code == 0, stopped.stderr[-3000:]
+    assert lab.cordoned(host)
+    assert "left cordoned" in stopped.stderr
+    shown = run_cli(tmp_path, "status", *hosts)
+    assert "cordoned" in shown.stdout + shown.stderr
+    started = run_cli(tmp_path, "start", host, *hosts)
+    assert started.code == 0, started.stderr[-3000:]
+    assert not lab.cordoned(host)
+    assert "none" in sh(host, "test -e /data/rollout/cordoned.json && echo left || echo none")
+    assert_serving(host)

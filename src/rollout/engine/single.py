@@ -14,6 +14,7 @@ from rollout.engine.outcome import HostOutcome
 from rollout.engine.runlocks import RunLocks
 from rollout.engine.stepper import StepRunner
 from rollout.output.events import Status, StepResult
+from rollout.steps.base import HostContext
 from rollout.steps.work import uncordon_at_end
 
 
@@ -58,7 +59,27 @@ def _steps_on(hosts: Hosts, steps: StepRunner, name: str,
                 break
     finally:
         try:
-            uncordon_at_end(ctx)  # a single stop or drain never leaves the host cordoned
+            if _stopped_by(specs, results):
+                _leave_cordoned(hosts, ctx, name)
+            else:
+                uncordon_at_end(ctx)  # failed, skipped as busy, or serving again
         finally:
             transport.close()
     return results
+
+
+def _stopped_by(specs: list[StepSpec], results: list[StepResult]) -> bool:
+    """A single stop or drain that ended with the daemon stopped on purpose (every step
+    passed, and none of them starts it again)."""
+    kinds = {str(s.kind) for s in specs}
+    return (bool(results) and "stop" in kinds and not kinds & {"start", "ready"}
+            and not any(r.failed for r in results))
+
+
+def _leave_cordoned(hosts: Hosts, ctx: HostContext, name: str) -> None:
+    """The operator stopped the prover: curio must not send it work. The cordon stays
+    (recorded on the host: `status` shows it); `rollout start` or `rollout heal` undoes it."""
+    if ctx.state.cordoned:
+        hosts.bus.emit("note", host=name, reason=(
+            "left cordoned: this command stopped the daemon; `rollout start` or "
+            "`rollout heal` uncordons the host"))
