@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contexts import host_context, small_host
+from contexts import AgentTransport, host_context, small_host
 
 from rollout.engine.locks import (
     FleetLocks,
@@ -32,7 +32,6 @@ from rollout.errors import LockHeld, TransportError
 from rollout.host.layout import Layout
 from rollout.host.scripts import lock as hostlock
 from rollout.steps.base import HostContext
-from rollout.transport.local import LocalTransport
 
 HOSTS = ["h1", "h2", "h3"]
 
@@ -43,7 +42,7 @@ def me(run: str = "run-a") -> Holder:
 
 def context(tmp: Path, name: str) -> HostContext:
     host = small_host(name, port=2200 + HOSTS.index(name))
-    return host_context(host, LocalTransport(name), Layout(str(tmp / name)))
+    return host_context(host, AgentTransport(name), Layout(str(tmp / name)))
 
 
 def lock_file(tmp: Path, name: str) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contexts import host_context, small_host
+from contexts import AgentTransport, host_context, small_host
 from fakehost import FakeHost
 from test_locks import Recorder, lock_file, me
 
@@ -19,7 +19,6 @@ from rollout.host.layout import Layout
 from rollout.host.scripts import lock as hostlock
 from rollout.host.scripts import script_text
 from rollout.steps.base import HostContext
-from rollout.transport.local import LocalTransport
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +34,7 @@ def _fake_put_with_progress(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def context(tmp: Path, name: str, folder: str) -> HostContext:
     """Entry `name` whose /data is tmp/folder: two entries may share one folder."""
-    return host_context(small_host(name, port=2200), LocalTransport(name),
+    return host_context(small_host(name, port=2200), AgentTransport(name),
                         Layout(str(tmp / folder)))
 
 
@@ -97,7 +96,7 @@ def test_a_host_without_an_id_is_left_alone_and_unlocked(tmp_path: Path) -> None
 
 def _lock_on(host: Any, folder: Path) -> Any:
     """The fake host's scripts, but its lock script runs for real with `folder` as /data."""
-    real, local = host.run_script, LocalTransport(host.name)
+    real, local = host.run_script, AgentTransport(host.name)
 
     def run_script(source: str, args: Any, timeout: float | None = None,
                    before: str = "") -> Any:
