@@ -1,4 +1,4 @@
-"""Preflight's proof-parameter check, run against this machine (LocalTransport, real temp
+"""Preflight's proof-parameter check, run against this machine (a local host agent, real temp
 folders, a web server on 127.0.0.1 serving by CID): files verified in place by size and
 digest, reused from curio's folder by a link, downloaded by CID (resumed), pushed only on
 request and hashed once a run; a truncated or corrupted file refused with both figures."""
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from contexts import lab_playbook, small_host
+from contexts import AgentTransport, lab_playbook, small_host
 
 from rollout.config.sections import ParamsSpec
 from rollout.errors import StepFailed
@@ -23,7 +23,6 @@ from rollout.host.layout import Layout
 from rollout.lab.webserver import Handler
 from rollout.steps.base import HostContext
 from rollout.steps.params import check_params
-from rollout.transport.local import LocalTransport
 
 NAME = "v28-test.params"
 DATA = bytes(range(256)) * 64  # 16 KiB
@@ -63,7 +62,7 @@ def context(tmp: Path, cache: str = "cache", **params: Any) -> HostContext:
         "daemon": base.daemon.model_copy(update={"param_cache": str(tmp / cache)}),
     })
     host = small_host("h")
-    return HostContext(host, LocalTransport("h"), Layout(str(tmp / "root")), settings=settings)
+    return HostContext(host, AgentTransport("h"), Layout(str(tmp / "root")), settings=settings)
 
 
 def entry(**extra: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Preflight's C1 and PCE checks, run against this machine (LocalTransport, real folders):
+"""Preflight's C1 and PCE checks, run against this machine (a local host agent, real folders):
 a C1 made for another sector or miner is refused before anything is stopped; param_cache
 must hold a full rewrite of the PCE file (cuzk writes it anew in every lifetime, through
 `<pce>.tmp`), and a leftover `.tmp` is removed through safe_remove, never through a link."""
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from contexts import small_host
+from contexts import AgentTransport, small_host
 
 from rollout.config.params_manifest import all_registered_proofs
 from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
@@ -29,7 +29,6 @@ from rollout.steps.preflight_inputs import (
     pce_room,
     pce_tmp_name,
 )
-from rollout.transport.local import LocalTransport
 
 GIB = 1024**3
 TICKET, COMM_D = bytes(range(32)), bytes(range(100, 132))
@@ -90,7 +89,7 @@ def pce_context(tmp_path: Path, pce_bytes: str = "1MiB", cache: Path | None = No
     settings = SimpleNamespace(
         params=SimpleNamespace(pce_bytes=pce_bytes, pce_file="pce-porep-32g.bin"),
         daemon=SimpleNamespace(param_cache=str(cache or tmp_path / "params")))
-    return HostContext(SimpleNamespace(name="h", vars={}), LocalTransport("h"),
+    return HostContext(SimpleNamespace(name="h", vars={}), AgentTransport("h"),
                        Layout(str(tmp_path / "root")), settings=settings)
 
 
@@ -228,7 +227,7 @@ def c1_context(tmp_path: Path, sector: int, miner: int, source: Path | None,
         update={"source": source, "path": path})})
     host = small_host()
     settings = playbook.for_host(host).model_copy(update={"validation": spec})
-    return HostContext(host, LocalTransport(host.name), Layout(str(tmp_path / "root")),
+    return HostContext(host, AgentTransport(host.name), Layout(str(tmp_path / "root")),
                        settings)
 
 
