@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from contexts import AgentTransport
 
 from rollout.config.inventory import Host
 from rollout.config.playbook import load_playbook
@@ -18,7 +19,6 @@ from rollout.output.events import EventBus, StepResult, changed
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext, Release
 from rollout.steps.decision import Action, Stopped
-from rollout.transport.local import LocalTransport
 
 PLAYBOOK = """\
 name: test
@@ -38,7 +38,7 @@ def make_engine(tmp_path: Path, when_vars: dict[str, Any] | None = None) -> Engi
     host = replace(HOST, vars=when_vars if when_vars is not None else HOST.vars)
     plan = Plan("run-1", playbook, [host], [[host.name]])
     options = EngineOptions(target=lambda ctx: Release("r1", "", "", ()))
-    return Engine(plan, EventBus("run-1"), lambda h: LocalTransport(h.name), tmp_path, options)
+    return Engine(plan, EventBus("run-1"), lambda h: AgentTransport(h.name), tmp_path, options)
 
 
 def act(facts: Any, target: Any, params: Any) -> Action:
