@@ -12,16 +12,17 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.utils import parse_bytes
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.errors import EnvironmentProblem, TransportError, UserError
@@ -35,6 +36,7 @@ ADDRESS = "127.0.0.1"
 FIRST_PORT = 22001
 SSH_WAIT_S = 30.0
 MAX_HOSTS = 64
+FREEZE_ATTEMPTS = 20  # pause: how often a freeze that did not settle is tried (see below)
 SSHD_STOPPED_FLAG = "/run/lab-sshd-stopped"  # lab-init does not restart sshd while it exists
 HOST_MARKER = "/etc/rollout-lab-host"
 """Only lab hosts have this file: the lab playbook's preflight and the stand-in itself refuse
@@ -387,7 +389,39 @@ def recreate_host(name: str, data_size: str | None = None,
 
 def pause_host(name: str) -> None:
     """Freeze every process of a host: SSH connects but never answers (a hung host)."""
-    _container(name).pause()
+    pause_container(_container(name))
+
+
+def pause_container(container: Container, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Docker's pause, tried again while the cgroup freezer cannot settle: on a loaded
+    machine runc gives up ("unable to freeze") and thaws the container again. Returns
+    once Docker reports it paused; other errors go up at once; after FREEZE_ATTEMPTS an
+    EnvironmentProblem."""
+    retrying = Retrying(
+        stop=stop_after_attempt(FREEZE_ATTEMPTS), sleep=sleep,
+        wait=wait_exponential(multiplier=0.05, max=1.0),
+        retry=retry_if_exception(_freeze_failed),
+    )  # fmt: skip
+    try:
+        retrying(_pause_once, container)
+    except RetryError as exc:
+        raise EnvironmentProblem(
+            f"could not pause lab container {container.name}: the cgroup freezer did not "
+            f"settle in {FREEZE_ATTEMPTS} tries: {exc.last_attempt.exception()}"
+        ) from None
+
+
+def _pause_once(container: Container) -> None:
+    try:
+        container.pause()
+    except APIError:
+        container.reload()
+        if container.status != "paused":  # a failed freeze that did settle after all
+            raise
+
+
+def _freeze_failed(exc: BaseException) -> bool:
+    return isinstance(exc, APIError) and "unable to freeze" in str(exc)
 
 
 def unpause_host(name: str) -> None:
