@@ -24,6 +24,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Release, Target
 from rollout.steps.identity import check_ports, ports_query
+from rollout.steps.proof_budget import budget_too_small, budget_total
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
 
@@ -165,6 +166,15 @@ def record_evidence(ctx: HostContext, doc: str) -> None:
     ctx.write_file(["write", ctx.layout.validated], doc + "\n")
 
 
+def fail_if_budget_too_small(status: dict[str, Any] | None, kind: str | None) -> None:
+    """A proof the daemon's whole budget cannot hold would wait in cuzk's acquire until
+    validate.timeout: fail the validation now, with that cause (issue 17)."""
+    cause = budget_too_small(status, kind)
+    if cause is not None:
+        raise StepFailed(f"validation cannot run: {cause}", retryable=False,
+                         data={"budget_total": budget_total(status), "proof_kind": kind})
+
+
 def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:
     skip = already_validated(facts, target)
     if skip is not None:
@@ -181,6 +191,7 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     spec = ctx.settings.validation
     seen = probe(ctx)
     check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
+    fail_if_budget_too_small(seen.status, spec.proof_kind)
     staged = ensure_input(ctx, seen.input)  # (never staged for a daemon not running)
     proves = (action.detail.release_id if isinstance(action.detail, ValidateFor)
               else ctx.target.release_id)
