@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -55,16 +57,38 @@ def test_unknown_script_is_refused() -> None:
     assert "supervisor" in SCRIPTS
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_runs_on_python39_when_available(name: str) -> None:
+@cache
+def python39() -> str | None:
+    """A python3.9 that starts, looked for once per test process (a start each is ~0.1 s)."""
     found = glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9"))
     py = found[0] if found else shutil.which("python3.9")
     if py is None or subprocess.run([py, "-c", "pass"], capture_output=True).returncode != 0:
+        return None
+    return py
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_on_python39_when_available(name: str) -> None:
+    py = python39()
+    if py is None:
         pytest.skip("no python3.9 here")
-    p = subprocess.run([py, "-", "--help"], input=script_text(name), capture_output=True,
-                       text=True, timeout=120)
+    # -I -S: the standard library alone (a pyenv python's site imports ~0.1 s of packages)
+    p = subprocess.run([py, "-I", "-S", "-", "--help"], input=script_text(name),
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "usage" in p.stdout
+
+
+@cache
+def isolated() -> list[str]:
+    """This python as the scripts' test runs it (-I -S), once checked (per test process)
+    to leave the rollout package out of reach from a folder outside the checkout."""
+    py = [sys.executable, "-I", "-S"]
+    with tempfile.TemporaryDirectory() as elsewhere:
+        probe = subprocess.run([*py, "-c", "import rollout"], capture_output=True,
+                               cwd=elsewhere)
+    assert probe.returncode != 0, "rollout must not be importable here"
+    return py
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -84,10 +108,8 @@ def test_script_text_inlines_common_and_runs_without_rollout(name: str, tmp_path
     first = [n for n in tree.body if isinstance(n, ast.ImportFrom)][0]
     assert first.module == "__future__"
     assert src.count("from __future__ import annotations") == 1
-    # -I -S: no site-packages, so no rollout package; cwd elsewhere
-    py = [sys.executable, "-I", "-S"]
-    probe = subprocess.run([*py, "-c", "import rollout"], capture_output=True, cwd=tmp_path)
-    assert probe.returncode != 0, "rollout must not be importable here"
+    # -I -S: no site-packages, so no rollout package (isolated()); cwd elsewhere
+    py = isolated()
     p = subprocess.run([*py, "-", "--help"], input=src, capture_output=True, text=True,
                        cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
