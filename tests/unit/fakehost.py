@@ -212,6 +212,9 @@ class FakeHost(Transport):
         self.files[path] = self.files.pop(partial)
         return {"outcome": "staged", "reason": f"staged {path}"}
 
+    def _op_register(self, root: str, onstart: str = "", **_: Any) -> dict[str, Any]:
+        return {"outcome": "none", "reason": "no start-up mechanism found", "how": "none"}
+
     def _op_forget_validated(self, root: str) -> dict[str, Any]:
         was, self.validated = self.validated, None
         return {"outcome": "removed" if was else "none", "reason": "evidence removed"}

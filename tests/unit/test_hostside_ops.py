@@ -406,3 +406,26 @@ def test_stage_input_checks_the_digest_then_renames(root: Path, tmp_path: Path) 
     assert not path.is_symlink() and path.read_bytes() == b"good" and precious.read_text() == "x"
     assert call("stage_input", partial=str(partial), path=str(path),
                 sha256=good)["outcome"] == "missing"
+
+
+def test_register_appends_the_start_line_once_to_the_onstart_script(root: Path) -> None:
+    onstart = root / "onstart.sh"
+    out = call("register", root=str(root), onstart=str(onstart))
+    assert out["outcome"] == "registered" and out["how"] == f"on-start script {onstart}"
+    call("register", root=str(root), onstart=str(onstart))  # a rerun adds nothing
+    lines = onstart.read_text().splitlines()
+    assert lines[0] == "#!/bin/sh" and len(lines) == 2
+    assert lines[1].endswith(f"--daemonize # rollout-supervisor {root}")
+    assert os.access(onstart, os.X_OK)
+    assert (root / "rollout" / "registered").read_text() == f"on-start script {onstart}\n"
+
+
+def test_register_never_writes_through_a_link_nor_splits_a_line(root: Path,
+                                                                 tmp_path: Path) -> None:
+    precious = tmp_path / "precious"
+    precious.write_text("x")
+    (root / "onstart.sh").symlink_to(precious)
+    out = call("register", root=str(root), onstart=str(root / "onstart.sh"))
+    assert out["outcome"] == "refused" and precious.read_text() == "x"
+    hostile = call("register", root=f"{root}\nreboot", onstart=str(root / "other.sh"))
+    assert hostile["outcome"] == "refused" and not (root / "other.sh").exists()

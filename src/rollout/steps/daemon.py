@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
-from rollout.host.layout import q
 from rollout.host.reports import ReadyReport, Report, StartReport, StopReport, TextReport
 from rollout.host.scripts import script_text
 from rollout.output.events import StepResult, changed, ok, skipped
@@ -74,53 +73,23 @@ def decide_supervise(facts: HostFacts, target: Target, params: SuperviseParams) 
     return Action(f"install the supervisor; {what}", params, Supervision(conf, alive, hold, False))
 
 
-UNIT = """[Unit]
-Description=rollout's supervisor of the cuzk daemon
-After=network.target
-
-[Service]
-Type=forking
-ExecStart={start}
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-
-def register_command(ctx: HostContext) -> str:
-    """Shell that registers the supervisor with the host's start-up mechanism, so that a
-    container restart brings it back: the on-start script a host var names (onstart_script:
-    vast.ai runs it at every container start), else an @reboot cron entry, else a systemd
-    unit where systemd is PID 1. Writes the method to <state>/registered."""
-    lay = ctx.layout
-    start = f"python3 {q(lay.supervisor)} --root {q(lay.root)} --daemonize"
-    mark = f"# rollout-supervisor {lay.root}"
-    line = f"{start} {mark}"
+def register(ctx: HostContext) -> str:
+    """Register the supervisor with the host's start-up mechanism (ops.register: the
+    on-start script the host var onstart_script names, else cron @reboot, else a systemd
+    unit); how, or "none"."""
     onstart = str(ctx.host_vars.get("onstart_script") or "")
-    unit = UNIT.format(start=start)
-    return (
-        f"line={q(line)}; mark={q(mark)}; onstart={q(onstart)}; "
-        'if [ -n "$onstart" ]; then '
-        '{ [ -f "$onstart" ] || printf "#!/bin/sh\n" > "$onstart"; } && '
-        '{ grep -qF -- "$mark" "$onstart" || printf "%s\n" "$line" >> "$onstart"; } && '
-        'chmod +x "$onstart" && how="on-start script $onstart"; '
-        "elif command -v crontab >/dev/null 2>&1; then "
-        '{ crontab -l 2>/dev/null | grep -vF -- "$mark"; echo "@reboot $line"; } | crontab - '
-        '&& how="cron @reboot"; '
-        'elif [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then '
-        f"printf '%s' {q(unit)} > /etc/systemd/system/rollout-supervisor.service && "
-        "systemctl daemon-reload && systemctl enable rollout-supervisor.service >/dev/null "
-        '&& how="systemd unit rollout-supervisor.service"; fi; '
-        f'printf "%s\n" "${{how:-none}}" > {q(lay.state_dir + "/registered")}; '
-        'echo "${how:-none}"'
-    )
+    report = Report.parse(ctx.call("register", root=ctx.layout.root, onstart=onstart))
+    how = report.raw.get("how")
+    if report.outcome == "refused":
+        return f"none ({head(report.reason, 200)})"
+    return how if isinstance(how, str) and how else "none"
 
 
 def supervise(ctx: HostContext, action: Action) -> StepResult:
     lay = ctx.layout
     conf, alive, hold, register_only = action.detail_as(Supervision)
     if register_only:
-        how = ctx.sh(register_command(ctx)).stdout.strip() or "none"
+        how = register(ctx)
         return changed(f"supervisor running; start-up registration: {how}")
     made = Report.parse(ctx.call("make_folder", path=lay.state_dir))
     if made.outcome not in ("made", "kept"):
@@ -132,7 +101,7 @@ def supervise(ctx: HostContext, action: Action) -> StepResult:
     report = Report.parse(ctx.call("run_supervisor", root=lay.root, restart=alive))
     if report.outcome not in ("started", "restarted"):  # never one others could write
         raise StepFailed(f"could not start the supervisor: {report.reason}", retryable=False)
-    registered = ctx.sh(register_command(ctx)).stdout.strip() or "none"
+    registered = register(ctx)
     what = "restarted (script or settings changed)" if alive else "started"
     what += f"; start-up registration: {registered}"
     return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")

@@ -725,6 +725,97 @@ def stage_input(partial: str, path: str, sha256: str) -> dict[str, Any]:
     return _report("staged", f"staged {path}")
 
 
+# ---------------------------------------------------------------- start-up registration
+
+UNIT = """[Unit]
+Description=rollout's supervisor of the cuzk daemon
+After=network.target
+
+[Service]
+Type=forking
+ExecStart={start}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _start_line(root: str) -> tuple[str, str]:
+    """(the command that starts the supervisor at boot, the mark that names its line)."""
+    import shlex
+
+    supervisor = os.path.join(_state_dir(root), "supervisor.py")
+    start = f"python3 {shlex.quote(supervisor)} --root {shlex.quote(root)} --daemonize"
+    return start, f"# rollout-supervisor {root}"
+
+
+def _register_onstart(path: str, line: str, mark: str) -> str:
+    """Append `line` to the on-start script once (made a script where missing); never
+    written through a link."""
+    if os.path.islink(path):
+        raise OSError(f"{path} is a symbolic link: rollout never writes through a link")
+    text = (_read_at_most(path, 1 << 20) or b"").decode("utf-8", "replace")
+    if mark not in text:
+        safe_append(path, ("" if text else "#!/bin/sh\n") + line + "\n", 0o755)
+    fd = safe_open(path, os.O_RDONLY)
+    try:
+        os.fchmod(fd, os.fstat(fd).st_mode | 0o111)
+    finally:
+        os.close(fd)
+    return f"on-start script {path}"
+
+
+def _register_cron(line: str, mark: str) -> str | None:
+    import shutil
+    import subprocess
+
+    if not shutil.which("crontab"):
+        return None
+    now = subprocess.run(["crontab", "-l"], capture_output=True, check=False)
+    kept = [x for x in now.stdout.decode("utf-8", "replace").splitlines() if mark not in x]
+    table = "".join(f"{x}\n" for x in [*kept, f"@reboot {line}"])
+    done = subprocess.run(["crontab", "-"], input=table.encode(), capture_output=True,
+                          check=False)
+    return "cron @reboot" if done.returncode == 0 else None
+
+
+def _register_systemd(start: str, unit_path: str) -> str | None:
+    import subprocess
+
+    if (read_text("/proc/1/comm") or "").strip() != "systemd":
+        return None
+    safe_write(unit_path, UNIT.format(start=start).encode(), 0o644)
+    for argv in (["systemctl", "daemon-reload"],
+                 ["systemctl", "enable", os.path.basename(unit_path)]):
+        if subprocess.run(argv, capture_output=True, check=False).returncode != 0:
+            return None
+    return f"systemd unit {os.path.basename(unit_path)}"
+
+
+def register(root: str, onstart: str = "",
+             unit_path: str = "/etc/systemd/system/rollout-supervisor.service"
+             ) -> dict[str, Any]:
+    """Register the supervisor with the host's start-up mechanism, so that a container
+    restart brings it back: the on-start script `onstart` names (vast.ai runs it at every
+    container start), else an @reboot cron entry, else a systemd unit where systemd is PID
+    1. Records the method in <root>/rollout/registered; "none" where there is none."""
+    if any(c in root + onstart for c in "\n\r\0"):
+        return _report("refused", "a root or on-start path with a line break: refused",
+                       how="none")
+    start, mark = _start_line(root)
+    line = f"{start} {mark}"
+    try:
+        how = (_register_onstart(onstart, line, mark) if onstart
+               else _register_cron(line, mark) or _register_systemd(start, unit_path))
+    except OSError as e:
+        return _report("refused", f"start-up registration: {e}", how="none")
+    safe_mkdir(_state_dir(root))
+    safe_write(os.path.join(_state_dir(root), "registered"), f"{how or 'none'}\n".encode(),
+               0o644)
+    return _report("registered" if how else "none", how or "no start-up mechanism found",
+                   how=how or "none")
+
+
 def forget_validated(root: str) -> dict[str, Any]:
     """Remove the validation evidence <root>/rollout/validated.json (a failed proof)."""
     if safe_remove(os.path.join(_state_dir(root), "validated.json")):
@@ -866,7 +957,8 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    restore_config, run_supervisor, start, wait_ready, owners,
                                    prove, prune, work, user_command, cordoned, cordon,
                                    uncordon, remove_partial, pointed, log_tail, make_folder,
-                                   forget_validated, input_check, probe, stage_input)}
+                                   forget_validated, input_check, probe, stage_input,
+                                   register)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
