@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from contexts import settings_for, small_host
+
 from rollout.host.facts import HostFacts
 from rollout.steps import preflight
 
@@ -45,8 +47,13 @@ def test_gpu_indexes_from_nvidia_smi_csv() -> None:
 
 
 def ctx_with(total_budget: str = "cgroup", min_budget: str = "0") -> Any:
-    daemon = SimpleNamespace(total_budget=total_budget, safety_margin="64MiB")
-    settings = SimpleNamespace(daemon=daemon, preflight=SimpleNamespace(min_budget=min_budget))
+    """A context whose settings are the lab playbook's (a kind with no cuzk figure), with
+    these budget settings."""
+    base = settings_for(small_host())
+    settings = base.model_copy(update={
+        "daemon": base.daemon.model_copy(update={"total_budget": total_budget,
+                                                 "safety_margin": "64MiB"}),
+        "preflight": base.preflight.model_copy(update={"min_budget": min_budget})})
     return SimpleNamespace(settings=settings)
 
 
