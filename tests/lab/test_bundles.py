@@ -189,7 +189,12 @@ def test_a_host_that_cannot_reach_the_url_gets_the_release_pushed(
 def test_controller_sends_little_per_host_when_hosts_pull(
     fleet: LabFleet, work: Path, web: WebServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The transport's count of what the controller sent (commands, stdin, files)."""
+    """The transport's count of what the controller sent (commands, stdin, files), for a
+    release the hosts pull, on hosts that already run one (the lab's params, which its
+    playbook pushes by an explicit opt-in, and the supervisor are there already)."""
+    first = build(work, "n0")
+    assert run_cli(work, "publish", str(first), "--to", f"{web.url}/n0").code == 0
+    assert deploy(work, fleet, f"{web.url}/n0").code == 0
     bundle = build(work, "n1")
     url = f"{web.url}/n1"
     assert run_cli(work, "publish", str(bundle), "--to", url).code == 0

@@ -129,5 +129,10 @@ class Transport(ABC):
         None: this transport keeps no such channel (a host without a guard)."""
         return None
 
+    def keeps_sources(self) -> bool:
+        """True when a script or module sent once stays on the host for this connection's
+        later commands (a host agent: each source goes once, then only its sha256)."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""

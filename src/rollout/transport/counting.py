@@ -3,6 +3,7 @@ the files it puts (the payload; SSH's own framing is not counted)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import Counter
@@ -29,6 +30,19 @@ class CountingTransport(Transport):
         self.inner = inner
         self.name = inner.name
         self.sent = sent
+        self._kept: set[str] = set()  # sources the host's agent already has
+
+    def _source_size(self, source: str) -> int:
+        """What sending `source` costs: all of it, or only its sha256 where the host's
+        agent got it before on this connection (as HostAgent sends it)."""
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        if sha in self._kept and self.inner.keeps_sources():
+            return len(sha)
+        return len(source.encode())
+
+    def _sent_source(self, source: str) -> None:
+        if self.inner.keeps_sources():
+            self._kept.add(hashlib.sha256(source.encode()).hexdigest())
 
     def run(
         self, command: str, timeout: float | None = None, stdin: str | None = None
@@ -38,20 +52,26 @@ class CountingTransport(Transport):
 
     def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
                    before: str = "") -> RunResult:
-        size = len(source.encode()) + sum(len(a.encode()) for a in args) + len(before.encode())
+        size = self._source_size(source) + sum(len(a.encode()) for a in args) + len(before.encode())
         self.sent.add(self.name, size)
-        return self.inner.run_script(source, args, timeout=timeout, before=before)
+        result = self.inner.run_script(source, args, timeout=timeout, before=before)
+        self._sent_source(source)
+        return result
 
     def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
                        timeout: float | None = None) -> RunResult:
-        size = len(source.encode()) + sum(len(a.encode()) for a in args) + len(stdin.encode())
+        size = self._source_size(source) + sum(len(a.encode()) for a in args) + len(stdin.encode())
         self.sent.add(self.name, size)
-        return self.inner.run_script_fed(source, filename, args, stdin, timeout)
+        result = self.inner.run_script_fed(source, filename, args, stdin, timeout)
+        self._sent_source(source)
+        return result
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
-        self.sent.add(self.name, len(source.encode()) + len(repr(kwargs).encode()))
-        return self.inner.call(source, call, kwargs, timeout)
+        self.sent.add(self.name, self._source_size(source) + len(repr(kwargs).encode()))
+        result = self.inner.call(source, call, kwargs, timeout)
+        self._sent_source(source)
+        return result
 
     def put(self, local_path: str, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
@@ -72,6 +92,9 @@ class CountingTransport(Transport):
     def open_stream(self, command: str, stdin: bytes) -> Stream | None:
         self.sent.add(self.name, len(command.encode()) + len(stdin))
         return self.inner.open_stream(command, stdin)
+
+    def keeps_sources(self) -> bool:
+        return self.inner.keeps_sources()
 
     def close(self) -> None:
         self.inner.close()

@@ -260,6 +260,9 @@ class SshTransport(Transport):
             return super().call(source, call, kwargs, timeout)
         return self._through(agent, lambda: agent.call(source, call, kwargs, timeout))
 
+    def keeps_sources(self) -> bool:
+        return self._agent is not None
+
     def _host_agent(self) -> HostAgent | None:
         """The connection's agent, started on its first command; None where the host has
         none to give (then every command is an exec channel of its own)."""
