@@ -163,11 +163,38 @@ def test_page_cache_that_cannot_go_is_counted(tmp_path: Path, held: str) -> None
                         "--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
     assert rc == 3 and out["outcome"] == "plateau", out
     assert out["working_set"] == 400 * MIB and out["page_cache"] == 300 * MIB
+    written_back = 300 * MIB if held in ("file_dirty", "file_writeback") else None
+    assert out["flushed_dirty"] == written_back  # written once; these stayed all the same
     reason = failure_reason(out)
     assert "usage 700.0MiB less 300.0MiB of page cache no live process maps" in reason
     name = {"shmem": "tmpfs/shm", "file_mapped": "mapped", "file_dirty": "dirty",
             "file_writeback": "writeback"}[held]
     assert f"(file 600.0MiB less {name} 300.0MiB; active or inactive alike)" in reason, reason
+
+
+def test_dirty_page_cache_is_written_back_at_the_plateau_then_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that wrote its PCE just before the stop leaves dirty pages: counted until
+    written back, so at the plateau the drain writes them back once (sync) and measures
+    again; written, they are page cache no process maps and the memory is back."""
+    dirty = {"anon": 90 * MIB, "file": 600 * MIB, "active_file": 590 * MIB}
+    cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30), inactive_file=10 * MIB,
+                 file_dirty=300 * MIB, **dirty)
+    flushes: list[float] = []
+
+    def written() -> None:  # what sync(2) does to the cgroup's figures
+        flushes.append(time.monotonic())
+        write_v2_stat(cg, 10 * MIB, file_dirty=0, **dirty)
+
+    monkeypatch.setattr(drain_mod, "start_writeback", written)
+    args = drain_mod.parse_args(["--root", str(tmp_path), "--pid", "999999999",
+                                 "--cgroup-root", str(cg), "--budget", str(900 * MIB),
+                                 "--plateau", "0.3", "--deadline", "20"])
+    out = drain_mod.drain(args)
+    assert len(flushes) == 1, out
+    assert out["outcome"] == "drained" and out["flushed_dirty"] == 300 * MIB, out
+    assert out["working_set"] == 100 * MIB
 
 
 def test_back_to_the_baseline_recorded_before_the_daemon_started(tmp_path: Path) -> None:

@@ -21,8 +21,10 @@ working set is back to the baseline the supervisor recorded just before it start
 daemon (<root>/rollout/starts.jsonl; the least of the recent records, so that a restart
 while a crashed daemon's memory was still charged cannot raise it).
 
-When the process is gone and the working set has not fallen for --plateau seconds, the
-drain fails early and names what still holds memory: the processes charged to the cgroup
+When the process is gone and the working set has not fallen for --plateau seconds while
+dirty page cache is part of it (a PCE or params written just before the stop), that cache
+is written back once (sync, "flushed_dirty": the bytes then) and the plateau starts over;
+otherwise the drain fails early and names what still holds memory: the processes charged to the cgroup
 (pid, command line, and what each holds: anon, mapped file, shmem), the files in /dev/shm,
 and the cgroup's anon, shmem, file and mapped figures.
 
@@ -37,6 +39,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -169,6 +172,19 @@ class Zombie:
         return self.secs + (t - self.since if self.since is not None else 0.0)
 
 
+def unwritten(mem: dict[str, Any]) -> int:
+    """Bytes of page cache that only waits to be written back (dirty, under writeback):
+    counted in the working set until written, reclaimable as soon as it is."""
+    return sum(v for v in (mem.get("dirty"), mem.get("writeback")) if isinstance(v, int))
+
+
+def start_writeback() -> None:
+    """Write dirty pages back now (sync(2), in a thread: the drain keeps measuring) rather
+    than after the kernel's own expiry (30 s by default): a daemon that wrote its PCE or
+    params just before it stopped leaves them dirty."""
+    threading.Thread(target=os.sync, daemon=True).start()
+
+
 class Plateau:
     """Since when the working set has not fallen (by FALL) below its lowest value."""
 
@@ -200,6 +216,7 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
     zombie = Zombie(args.zombie_grace)
     plateau = Plateau()
     flat = 0.0
+    flushed: int | None = None  # dirty page cache written back at a plateau (bytes then)
     if args.pid <= 1:  # 0: no daemon was stopped; 1 (init) or below is never the daemon
         args.pid, args.starttime = 0, -1
     if args.starttime is None:  # pin the process seen now: a later reuse of the pid is "gone"
@@ -227,6 +244,12 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
             break
         flat = plateau.flat_for(mem.get("working_set"), t) if process_done else 0.0
         if process_done and flat >= args.plateau:
+            if flushed is None and unwritten(mem):
+                flushed = unwritten(mem)  # dirty pages go once written: write them now
+                start_writeback()
+                plateau = Plateau()
+                time.sleep(args.interval)
+                continue
             outcome = "plateau"
             break
         if time.monotonic() >= end:
@@ -252,6 +275,7 @@ def drain(args: argparse.Namespace) -> dict[str, Any]:
         "budget": budget,
         "baseline": baseline,
         "plateau_secs": round(flat, 3),
+        "flushed_dirty": flushed,
         "plateau": args.plateau,
         "holders": holders(args, mem) if outcome != "drained" else None,
         "samples": thin(samples),
