@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from rollout.config.playbook import LAB_PLAYBOOK, load_playbook
 from rollout.config.steps import StepSpec
 from rollout.engine.hostplan import decide_and_apply
 from rollout.host.layout import Layout
+from rollout.host.scripts import bootstrap
 from rollout.steps.base import HostContext
 from rollout.transport.base import RunResult, Stream, script_command
 from rollout.transport.ssh import SshTransport
@@ -52,6 +54,13 @@ class RecordingTransport(SshTransport):
                    before: str = "") -> RunResult:  # fmt: skip
         self.command_lines.append(script_command(args, before))
         return super().run_script(source, args, timeout=timeout, before=before)
+
+    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
+                       timeout: float | None = None) -> RunResult:  # fmt: skip
+        # the command line it has without an agent (with one: a fork of the agent, whose
+        # command line is the agent's own); the text it writes goes on stdin either way
+        self.command_lines.append(f"python3 -c {bootstrap(filename)} {shlex.join(args)}")
+        return super().run_script_fed(source, filename, args, stdin, timeout)
 
     def open_stream(self, command: str, stdin: bytes) -> Stream | None:
         self.command_lines.append(command)
