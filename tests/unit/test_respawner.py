@@ -165,3 +165,19 @@ def test_a_hostile_parent_chain_is_data() -> None:
     evil = {**LOOP, "cmdline": "sh \x1b[2J/root/e.sh"}
     [problem] = ownership(True, cuzk_loops=[evil])
     assert "`sh ?[2J/root/e.sh`" in problem and "\x1b" not in problem
+
+
+@pytest.mark.parametrize(("text", "loops"), [
+    ("while true; do\n  $(readlink -f /data/current)/cuzk-daemon -c /data/zk/cuzk.toml\n"
+     "  sleep 10\ndone\n", True),  # the field's entrypoint.sh
+    ("while true; do\n  sleep 30\n  ./cuzk -c cuzk.toml\ndone\n", True),
+    ("until false; do nohup cuzk-daemon; done", True),
+    # a one-shot command that only names cuzk is no respawner (the lab's own probe of a
+    # partial release during a rollout was refused so), nor a loop that only looks for it
+    ("exec > /tmp/out 2>&1; stat -c %s /data/releases/.partial-r1-pull/cuzk-daemon", False),
+    ("tail -f /data/cuzk-daemon.log", False),
+    ("while pgrep -x cuzk-daemon >/dev/null; do sleep 0.1; done", False),
+    ("for p in $(pgrep -x cuzk-daemon); do kill -0 $p; done", False),
+])
+def test_a_loop_is_a_shell_that_runs_cuzk_as_a_command_in_a_loop(text: str, loops: bool) -> None:
+    assert facts_mod.runs_cuzk_in_a_loop(text) is loops

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import stat
 import sys
@@ -90,9 +91,25 @@ def what_it_is(proc: str, pid: int) -> dict[str, Any]:
     argv = proc_cmdline(proc, pid)
     program = os.path.basename(proc_program(proc, pid) or (argv[0] if argv else ""))
     shell = program in SHELLS or (bool(argv) and os.path.basename(argv[0]) in SHELLS)
-    text = " ".join(argv[1:]) + (script_of(proc, pid, argv) if shell else "")
+    text = " ".join(argv[1:]) + "\n" + (script_of(proc, pid, argv) if shell else "")
     return {"pid": pid, "program": program[:100], "cmdline": " ".join(argv)[:300],
-            "shell": shell, "starts_cuzk": "cuzk" in text}
+            "shell": shell, "starts_cuzk": "cuzk" in text,
+            "loops_cuzk": shell and runs_cuzk_in_a_loop(text)}
+
+
+LOOP = re.compile(r"\b(?:while|until|for)\b")
+# cuzk as a command: at the start of a line or after ; & | do then else exec nohup, its path
+# written out or starting with $(...) ($(readlink -f /data/current)/cuzk-daemon)
+CUZK_COMMAND = re.compile(
+    r"(?:^|[;&|\n]|\b(?:do|then|else|exec|nohup)\b)\s*(?:\$\([^)]*\))?[^\s;&|()]*cuzk",
+    re.MULTILINE)
+
+
+def runs_cuzk_in_a_loop(text: str) -> bool:
+    """A shell's command line or script that loops and runs cuzk as a command (an
+    entrypoint's `while true; do .../cuzk-daemon ...; sleep 10; done`); not one that only
+    names it (`stat .../cuzk-daemon`, `tail cuzk.log`, `while pgrep -x cuzk-daemon`)."""
+    return bool(LOOP.search(text)) and bool(CUZK_COMMAND.search(text))
 
 
 def parent_chain(proc: str, ancestors: list[int]) -> list[dict[str, Any]]:
@@ -103,7 +120,7 @@ def parent_chain(proc: str, ancestors: list[int]) -> list[dict[str, Any]]:
 
 def cuzk_loops(proc: str, skip: set[int], supervisor: int | None = None
                ) -> list[dict[str, Any]]:
-    """Shells whose command line or script starts cuzk, daemon or not running now (a loop
+    """Shells whose command line or script runs cuzk in a loop, daemon or not running now (a loop
     between two restarts): whatever their delay, they would start it again. Not one the
     trusted supervisor runs (a launcher), nor one of an SSH session."""
     out: list[dict[str, Any]] = []
@@ -112,7 +129,7 @@ def cuzk_loops(proc: str, skip: set[int], supervisor: int | None = None
         if pid in skip or not argv or os.path.basename(argv[0]) not in SHELLS:
             continue
         found = what_it_is(proc, pid)
-        if (found["starts_cuzk"] and supervisor not in proc_ancestors(proc, pid)
+        if (found["loops_cuzk"] and supervisor not in proc_ancestors(proc, pid)
                 and not in_ssh_session(proc, pid)):
             out.append(found)
     return out[:PARENTS]
