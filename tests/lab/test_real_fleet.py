@@ -174,7 +174,9 @@ def test_params_staging_resumes_after_a_dropped_transfer_and_checks_the_digest(
 def test_the_real_fleet_walkthrough(fleet: LabFleet, tmp_path: Path) -> None:
     """docs/real-fleet.md on lab hosts: a user's inventory (SSH port, gpus and gpu_threads
     host vars), the real playbook with only its build swapped for the stand-in's, params
-    and C1 staged from local sources, safety_margin and pce_bytes lowered for a small host."""
+    and C1 staged from local sources, safety_margin and pce_bytes lowered and the proof kind
+    the lab's (validate.proof_kind: its params and the budget one proof needs) for a small
+    host."""
     inventory = inventory_with(  # lab hosts have no GPU for nvidia-smi to list: has_gpu false
         tmp_path, fleet.fleet_path, "lab-2", "gpus: [0, 1], gpu_threads: 4, has_gpu: false"
     )
@@ -195,7 +197,8 @@ def test_the_real_fleet_walkthrough(fleet: LabFleet, tmp_path: Path) -> None:
     run = run_cli(
         tmp_path, "rollout", "--hosts", str(inventory), "--playbook", str(playbook),
         "--limit", "lab-2", "--set", "version=walk-1", "--set", "safety_margin=64MiB",
-        "--set", "pce_bytes=16MiB", "--set", f"params_source={REPO}/playbooks/files/params",
+        "--set", "pce_bytes=16MiB", "--set", "proof_kind=lab-porep",
+        "--set", f"params_source={REPO}/playbooks/files/params",
         "--set", f"c1_source={c1}",
         "--set", f"c1_sha256={hashlib.sha256(c1.read_bytes()).hexdigest()}",
     )  # fmt: skip
