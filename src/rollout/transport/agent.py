@@ -36,7 +36,7 @@ def agent_command() -> tuple[str, bytes]:
 
 
 @functools.lru_cache(maxsize=64)
-def _sha256(source: str) -> str:
+def source_sha256(source: str) -> str:
     """A script's sha256, once per process: the same few scripts go to every host."""
     return hashlib.sha256(source.encode()).hexdigest()
 
@@ -73,7 +73,7 @@ class HostAgent:
     def script(self, source: str, args: Sequence[str], timeout: float | None,
                before: str = "", stdin: str | None = None) -> RunResult:
         """A host script in a forked child of the agent; `stdin`: what it reads there."""
-        sha = _sha256(source)
+        sha = source_sha256(source)
         request: dict[str, Any] = {"script": True, "sha": sha, "args": list(args),
                                    "before": before, "timeout": timeout}
         if stdin is not None:
@@ -89,7 +89,7 @@ class HostAgent:
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None) -> RunResult:
         """One function of a host module, run by the agent in a forked child."""
-        sha = _sha256(source)
+        sha = source_sha256(source)
         request: dict[str, Any] = {"call": call, "kwargs": dict(kwargs), "sha": sha,
                                    "timeout": timeout}
         if sha not in self._known:

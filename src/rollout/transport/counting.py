@@ -3,13 +3,13 @@ the files it puts (the payload; SSH's own framing is not counted)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from rollout.jsontypes import JSON
+from rollout.transport.agent import source_sha256
 from rollout.transport.base import Progress, RunResult, Stream, Transport
 
 
@@ -35,14 +35,14 @@ class CountingTransport(Transport):
     def _source_size(self, source: str) -> int:
         """What sending `source` costs: all of it, or only its sha256 where the host's
         agent got it before on this connection (as HostAgent sends it)."""
-        sha = hashlib.sha256(source.encode()).hexdigest()
+        sha = source_sha256(source)
         if sha in self._kept and self.inner.keeps_sources():
             return len(sha)
         return len(source.encode())
 
     def _sent_source(self, source: str) -> None:
         if self.inner.keeps_sources():
-            self._kept.add(hashlib.sha256(source.encode()).hexdigest())
+            self._kept.add(source_sha256(source))
 
     def run(
         self, command: str, timeout: float | None = None, stdin: str | None = None
