@@ -88,7 +88,8 @@ def test_page_cache_left_by_the_old_daemon_is_not_waited_for(
     assert drain["status"] == "ok" and drain["data"]["drained_by"] == "budget", drain
     data = drain["data"]
     limit, budget = data["memory"]["limit"], data["budget"]
-    assert data["page_cache"] >= cache and data["working_set"] + budget <= limit
+    # most of it still cached (the kernel may reclaim a little), more than the old pool
+    assert data["page_cache"] > POOL_MIB * MIB and data["working_set"] + budget <= limit
     # raw usage (page cache included) would not have fitted the budget: it was not waited for
     assert data["memory"]["usage"] + budget > limit
     assert data["state"] == "gone" and data["outcome"] == "drained"

@@ -625,6 +625,29 @@ def test_guard_started_ahead_for_a_host_that_stayed_untouched_is_settled(
     assert not guard.lost
 
 
+def test_guard_started_ahead_is_settled_only_once_it_said_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host refused at once: its guard, still starting, is told "settled" only after its
+    "ready" (it has written its state), never closed half started."""
+    said: list[str] = []
+
+    class Starting(ScriptedStream):
+        def readline(self, timeout: float) -> str:
+            said.append("read")
+            return super().readline(timeout)
+
+        def write(self, text: str) -> bool:
+            said.append(text)
+            return super().write(text)
+
+    monkeypatch.setattr(HostGuard, "_open", lambda self, ctx, plan: Starting())
+    guard = HostGuard("run")
+    guard.prepare(None, _plan("stop"))  # type: ignore[arg-type]
+    guard.settle()
+    assert said == ["read", "settled\n"]
+
+
 def test_guard_started_ahead_on_a_connection_since_dropped_is_started_again(
     opened: list[ScriptedStream],
 ) -> None:

@@ -41,6 +41,7 @@ from rollout.transport.base import Stream
 
 BOOTSTRAP = bootstrap("guard.py")
 ARM_WAIT = 600.0  # seconds an earlier guard's takeover may take before arming gives up
+SETTLE_WAIT = 30.0  # seconds a guard started ahead, never armed, may take to start
 ARMED_WAIT = 60.0  # seconds for the guard's answer to `arm`
 LEFT_WAIT = 900.0  # seconds a command waits for a guard still taking over before it acts
 
@@ -293,7 +294,9 @@ class HostGuard:
         """A guard started ahead for a host that never left untouched: settled, as there
         is nothing to take back."""
         pending, self.pending = self.pending, None
-        if pending is not None:
+        if pending is not None:  # its start read first: every guard started ends settled
+            if not pending.ended:
+                _answer(pending, SETTLE_WAIT, "ready")
             pending.write("settled\n")
             pending.close()
 
