@@ -65,7 +65,7 @@ def docker_client() -> docker.DockerClient:
 
 @pytest.fixture(scope="session")
 def lab_fleet(docker_client: docker.DockerClient) -> Iterator[LabFleet]:
-    fleet = LabFleet(lab.up(3))
+    fleet = LabFleet(lab.up(3))  # busy, as `rollout lab.up` brings it up: every host's sidecar
     fleet.refresh(fleet.fleet_path)
     yield fleet
     lab.down()
@@ -237,9 +237,13 @@ def standin_archives(docker_client: docker.DockerClient, prover_image: str) -> d
 def standin(
     docker_client: docker.DockerClient, lab_fleet: LabFleet, standin_archives: dict[str, bytes]
 ) -> Iterator[Standin]:
-    """The stand-in installed on a lab host, cleaned up (daemon, keeper, pool) afterwards."""
+    """The stand-in installed on a lab host, cleaned up (daemon, keeper, pool) afterwards.
+    The host is quiet meanwhile: these tests drive a daemon by hand at the sidecar's address
+    and count its proofs, memory and pool; its busy sidecar runs again afterwards."""
     helper = Standin(docker_client, lab_fleet.hosts[0].name)
+    lab.set_sidecar(helper.host, None)
     helper.cleanup()
     helper.install(standin_archives)
     yield helper
     helper.cleanup()
+    lab.set_sidecar(helper.host, lab.BUSY_SIDECAR)

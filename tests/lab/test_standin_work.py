@@ -231,7 +231,7 @@ def test_the_sidecar_submits_proofs_holds_memory_and_honours_cordon(standin: Sta
     host = standin.host
     start(standin, {"prove_secs": 0.3})
     standin.ok("rm -f /var/log/lab-curio.jsonl; curio uncordon")
-    assert "sidecar: off" in standin.ok("curio status")  # off by default
+    assert "sidecar: off" in standin.ok("curio status")  # off: the standin fixture quiets it
     lab.set_sidecar(host, {"c1": C1, "hold_mib": 24, "pause_secs": 0.05})
     try:
         wait_until(lambda: sum(1 for v in ended(host).values() if v == "completed") >= 3)

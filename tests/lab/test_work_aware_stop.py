@@ -6,6 +6,7 @@ cordoned, not even when the controller is SIGKILLed while the host waits for its
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,16 +37,20 @@ COMMON = ("--set", "ready_timeout=15", "--set", "stop_grace=3")
 SLOW = 8  # seconds per proof: longer than the deadlines below
 
 
+WORK_VARS = {"work_deadline": "120", "work_interval": "1", "at_deadline": "skip"}
+
+
 def work_playbook(tmp: Path) -> Path:
-    """The lab playbook (its relative paths made absolute) with a work section: curio's
-    cordon and uncordon, the deadline and the choice at it from --set."""
+    """The lab playbook (its relative paths made absolute), whose work section cordons with
+    curio's cordon and uncordon, with this module's defaults for its vars (WORK_VARS): the
+    deadline and the choice at it from --set."""
     text = LAB_PLAYBOOK.read_text()
     text = text.replace("../dockerfiles", str(LAB_PLAYBOOK.parent.parent / "dockerfiles"))
     text = text.replace(" files/", f" {LAB_PLAYBOOK.parent}/files/")
-    text += ("\nwork:\n  cordon: curio cordon\n  uncordon: curio uncordon\n"
-             "  deadline: \"{{ work_deadline }}\"\n  interval: 1\n"
-             "  at_deadline: \"{{ at_deadline }}\"\n")
-    text = text.replace("vars:\n", "vars:\n  work_deadline: 120\n  at_deadline: skip\n", 1)
+    assert "\nwork:\n  cordon: curio cordon\n  uncordon: curio uncordon" in text
+    for var, value in WORK_VARS.items():
+        text, count = re.subn(rf"(?m)^  {var}: \S+", f"  {var}: {value}", text)
+        assert count == 1, var
     path = tmp / "work.yaml"
     path.write_text(text)
     return path
@@ -87,8 +92,8 @@ def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> Iter
         work, *rollout_args(lab_fleet.fleet_path, "work-base"), "--set",
         f"lab_knobs={FAST_KNOBS}", *COMMON))
     yield lab_fleet
-    for host in names:
-        lab.set_sidecar(host, None)
+    for host in names:  # busy again, as the lab fleet is
+        lab.set_sidecar(host, lab.BUSY_SIDECAR)
         sh(host, "curio uncordon; rm -f /var/log/lab-curio.jsonl")
 
 

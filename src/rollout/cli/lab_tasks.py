@@ -37,15 +37,18 @@ def docker_errors(fn: F) -> F:
     help={
         "hosts": "How many lab hosts to start (default 3, at most 64).",
         "memory": "Memory limit of each host, Docker syntax: 512m, 2g (default 512m).",
+        "quiet-hosts": "Hosts with no work: no curio-like sidecar submitting proofs (by "
+        "default each host's sidecar keeps its daemon busy, as a real host is).",
     }
 )
 @reports_errors
 @docker_errors
-def up(c: Context, hosts: int = 3, memory: str = "512m") -> None:
+def up(c: Context, hosts: int = 3, memory: str = "512m", quiet_hosts: bool = False) -> None:
     """Start a fresh lab fleet on the local Docker engine and write lab/fleet.yaml."""
     from rollout import lab  # the lab (the Docker SDK) only where a lab task runs
-    fleet = lab.up(hosts=hosts, memory=memory)
-    print(f"lab fleet of {hosts} host(s) is up; inventory: {fleet}")
+    fleet = lab.up(hosts=hosts, memory=memory, busy=not quiet_hosts)
+    work = "quiet (no sidecar)" if quiet_hosts else "busy (curio-like sidecar submitting proofs)"
+    print(f"lab fleet of {hosts} host(s) is up, {work}; inventory: {fleet}")
 
 
 @task

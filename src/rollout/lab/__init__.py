@@ -2,6 +2,7 @@
 
 from rollout.lab.engine import ensure_engine
 from rollout.lab.fleet import (
+    BUSY_SIDECAR,
     bench_lab_up,
     down,
     exec_on,
@@ -21,6 +22,7 @@ from rollout.lab.image import build_prover_image, ensure_base_image, ensure_host
 from rollout.lab.sidecar import cordoned, set_sidecar, sidecar_events
 
 __all__ = [
+    "BUSY_SIDECAR",
     "bench_lab_up",
     "build_prover_image",
     "cordoned",

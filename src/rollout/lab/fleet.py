@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import socket
@@ -41,6 +42,11 @@ SSHD_STOPPED_FLAG = "/run/lab-sshd-stopped"  # lab-init does not restart sshd wh
 HOST_MARKER = "/etc/rollout-lab-host"
 """Only lab hosts have this file: the lab playbook's preflight and the stand-in itself refuse
 any host without it, so the stand-in can never replace a real prover."""
+SIDECAR_SETTINGS = "/etc/rollout-lab-curio.json"  # while it exists lab-init runs `curio run`
+BUSY_SIDECAR: dict[str, Any] = {"pause_secs": 1.0, "concurrency": 1, "hold_mib": 5}
+"""What each host's curio-like sidecar does in a lab fleet brought up busy (the default), as a
+real host is busy: one proof at a time (as short as the daemon's prove_secs), a second's
+pause between two, and 5 MiB held beside the daemon (curio's 5 GiB at the lab's 1/1024)."""
 
 
 def lab_prefix() -> str:
@@ -136,15 +142,19 @@ def inventory_text(hosts: Sequence[LabHost]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _secrets_tar(key: HostKey, authorized_key: str) -> bytes:
+def _secrets_tar(key: HostKey, authorized_key: str, sidecar: bytes | None) -> bytes:
+    """The files a host starts with; `sidecar`: the sidecar's settings (None: no sidecar)."""
+    files = [
+        (HOST_MARKER.lstrip("/"), f"{lab_prefix()}\n".encode(), 0o644),
+        ("root/.ssh/authorized_keys", authorized_key.encode(), 0o600),
+        ("etc/ssh/ssh_host_ed25519_key", key.private, 0o600),
+        ("etc/ssh/ssh_host_ed25519_key.pub", key.public.encode() + b"\n", 0o644),
+    ]
+    if sidecar is not None:
+        files.append((SIDECAR_SETTINGS.lstrip("/"), sidecar, 0o644))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, data, mode in (
-            (HOST_MARKER.lstrip("/"), f"{lab_prefix()}\n".encode(), 0o644),
-            ("root/.ssh/authorized_keys", authorized_key.encode(), 0o600),
-            ("etc/ssh/ssh_host_ed25519_key", key.private, 0o600),
-            ("etc/ssh/ssh_host_ed25519_key.pub", key.public.encode() + b"\n", 0o644),
-        ):
+        for path, data, mode in files:
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(data), mode
             tar.addfile(info, io.BytesIO(data))
@@ -162,7 +172,8 @@ def _remove_leftovers(client: docker.DockerClient) -> None:
 
 
 def _start_host(
-    client: docker.DockerClient, image: str, host: LabHost, index: int, authorized_key: str
+    client: docker.DockerClient, image: str, host: LabHost, index: int, authorized_key: str,
+    sidecar: bytes | None,
 ) -> HostKey:
     key = new_host_key(host.name)
     labels = {LABEL: lab_prefix(), f"{LABEL}.name": host.name, f"{LABEL}.index": str(index)}
@@ -176,7 +187,7 @@ def _start_host(
         ports={"22/tcp": (ADDRESS, host.port)}, network=lab_prefix(),
         volumes={host.volume: {"bind": "/data", "mode": "rw"}},
     )  # fmt: skip
-    container.put_archive("/", _secrets_tar(key, authorized_key))
+    container.put_archive("/", _secrets_tar(key, authorized_key, sidecar))
     container.start()
     return key
 
@@ -195,8 +206,10 @@ def wait_for_ssh(port: int, timeout: float = SSH_WAIT_S) -> None:
     raise TransportError(f"lab sshd on {ADDRESS}:{port} did not answer within {timeout:.0f} s")
 
 
-def up(hosts: int = 3, memory: str = "512m") -> Path:
-    """Start `hosts` fresh lab hosts and write `<lab dir>/fleet.yaml`; return its path."""
+def up(hosts: int = 3, memory: str = "512m", busy: bool = True) -> Path:
+    """Start `hosts` fresh lab hosts and write `<lab dir>/fleet.yaml`; return its path.
+    `busy`: each host's curio-like sidecar submits proofs from the start (BUSY_SIDECAR), as
+    a real host is busy; False: quiet hosts, no sidecar until `set_sidecar` starts one."""
     if not 1 <= hosts <= MAX_HOSTS:
         raise UserError(f"--hosts must be between 1 and {MAX_HOSTS}, got {hosts}")
     try:
@@ -212,9 +225,10 @@ def up(hosts: int = 3, memory: str = "512m") -> Path:
     planned = [
         LabHost(f"lab-{i}", port, memory) for i, port in enumerate(free_odd_ports(hosts), 1)
     ]
+    sidecar = json.dumps(BUSY_SIDECAR).encode() if busy else None
     with ThreadPoolExecutor(max_workers=min(8, hosts)) as pool:
         keys = list(
-            pool.map(lambda h: _start_host(client, image, h[1], h[0], authorized),
+            pool.map(lambda h: _start_host(client, image, h[1], h[0], authorized, sidecar),
                      enumerate(planned, 1))
         )  # fmt: skip
         list(pool.map(lambda h: wait_for_ssh(h.port), planned))
@@ -369,15 +383,18 @@ def recreate_host(name: str, data_size: str | None = None,
                   update_known_hosts: bool = True) -> None:
     """Replace a host by a new container with a new host key and an empty /data, on the
     same port: what a provider does when an instance is recreated. `data_size` gives it a
-    small /data that can fill up. Without `update_known_hosts` the old key stays trusted."""
+    small /data that can fill up. Without `update_known_hosts` the old key stays trusted.
+    Its sidecar runs as the old one's did (the same settings, or none)."""
     client = ensure_engine()
     old = _describe(_container(name))
+    sidecar = _read_file(_container(name), SIDECAR_SETTINGS) or None
     _container(name).remove(force=True, v=True)
     host = LabHost(name, int(old["port"]), str(old["memory_limit"]), data_size)
     with contextlib.suppress(NotFound):
         client.volumes.get(host.volume).remove(force=True)
     authorized = ensure_client_key(lab_dir()).with_suffix(".pub").read_text()
-    key = _start_host(client, ensure_host_image(client), host, int(old["index"]), authorized)
+    key = _start_host(client, ensure_host_image(client), host, int(old["index"]), authorized,
+                      sidecar)
     wait_for_ssh(host.port)
     if update_known_hosts:
         known = lab_dir() / "known_hosts"

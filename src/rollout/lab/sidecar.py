@@ -1,8 +1,10 @@
 """The curio-like sidecar of a lab host (`/usr/local/bin/curio`, kept running by lab-init):
 turned on and off per host, its cordon state and the proofs it submitted, read back.
 
-Off by default: a host runs no sidecar until `set_sidecar(name, {...})` writes its settings
-file; `set_sidecar(name, None)` removes it and the sidecar leaves. Every value is data: the
+A lab fleet brought up busy (`up(busy=True)`, the default) starts every host with the
+settings BUSY_SIDECAR; a quiet one (`rollout lab.up --quiet-hosts`) runs no sidecar until
+`set_sidecar(name, {...})` writes its settings file; `set_sidecar(name, None)` removes it and
+the sidecar leaves. Every value is data: the
 settings are one JSON document that the sidecar reads, each value coerced to its type.
 """
 
@@ -16,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.errors import UserError
-from rollout.lab.fleet import _container, exec_on, read_on
+from rollout.lab.fleet import SIDECAR_SETTINGS, _container, exec_on, read_on
 
-SETTINGS = "/etc/rollout-lab-curio.json"
+SETTINGS = SIDECAR_SETTINGS
 CORDONED = "/var/lib/lab-curio/cordoned"
 EVENTS = "/var/log/lab-curio.jsonl"
 KEYS: dict[str, type | tuple[type, ...]] = {
