@@ -44,7 +44,9 @@ def heal_host(plan: Plan, engine: Engine, name: str) -> Healed:
     if sup is None or sup.failed:
         return Healed(name, "failed", f"supervise: {sup.reason if sup else 'not run'}")
     if before.facts.held:
-        return Healed(name, "held", "supervisor running; host held: no daemon started")
+        cordoned = (f"; left cordoned (run {before.facts.cordoned}): `rollout start {name}` "
+                    "starts it and uncordons it") if before.facts.cordoned else ""
+        return Healed(name, "held", f"supervisor running; host held: no daemon started{cordoned}")
     ready = engine.run_steps_on(name, [step_spec(plan, "ready")])
     if not ready or ready[-1].failed:
         why = ready[-1].reason if ready else "not run"

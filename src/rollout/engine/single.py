@@ -78,8 +78,10 @@ def _stopped_by(specs: list[StepSpec], results: list[StepResult]) -> bool:
 
 def _leave_cordoned(hosts: Hosts, ctx: HostContext, name: str) -> None:
     """The operator stopped the prover: curio must not send it work. The cordon stays
-    (recorded on the host: `status` shows it); `rollout start` or `rollout heal` undoes it."""
+    (recorded on the host: `status` shows it) with the hold; `rollout start` undoes both
+    (`heal` leaves a held host held, and so cordoned)."""
     if ctx.state.cordoned:
         hosts.bus.emit("note", host=name, reason=(
-            "left cordoned: this command stopped the daemon; `rollout start` or "
-            "`rollout heal` uncordons the host"))
+            f"left cordoned: this command stopped the daemon; `rollout start {name}` "
+            "starts it and uncordons the host (`rollout heal` leaves a held host held "
+            "and cordoned)"))
