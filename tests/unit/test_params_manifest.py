@@ -113,10 +113,12 @@ def test_the_bench_type_the_command_asks_for(command: str | list[str], asked: st
 
 @pytest.mark.parametrize("name", kinds())
 def test_every_kind_has_one_row_the_three_users_read(name: str) -> None:
-    """One table: the -t value, the budget figures (both or neither), the C1s' porep ids."""
+    """One table: the -t value, the budget figures (an SRS figure never without a
+    partition's; the lab's kind has a partition alone), the C1s' porep ids."""
     row = kind(name)
     assert row.bench_type in ("porep", "wpost", "winning", "snap")
-    assert (row.srs is None) == (row.partition is None) and row.partitions == 1
+    assert (row.srs is None or row.partition is not None) and row.partitions == 1
+    assert (row.srs is None) == (row.partition is None) or name == "lab-porep"
     assert bool(row.registered_proofs) == (row.bench_type == "porep")
     assert kind("porep-32g").registered_proofs == {"StackedDrg32GiBV1": 3, "StackedDrg32GiBV1_1": 8}
     assert (kind("porep-32g").srs or 0) + (kind("porep-32g").partition or 0) == (44 + 14) << 30

@@ -573,6 +573,16 @@ class ValidateSpec(Section):
         "reported as hung with the daemon's /status counters before and after, and the "
         "host is rolled back.",
     )
+    budget_wait: Seconds = Field(
+        default=120,
+        ge=0,
+        description="Seconds the validation proof's job may wait for cuzk's memory budget "
+        "(/status: its partitions pending, the budget's free bytes below one partition of "
+        "validate.proof_kind) while other work holds the budget; then it is stopped as on "
+        "timeout and the validation fails naming the budget, what one proof needs and who "
+        "holds it. Where nothing could release budget: at once. Only kinds with a partition "
+        "figure are watched.",
+    )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")
 
     @field_validator("proof_kind")

@@ -121,7 +121,8 @@ class ReadyReport:
 @dataclass(frozen=True)
 class ProveReport:
     """ops.prove: the proof's exit code (1 when unknown), how long it ran, its output,
-    /status after a proof that was stopped, and whether the evidence was written."""
+    /status after a proof that was stopped, whether the evidence was written, and what
+    /status showed when a proof that waited for budget was stopped."""
 
     exit: int
     elapsed: float
@@ -129,15 +130,17 @@ class ProveReport:
     stderr: str
     status_after: JSONObject | None
     recorded: bool
+    budget_wait: JSONObject | None = None  # outcome "budget-wait": what /status showed
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def parse(cls, doc: JSON) -> ProveReport:
         doc = doc if isinstance(doc, dict) else {}
         code = _int(doc, "exit")
+        waited = _dict(doc, "budget_wait") if _str(doc, "outcome") == "budget-wait" else None
         return cls(1 if code is None else code, _float(doc, "elapsed") or 0.0,
                    _str(doc, "stdout"), _str(doc, "stderr"), _dict(doc, "status_after"),
-                   doc.get("recorded") is True, doc)
+                   doc.get("recorded") is True, waited, doc)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from rollout.host.scripts.common import proof_verdict
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
+from rollout.steps.budget_wait import BudgetWait, budget_wait_failure, watch_for
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Release, Target
 from rollout.steps.identity import check_ports, ports_query
@@ -114,25 +115,30 @@ class Proof:
     hung: bool  # stopped by its timeout
     status_after: dict[str, Any] | None  # /status after a proof that was stopped
     recorded: bool  # the host wrote the evidence (a line matched the pattern there)
+    budget_wait: BudgetWait | None = None  # stopped because its job waited for budget
 
 
 def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "",
                 record: str = "") -> Proof:
     """Run the validation on the host under `timeout`, in one round trip (host script
     ops.prove): a proof that never answers (cuzk-bench has no timeout of its own) is stopped
-    there, its whole process group with it. The evidence of an earlier validation goes
-    first: only a proof whose output matches `pattern` writes `record` again."""
+    there, its whole process group with it, and so is one whose job waits for the daemon's
+    budget (steps/budget_wait.py). The evidence of an earlier validation goes first: only a
+    proof whose output matches `pattern` writes `record` again."""
     listen = ctx.settings.daemon.status_listen if ctx.settings is not None else ""
+    watch = watch_for(ctx.settings) if ctx.settings is not None and listen else None
     report = ProveReport.parse(ctx.call(
         "prove", command=command, timeout=seconds, kill_after=float(KILL_AFTER),
         evidence=ctx.layout.validated, record=record, pattern=pattern,
-        status_url=status_url(listen) if listen else "",
+        status_url=status_url(listen) if listen else "", watch=watch,
         call_timeout=seconds + float(KILL_AFTER) + 30,
     ))
     code = report.exit
-    hung = code == TIMED_OUT or (code == KILLED and report.elapsed >= seconds)
+    waited = BudgetWait.parse(report.budget_wait)
+    hung = waited is None and (
+        code == TIMED_OUT or (code == KILLED and report.elapsed >= seconds))
     result = RunResult("validation", code, report.stdout, report.stderr)
-    return Proof(result, hung, report.status_after, report.recorded)
+    return Proof(result, hung, report.status_after, report.recorded, waited)
 
 
 def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
@@ -204,6 +210,8 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     proof = run_bounded(ctx, command, seconds, pattern.pattern, record)
     r = proof.result
     output = tail(r.stdout + r.stderr, 4000)
+    if proof.budget_wait is not None:
+        raise budget_wait_failure(proof.budget_wait, spec.proof_kind, output)
     if proof.hung:
         counters = (proof.status_after or {}).get("counters")
         after = counters if isinstance(counters, dict) else None
