@@ -185,8 +185,65 @@ class FakeHost(Transport):
     def _op_log_tail(self, root: str, lines: int = 20) -> dict[str, Any]:
         return {"outcome": "read", "reason": "read", "text": "daemon log\n"}
 
-    def _op_make_folder(self, path: str) -> dict[str, Any]:
+    def _op_make_folder(self, path: str, link_ok: bool = False) -> dict[str, Any]:
         return {"outcome": "kept", "reason": f"{path} already there"}
+
+    def _op_config_folders(self, config_path: str, param_cache: str) -> dict[str, Any]:
+        return {"outcome": "kept", "reason": "folders there"}
+
+    def _op_remove_files(self, paths: list[str]) -> dict[str, Any]:
+        removed = [p for p in paths if self.files.pop(p, None) is not None]
+        return {"outcome": "removed" if removed else "none", "reason": "removed",
+                "removed": removed}
+
+    def _op_pull_folder(self, root: str, name: str) -> dict[str, Any]:
+        return {"outcome": "made", "reason": f"made {name}"}
+
+    # a release's files: a file's identity is its sha256 ("id-" before it)
+
+    def _op_file_sums(self, directory: str, names: list[str], mode: Any = None
+                      ) -> dict[str, Any]:
+        sums = self._sums(directory)
+        return {"outcome": "read", "reason": "hashed",
+                "sums": {n: sums.get(n) for n in names}}
+
+    def _op_identities(self, directory: str, names: list[str], evict: bool = False
+                       ) -> dict[str, Any]:
+        if not self._sums(directory) and directory.startswith(RELEASES):
+            return {"outcome": "read", "reason": "read", "identities": {}}  # incomplete
+        return {"outcome": "read", "reason": "read",
+                "identities": {n: self._identity(f"{directory}/{n}") for n in names}}
+
+    def _op_read_release(self, root: str, release: str) -> dict[str, Any]:
+        if release not in self.releases:
+            return {"outcome": "missing", "reason": f"release {release} is not on the host"}
+        listed = {n: {"sha256": s, "size": 0} for n, s in self.releases[release].items()}
+        return {"outcome": "read", "reason": "read", "manifest": json.dumps(
+            {"artifacts": listed}), "sums": self._sums(f"{RELEASES}/{release}")}
+
+    def _op_install_release(self, root: str, release: str, partial: str, manifest: str,
+                            names: list[str], expect: Any = None) -> dict[str, Any]:
+        if expect is not None and any(
+                self._identity(f"{partial}/{n}") != expect.get(n) for n in names):
+            self._drop(partial)
+            return {"outcome": "changed", "reason": f"{partial} changed since it was staged"}
+        found = self._sums(partial)
+        self._drop(partial)
+        self.releases[release] = {n: found[n] for n in names if n in found}
+        return {"outcome": "installed", "reason": f"installed release {release}",
+                "identities": {n: self._identity(f"{RELEASES}/{release}/{n}") for n in names}}
+
+    def _op_staging_survey(self, root: str, release: str, names: list[str]) -> dict[str, Any]:
+        return {"outcome": "surveyed", "reason": "surveyed", "links": [], "stale": [],
+                "present": release in self.releases, "same_device": True}
+
+    def _op_unstage(self, root: str, release: str) -> dict[str, Any]:
+        self._drop(f"{STAGING}/{release}")
+        return {"outcome": "removed", "reason": f"removed the staging of {release}"}
+
+    def _drop(self, folder: str) -> None:
+        for path in [p for p in self.files if p.startswith(folder + "/")]:
+            del self.files[path]
 
     def _op_owners(self, ports: list[int], pid: Any = None, **_: Any) -> dict[str, Any]:
         return self._ports(ports)
@@ -329,54 +386,23 @@ class FakeHost(Transport):
         return 0, json.dumps({"outcome": "stopped", "pid": self.pid, "starttime": 1,
                               "signal": "SIGTERM", "escalated": False})
 
-    def _sums(self, directory: str) -> str:
+    def _sums(self, directory: str) -> dict[str, str]:
         if "switch" in self.faults and directory == f"{RELEASES}/{self.bad_release}":
-            return ""  # the release on the host is incomplete
-        files = self.releases.get(directory.rsplit("/", 1)[-1], {})
-        if "/.partial-" in directory:
-            files = {p.rsplit("/", 1)[-1]: s for p, s in self.uploads.items()
-                     if p.startswith(directory + "/")}
-        return "".join(f"{s}  {n}\n" for n, s in files.items())
+            return {}  # the release on the host is incomplete
+        if "/.partial-" in directory or directory.startswith(STAGING + "/"):
+            return {p.rsplit("/", 1)[-1]: s for p, s in self.files.items()
+                    if p.startswith(directory + "/")}
+        return dict(self.releases.get(directory.rsplit("/", 1)[-1], {}))
 
     def staged(self) -> dict[str, str]:
         """The files under the staging folder: path: sha256."""
         return {p: d for p, d in self.files.items() if p.startswith(STAGING)}
-
-    def _staging(self, command: str) -> tuple[int, str] | None:
-        """Staging ahead: the survey, the identities (a file's sha256 stands for its stat),
-        the install by a rename, and the clearing."""
-        if command.startswith("for p in ") and f"if [ -d {STAGING} ]; then find " in command:
-            rid = re.search(rf"if \[ -f {RELEASES}/([^/ ]+)/RELEASE.json", command)
-            present = "present\n" if rid and rid.group(1) in self.releases else ""
-            return 0, present + "dev 1\ndev 1\n"
-        m = re.search(r"cd (\S+) && for f in (.*?); do stat -c", command)
-        if m and "mv -T" not in command:
-            folder = shlex.split(m.group(1))[0]
-            ids = [self._identity(f"{folder}/{n}") for n in shlex.split(m.group(2))]
-            return 0, "".join(f"{i or 'missing'}\n" for i in ids)
-        if m := re.match(rf"cd ({STAGING}/\S+) 2>/dev/null && (.*) \|\| exit 3; ", command):
-            folder = m.group(1)
-            wanted = re.findall(r'stat -c .*? -- (\S+) 2>/dev/null\)" = (\S+) \]', m.group(2))
-            if any(self._identity(f"{folder}/{n}") != shlex.split(i)[0] for n, i in wanted):
-                return 3, ""
-            rid = folder.rsplit("/", 1)[-1]
-            self.releases[rid] = {n: self.files.pop(f"{folder}/{n}") for n, _ in wanted}
-            return 0, "".join(f"id-{d}\n" for d in self.releases[rid].values())
-        if f"rm -rf -- {STAGING}/" in command and "find " not in command:
-            folder = shlex.split(command.split("rm -rf -- ")[1].split(";")[0])[0]
-            for path in [p for p in self.files if p.startswith(folder + "/")]:
-                del self.files[path]
-            return 0, ""
-        return None
 
     def _identity(self, path: str) -> str | None:
         digest = self._digest(path)
         return f"id-{digest}" if digest else None
 
     def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
-        staging = self._staging(command)
-        if staging is not None:
-            return staging
         if command.startswith("python3 - "):
             return self._script(command, stdin)
         if command.startswith("python3 -c ") and "files.py" in command:
@@ -388,17 +414,10 @@ class FakeHost(Transport):
             return self._script(f"python3 - {script}", stdin)
         if command.startswith("readlink -f -- "):
             return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
-        if m := re.match(r"cd (\S+) 2>/dev/null && sha256sum", command):
-            return 0, self._sums(shlex.split(m.group(1))[0])
         if command.startswith("sha256sum -- "):  # the transport's own check of a put
             path = shlex.split(command)[2]
             digest = self.files.get(path)
             return (0, f"{digest}  {path}\n") if digest else (1, "")
-        if m := re.search(r"rm -rf -- (\S+) && mv -T -- (\S+) (\S+)($| && cd )", command):
-            partial, dest = shlex.split(m.group(2))[0], shlex.split(m.group(3))[0]
-            self.releases[dest.rsplit("/", 1)[-1]] = dict(
-                line.split("  ")[::-1] for line in self._sums(partial).splitlines())
-            return 0, ""
         if "cat > " in command and "&& mv -T --" in command:
             path = shlex.split(command.split("&& mv -T -- ")[-1])[-1]
             self.files[path] = sha(stdin)

@@ -190,8 +190,9 @@ def test_canary_failure_stops_the_rollout_before_other_hosts(fleet: Fleet) -> No
     for name in ("h2", "h3"):  # staged during the canary, then cleared: left as found
         host = fleet.hosts[name]
         assert not host.staged()
-        assert all(STAGING in c for c in host.sent), host.sent  # nothing but staging
-        assert host.commands(rf"^if .*; then rm -rf -- {STAGING}/{NEW}; rmdir ")
+        staging = (r"^call ops\.(staging_survey|identities|unstage) ", rf"{STAGING}/{NEW}")
+        assert all(re.search(staging[0], c) or staging[1] in c for c in host.sent), host.sent
+        assert host.commands(rf'^call ops\.unstage {{"release": "{NEW}", "root": "/data"}}')
     assert not any(e.kind == "step_start" and e.host in ("h2", "h3") for e in fleet.events)
 
 
@@ -304,7 +305,7 @@ def test_rerun_rests_on_the_evidence_of_the_same_daemon(fleet: Fleet) -> None:
     assert fleet.roll(OLD).exit_code == 0
     for host in fleet.hosts.values():  # guards left? the facts; the later hosts' staging
         assert all(c.startswith(("python3 - --root /data ", "python3 - --left --root /data ",
-                                 "for p in ")) for c in host.sent), host.sent
+                                 "call ops.staging_survey ")) for c in host.sent), host.sent
     assert {e.status for e in fleet.events if e.kind == "staged"} == {"skipped"}
     statuses = _kinds(fleet, "h1")
     assert all(s == "skipped" for s in statuses.values()), statuses
@@ -384,7 +385,7 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
     host.sent.clear()
     assert fleet.roll(NEW).exit_code == 0
     first_put = next(i for i, c in enumerate(host.sent)  # the upload installs the staged files
-                     if c.startswith(f"cd {STAGING}/{NEW} 2>/dev/null && "))
+                     if c.startswith("call ops.install_release "))
     reads = [c for c in host.sent[:first_put] if re.match(FACTS_READ, c)]
     assert len(reads) == 1, host.sent[:first_put]  # the plan's read, nothing since acted
     ldd = next(i for i, c in enumerate(host.sent) if "ldd -- " in c)

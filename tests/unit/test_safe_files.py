@@ -7,7 +7,6 @@ import json
 import os
 import pwd
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -275,18 +274,14 @@ def test_run_ids_never_become_paths(tmp_path: Path, bad: str) -> None:
 def test_staging_never_acts_through_a_linked_folder(root: Path, outside: Path) -> None:
     """A staging root that is a link: the survey removes nothing in the folder it points
     at, names the link, and the stager stages nothing there; unstaging removes nothing."""
-    from rollout.engine.staging import _survey_command, unstage_command
-    from rollout.host.layout import Layout
-    from rollout.steps.decision import Release
+    from rollout.host.scripts import ops
 
     (outside.parent / "r2").mkdir()
     (outside.parent / "stale-release").mkdir()
     (root / "rollout" / "staging").symlink_to(outside.parent)
-    layout = Layout(str(root))
-    out = subprocess.run(["sh", "-c", _survey_command(layout, Release("r2", "", "", ()))],
-                         capture_output=True, text=True, check=True).stdout
-    assert f"link {root}/rollout/staging" in out.splitlines()
-    subprocess.run(["sh", "-c", unstage_command(layout, "r2")], check=True)
+    out = ops.staging_survey(str(root), "r2", ["cuzk-daemon"])
+    assert out["links"] == [f"{root}/rollout/staging"] and out["stale"] == []
+    assert ops.unstage(str(root), "r2")["outcome"] == "refused"
     assert sorted(os.listdir(outside.parent)) == ["r2", "shadow", "stale-release"]
     assert untouched(outside)
 

@@ -21,9 +21,10 @@ from rollout.config.steps import SwitchParams
 from rollout.engine.staging import stage, survey
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
+from rollout.host.reports import FilesReport
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
-from rollout.steps.install import parse_identities
+from rollout.steps.install import identities_of
 from rollout.steps.release import switch, upload
 from rollout.transport.channel import _stream
 from rollout.transport.local import LocalTransport
@@ -167,7 +168,7 @@ class RecordingTransport(LocalTransport):
         return super().run(command, timeout=timeout, stdin=stdin)
 
     def hashed(self) -> bool:
-        return any("sha256sum" in c for c in self.commands)
+        return any("sha256sum" in c or "--call file_sums " in c for c in self.commands)
 
 
 def switch_to(ctx: HostContext) -> Any:
@@ -221,11 +222,16 @@ def test_switch_to_a_release_this_run_did_not_verify_hashes_it(tmp_path: Path) -
 
 def test_identities_read_back_are_data_and_a_short_or_odd_answer_matches_nothing() -> None:
     names = ["cuzk-daemon", "cuzk-bench"]
-    assert parse_identities("1 2 3 a b\n4 5 6 c d\n", names) == {
+
+    def read(found: object) -> dict[str, str]:
+        return identities_of(FilesReport.parse({"outcome": "read", "identities": found}), names)
+
+    assert read({"cuzk-daemon": "1 2 3 a b", "cuzk-bench": "4 5 6 c d"}) == {
         "cuzk-daemon": "1 2 3 a b", "cuzk-bench": "4 5 6 c d"}
-    assert parse_identities("1 2 3 a b\n", names) == {}
-    assert parse_identities("1 2 3 a b\nmissing\n", names) == {}
-    assert parse_identities("1 2 3 a b\n" + "x" * 500 + "\n", names) == {}
+    assert read({"cuzk-daemon": "1 2 3 a b"}) == {}
+    assert read({"cuzk-daemon": "1 2 3 a b", "cuzk-bench": None}) == {}
+    assert read({"cuzk-daemon": "1 2 3 a b", "cuzk-bench": "x" * 500}) == {}
+    assert read(["1 2 3 a b", "4 5 6 c d"]) == {}
 
 
 def test_staged_files_are_installed_by_a_rename_and_switch_needs_no_hash(tmp_path: Path) -> None:

@@ -16,11 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rollout.errors import RolloutError, StepFailed
-from rollout.host.layout import Layout, q
+from rollout.host.layout import Layout
+from rollout.host.reports import FilesReport, SurveyReport
 from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release, Staged
-from rollout.steps.install import evict_command, identity_command, parse_identities, push_into
+from rollout.steps.install import identities_of, push_into
 
 STAGING_WORKERS = 4  # hosts staged at once: the controller's CPU is shared with the canary
 OpenHost = Callable[[str], contextlib.AbstractContextManager[HostContext]]
@@ -34,36 +35,6 @@ def staging_dir(layout: Layout, release_id: str) -> str:
     return f"{staging_root(layout)}/{release_id}"
 
 
-def _no_links(layout: Layout) -> str:
-    """Shell: true when neither the state folder nor the staging root is a symbolic link
-    (rm -rf and the upload would act in the folder it points at, outside the root)."""
-    return f"[ ! -L {q(layout.state_dir)} ] && [ ! -L {q(staging_root(layout))} ]"
-
-
-def unstage_command(layout: Layout, release_id: str) -> str:
-    """Remove this release's staging folder, and the staging root if it is then empty;
-    nothing where either folder is a link."""
-    return (f"if {_no_links(layout)}; then rm -rf -- {q(staging_dir(layout, release_id))}; "
-            f"rmdir -- {q(staging_root(layout))} 2>/dev/null; fi; true")
-
-
-def _survey_command(layout: Layout, release: Release) -> str:
-    """One round trip: remove stale staging of other releases (named on stdout as
-    `stale NAME`), say whether the release is installed already (`present`), and print the
-    devices of the releases folder and the state folder (a rename must not become a copy)."""
-    root, dest = q(staging_root(layout)), q(layout.release_dir(release.id))
-    files = " ".join(f"{dest}/{q(a.name)}" for a in release.artifacts)
-    links = " ".join(q(p) for p in (layout.state_dir, staging_root(layout), layout.releases))
-    return (f"for p in {links}; do [ -L \"$p\" ] && echo \"link $p\"; done; "
-            f"if {_no_links(layout)}; then "
-            f"if [ -d {root} ]; then find {root} -mindepth 1 -maxdepth 1 ! -name "
-            f"{q(release.id)} -printf 'stale %f\\n' -exec rm -rf -- {{}} + ; fi; "
-            f"rm -rf -- {q(staging_dir(layout, release.id))}; fi; "
-            f"if [ -f {dest}/RELEASE.json ] && ls -- {files} >/dev/null 2>&1; then "
-            f"echo present; fi; "
-            f"stat -c 'dev %d' -- {q(layout.releases)} {q(layout.state_dir)} 2>/dev/null; true")
-
-
 @dataclass(frozen=True)
 class Survey:
     stale: list[str]
@@ -73,12 +44,15 @@ class Survey:
 
 
 def survey(ctx: HostContext, release: Release) -> Survey:
-    out = ctx.sh(_survey_command(ctx.layout, release)).check().stdout.splitlines()
-    stale = [line[6:][:80] for line in out if line.startswith("stale ")]
-    devices = [line for line in out if line.startswith("dev ")]
-    same = len(devices) == 2 and devices[0] == devices[1]
-    links = [line[5:][:200] for line in out if line.startswith("link ")]
-    return Survey(stale[:20], "present" in out, same, links[:3])
+    """One round trip (ops.staging_survey): stale staging of other releases removed, whether
+    the release is installed already, and whether a rename stays on one device; nothing
+    removed where the state folder or the staging folder is a link."""
+    found = SurveyReport.parse(ctx.call("staging_survey", root=ctx.layout.root,
+                                        release=release.id,
+                                        names=[a.name for a in release.artifacts]))
+    if found.outcome != "surveyed":
+        raise StepFailed(f"staging survey: {found.reason or found.outcome}")
+    return Survey(list(found.stale), found.present, found.same_device, list(found.links))
 
 
 def stage(ctx: HostContext, release: Release) -> Staged:
@@ -87,8 +61,8 @@ def stage(ctx: HostContext, release: Release) -> Staged:
     directory = staging_dir(ctx.layout, release.id)
     names = [a.name for a in release.artifacts]
     push_into(ctx, release, directory, what="stage", step="staging")
-    r = ctx.sh(f"{evict_command(directory, names)} && {identity_command(directory, names)}")
-    found = parse_identities(r.check().stdout, names)
+    found = identities_of(FilesReport.parse(
+        ctx.call("identities", directory=directory, names=names, evict=True)), names)
     if not found:
         raise StepFailed("the staged files' identities could not be read back")
     return Staged(release.id, directory, found)
@@ -184,7 +158,7 @@ class Stager:
 
     def _clear(self, name: str) -> None:
         with contextlib.suppress(RolloutError, OSError), self.open_host(name) as ctx:
-            ctx.sh(unstage_command(ctx.layout, self.release.id))
+            ctx.call("unstage", root=ctx.layout.root, release=self.release.id)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ report stays with each value (`raw`), for the step's events.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rollout.jsontypes import JSON, JSONObject
@@ -293,3 +294,63 @@ class ProbeReport:
             status = None
         return cls(InputReport.parse(doc.get("input")),
                    status if isinstance(status, dict) else None, _dict(doc, "owners"), doc)
+
+
+_MAX_IDENTITY = 200  # an identity longer than this is not a stat's: hostile, never a match
+
+
+def _named(value: JSON, keep: Callable[[str], bool]) -> dict[str, str]:
+    """{name: text} of a JSON object's entries whose text `keep` accepts (at most 64)."""
+    items = value if isinstance(value, dict) else {}
+    return {k: v for k, v in list(items.items())[:64] if isinstance(v, str) and keep(v)}
+
+
+def _sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+@dataclass(frozen=True)
+class FilesReport:
+    """ops.identities, file_sums, read_release, install_release: each file's identity (size,
+    inode, device, mtime, ctime) or sha256 the host read, a file it could not read left out;
+    the manifest's text (read_release)."""
+
+    outcome: str
+    reason: str
+    identities: dict[str, str]
+    sums: dict[str, str]
+    manifest: str
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> FilesReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400],
+                   _named(doc.get("identities"), lambda v: 0 < len(v) <= _MAX_IDENTITY),
+                   _named(doc.get("sums"), _sha256), _str(doc, "manifest")[: 1 << 20], doc)
+
+
+@dataclass(frozen=True)
+class SurveyReport:
+    """ops.staging_survey: the folders that are links, the stale staging removed, whether
+    the release is on the host already and whether a rename stays on one device."""
+
+    outcome: str
+    reason: str
+    links: tuple[str, ...]
+    stale: tuple[str, ...]
+    present: bool
+    same_device: bool
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> SurveyReport:
+        doc = doc if isinstance(doc, dict) else {}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400],
+                   _strs(doc.get("links"), 3, 200), _strs(doc.get("stale"), 20, 80),
+                   doc.get("present") is True, doc.get("same_device") is True, doc)
+
+
+def _strs(value: JSON, most: int, length: int) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else []
+    return tuple(v[:length] for v in items[:most] if isinstance(v, str))

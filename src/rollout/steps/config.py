@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rollout.config.steps import NoParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
-from rollout.host.layout import q
+from rollout.host.reports import Report
 from rollout.output.events import StepResult, changed, ok
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
@@ -37,9 +37,13 @@ def restore_config_of(ctx: HostContext, release_id: str) -> bool:
 
 
 def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
+    """Remove the configs kept for these releases (a link there: the link itself)."""
+    if not release_ids:
+        return
     path = ctx.settings.daemon.config_path
-    kept = " ".join(q(config_of(path, rid)) for rid in release_ids)
-    ctx.sh(f"rm -f -- {kept}").check()
+    out = Report.parse(ctx.call("remove_files", paths=[config_of(path, r) for r in release_ids]))
+    if out.outcome not in ("removed", "none"):
+        raise StepFailed(f"kept configs not removed: {out.reason}", retryable=False)
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,12 @@ def decide(facts: HostFacts, target: Target, params: NoParams) -> Decision:
 def apply(ctx: HostContext, action: Action) -> StepResult:
     daemon = ctx.settings.daemon
     config = action.detail_as(ConfigText)
-    directory = daemon.config_path.rsplit("/", 1)[0]
-    ctx.sh(f"mkdir -p -- {q(directory)} {q(daemon.param_cache)}").check()
-    kept = config_of(daemon.config_path.rsplit("/", 1)[-1], "")  # kept copies: files, no link
-    ctx.sh(f"find {q(directory)} -maxdepth 1 -type f -name {q(kept + '*')} -exec chmod 600 -- "
-           "{} + 2>/dev/null")
+    # one round trip: the config's folder and param_cache made, the kept copies private
+    made = Report.parse(ctx.call("config_folders", config_path=daemon.config_path,
+                                 param_cache=daemon.param_cache))
+    if made.outcome not in ("made", "kept"):
+        raise StepFailed(made.reason or f"{daemon.config_path}: folders not made",
+                         retryable=False)
     note = leftover_pce_tmp(ctx)  # after the stop: no daemon writes it now
     also = f"; {note}" if note else ""
     if not ctx.write_if_changed(daemon.config_path, config.text, config.keep_as):

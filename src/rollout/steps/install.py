@@ -12,48 +12,28 @@ from __future__ import annotations
 import json
 
 from rollout.errors import StepFailed
-from rollout.host.layout import q
+from rollout.host.reports import FilesReport
+from rollout.jsontypes import JSON
 from rollout.output.progress import tracker_for
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release, Verified
 
-# What identifies a file on the host without reading it: size, inode, device, and the
-# modification and change times in nanoseconds (any write, truncate, chmod or replacement
-# moves the change time, which no user can set back).
-_IDENTITY = "%s %i %d %y %z"
-_MAX_IDENTITY = 200  # a line longer than this is not stat's: hostile, never a match
 
-
-def _sha256s(ctx: HostContext, directory: str, names: list[str]) -> dict[str, str]:
+def file_sums(ctx: HostContext, directory: str, names: list[str],
+              mode: int | None = None) -> dict[str, str]:
+    """Each file's sha256 as the host read it (one missing or not a regular file: left
+    out), made `mode` first where given; evicted from the page cache once read (read again,
+    its pages would be active cache the drain counts)."""
     if not names:
         return {}
-    files = " ".join(q(n) for n in names)
-    # evicted after: read again, the pages would be active cache the drain counts
-    r = ctx.sh(f"cd {q(directory)} 2>/dev/null && sha256sum -- {files} 2>/dev/null; "
-               f"{evict_command(directory, names)} >/dev/null 2>&1")
-    sums: dict[str, str] = {}
-    for line in r.stdout.splitlines():
-        digest, _, name = line.partition("  ")
-        sums[name.strip()] = digest
-    return sums
+    return FilesReport.parse(ctx.call("file_sums", directory=directory, names=names,
+                                      **({} if mode is None else {"mode": mode}))).sums
 
 
-def identity_command(directory: str, names: list[str]) -> str:
-    """One line per file, in the order given ("missing" for a file that is not there)."""
-    files = " ".join(q(n) for n in names)
-    return (f"cd {q(directory)} && for f in {files}; do "
-            f"stat -c {q(_IDENTITY)} -- \"$f\" 2>/dev/null || echo missing; done")
-
-
-def parse_identities(stdout: str, names: list[str]) -> dict[str, str]:
-    """The identities read back (hostile data): {} unless there is one plausible line per
-    file."""
-    lines = stdout.splitlines()[-len(names):] if names else []
-    if len(lines) != len(names) or any(
-        line == "missing" or not line or len(line) > _MAX_IDENTITY for line in lines
-    ):
-        return {}
-    return dict(zip(names, lines, strict=True))
+def identities_of(report: FilesReport, names: list[str]) -> dict[str, str]:
+    """The identities read back (hostile data): {} unless there is one for each file."""
+    found = {n: report.identities[n] for n in names if n in report.identities}
+    return found if names and len(found) == len(names) else {}
 
 
 def unchanged_since_verified(ctx: HostContext, directory: str, release: Release) -> bool:
@@ -63,39 +43,46 @@ def unchanged_since_verified(ctx: HostContext, directory: str, release: Release)
     names = [a.name for a in release.artifacts]
     if not record or sorted(record) != sorted(names):
         return False
-    now = parse_identities(ctx.sh(identity_command(directory, names)).stdout, names)
+    now = identities_of(FilesReport.parse(ctx.call("identities", directory=directory,
+                                                   names=names)), names)
     return bool(now) and now == record
 
 
+def mismatches(release: Release, sums: dict[str, str]) -> list[str]:
+    """The executables whose sha256 on the host is not the release's."""
+    return [a.name for a in release.artifacts if sums.get(a.name) != a.sha256]
+
+
 def release_mismatches(ctx: HostContext, directory: str, release: Release) -> list[str]:
-    found = _sha256s(ctx, directory, [a.name for a in release.artifacts])
-    return [a.name for a in release.artifacts if found.get(a.name) != a.sha256]
+    return mismatches(release, file_sums(ctx, directory, [a.name for a in release.artifacts]))
+
+
+def _install(ctx: HostContext, release: Release, partial: str,
+             expect: dict[str, str] | None = None) -> FilesReport:
+    """ops.install_release: the folder `partial` renamed to the release's, its manifest
+    written and its files evicted from the page cache, in one round trip."""
+    names = [a.name for a in release.artifacts]
+    extra: dict[str, JSON] = {} if expect is None else {"expect": dict(expect)}
+    return FilesReport.parse(ctx.call(
+        "install_release", root=ctx.layout.root, release=release.id, partial=partial,
+        manifest=json.dumps(release.to_dict(), indent=2), names=list(names), **extra))
 
 
 def install_staged(ctx: HostContext, release: Release) -> bool:
     """Install what staging ahead left on the host by a rename, in one round trip, if each
     executable is still the very file verified as it was staged (one stat each). False when
-    there is nothing staged or it changed since (then it is removed)."""
+    there is nothing staged or it changed since (then it is removed, in that round trip)."""
     staged, ctx.state.staged = ctx.state.staged, None
     names = [a.name for a in release.artifacts]
     if staged is None or staged.release_id != release.id or sorted(staged.identities) != sorted(
         names
     ):
         return False
-    checks = " && ".join(f'[ "$(stat -c {q(_IDENTITY)} -- {q(n)} 2>/dev/null)" = '
-                         f"{q(staged.identities[n])} ]" for n in names)  # fmt: skip
-    dest, root = ctx.layout.release_dir(release.id), staged.directory.rsplit("/", 1)[0]
-    r = ctx.sh(f"cd {q(staged.directory)} 2>/dev/null && {checks} || exit 3; "
-               f"cat > RELEASE.json && rm -rf -- {q(dest)} && "
-               f"mv -T -- {q(staged.directory)} {q(dest)} && "
-               f"{{ rmdir -- {q(root)} 2>/dev/null; true; }} && {identity_command(dest, names)}",
-               stdin=json.dumps(release.to_dict(), indent=2))  # fmt: skip
-    if r.exit_code == 3:
-        ctx.sh(f"rm -rf -- {q(staged.directory)}; rmdir -- {q(root)} 2>/dev/null; true")
+    report = _install(ctx, release, staged.directory, staged.identities)
+    if report.outcome in ("changed", "missing"):
         return False
-    r.check()
+    _installed(ctx, release, report)
     staged.installed = True
-    remember_verified(ctx, release, r.stdout)
     return True
 
 
@@ -121,16 +108,6 @@ def push_into(ctx: HostContext, release: Release, partial: str, what: str = "pus
     return sum(a.size for a in release.artifacts)
 
 
-def evict_command(directory: str, names: list[str]) -> str:
-    """Evict the files just written and checked from the page cache. Read twice, their pages
-    are active file cache charged to the container: a 100 MiB release would count in the
-    working set the drain waits on. Best effort (GNU dd's nocache; synced first): the
-    command always succeeds."""
-    files = " ".join(q(n) for n in names)
-    return (f"{{ cd {q(directory)} && sync -- {files} && for f in {files}; do "
-            'dd if="$f" iflag=nocache count=0 status=none; done; true; }')
-
-
 def install_partial(
     ctx: HostContext, release: Release, partial: str, checked: bool = False
 ) -> None:
@@ -139,22 +116,16 @@ def install_partial(
     and rename the folder to the release's."""
     names = [a.name for a in release.artifacts]
     if not checked:
-        ctx.sh(f"cd {q(partial)} && chmod 0755 -- {' '.join(q(n) for n in names)}").check()
-        bad = release_mismatches(ctx, partial, release)
+        bad = mismatches(release, file_sums(ctx, partial, names, mode=0o755))
         if bad:
             raise StepFailed(f"sha256 mismatch on host after upload: {', '.join(bad)}")
-    meta = json.dumps(release.to_dict(), indent=2)
-    dest = ctx.layout.release_dir(release.id)
-    r = ctx.sh(f"cat > {q(partial)}/RELEASE.json && {evict_command(partial, names)} && "
-               f"rm -rf -- {q(dest)} && mv -T -- {q(partial)} {q(dest)} && "
-               f"{identity_command(dest, names)}", stdin=meta).check()
-    remember_verified(ctx, release, r.stdout)
+    _installed(ctx, release, _install(ctx, release, partial))
 
 
-def remember_verified(ctx: HostContext, release: Release, stdout: str) -> None:
-    """Keep the identities of the files just verified and installed, for the switch."""
-    found = parse_identities(stdout, [a.name for a in release.artifacts])
-    if found:
-        ctx.state.verified = Verified(release.id, tuple(sorted(found.items())))
-    else:
-        ctx.state.verified = None
+def _installed(ctx: HostContext, release: Release, report: FilesReport) -> None:
+    """Fail unless the host installed the release; keep the identities of the files just
+    verified and installed, for the switch."""
+    if report.outcome != "installed":
+        raise StepFailed(f"release {release.id} not installed on host: {report.reason}")
+    found = identities_of(report, [a.name for a in release.artifacts])
+    ctx.state.verified = Verified(release.id, tuple(sorted(found.items()))) if found else None

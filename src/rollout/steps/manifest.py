@@ -13,10 +13,11 @@ import re
 
 from rollout.bundle.release import release_id_of
 from rollout.errors import StepFailed
-from rollout.host.layout import EXECUTABLE_NAME, is_release_id, q
+from rollout.host.layout import EXECUTABLE_NAME, is_release_id
+from rollout.host.reports import FilesReport
 from rollout.jsontypes import JSON
 from rollout.steps.base import Artifact, HostContext, Release
-from rollout.steps.install import release_mismatches
+from rollout.steps.install import mismatches
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -46,12 +47,13 @@ def read_release(ctx: HostContext, release_id: str) -> Release:
     """The release `release_id` on this host, its manifest and executables checked."""
     if not is_release_id(release_id):
         raise StepFailed(f"{release_id[:40]!r} is not a release id", retryable=False)
-    directory = ctx.layout.release_dir(release_id)
-    r = ctx.sh(f"cat -- {q(directory)}/RELEASE.json")
-    if not r.ok:
+    # one round trip: the manifest and the sha256 of each executable it lists
+    found = FilesReport.parse(ctx.call("read_release", root=ctx.layout.root,
+                                       release=release_id))
+    if found.outcome != "read":
         raise StepFailed(f"release {release_id} is not on {ctx.name}", retryable=False)
     try:
-        meta = json.loads(r.stdout)
+        meta = json.loads(found.manifest)
     except ValueError:
         raise _refuse(ctx, release_id, "its RELEASE.json is not JSON") from None
     artifacts = _artifacts(ctx, release_id, meta)
@@ -59,7 +61,7 @@ def read_release(ctx: HostContext, release_id: str) -> Release:
         raise _refuse(ctx, release_id, "RELEASE.json lists executables of another release")
     release = Release(release_id, str(meta.get("image", "")), str(meta.get("version", "")),
                       artifacts)
-    bad = release_mismatches(ctx, directory, release)
+    bad = mismatches(release, found.sums)
     if bad:
         raise _refuse(ctx, release_id, f"sha256 of {', '.join(bad)} does not match RELEASE.json")
     return release

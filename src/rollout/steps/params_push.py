@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rollout.config.sections import ParamFile
 from rollout.errors import StepFailed
-from rollout.host.layout import q
+from rollout.host.reports import Report
 from rollout.steps.base import HostContext
 from rollout.steps.transfer import put_file
 
@@ -62,7 +62,9 @@ def push_missing(ctx: HostContext, missing: list[ParamFile]) -> dict[str, str]:
     """Push each missing file to `<param_cache>/<name>.partial`; {name: the DIGEST the host
     checks it by}: the manifest's, else the source file's own sha256 (hashed once a run)."""
     cache = ctx.settings.daemon.param_cache
-    ctx.sh(f"mkdir -p -- {q(cache)}").check()
+    made = Report.parse(ctx.call("make_folder", path=cache, link_ok=True))
+    if made.outcome not in ("made", "kept"):
+        raise StepFailed(f"params not pushed: {made.reason}", retryable=False)
     pushed = {}
     for f in missing:
         local = _checked_source(ctx, f)

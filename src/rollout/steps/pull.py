@@ -14,7 +14,7 @@ import shlex
 
 from rollout.bundle.remote import local_copy, release_urls
 from rollout.errors import StepFailed
-from rollout.host.layout import q
+from rollout.host.reports import Report
 from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult, changed
@@ -103,19 +103,15 @@ def _fetch(ctx: HostContext, release: Release, args: list[str]) -> tuple[int, JS
     return (0 if not report.get("error") else 1), report
 
 
-def _forget_other_pulls(ctx: HostContext, keep: str) -> None:
-    """Partial pulls of other releases are abandoned: the host lock makes this the only one."""
-    ctx.sh(
-        f"find {q(ctx.layout.releases)} -mindepth 1 -maxdepth 1 -name '.partial-*-pull' "
-        f"! -path {q(keep)} -exec rm -rf -- {{}} + 2>/dev/null; true"
-    )
-
-
 def pull_release(ctx: HostContext, release: Release) -> StepResult:
     assert release.source is not None
     partial = pull_dir(ctx, release)
-    _forget_other_pulls(ctx, partial)
-    ctx.sh(f"mkdir -p {q(partial)}").check()
+    # one round trip: partial pulls of other releases abandoned (the host lock makes this
+    # the only one), this one's folder made (kept as it is, to resume)
+    made = Report.parse(ctx.call("pull_folder", root=ctx.layout.root,
+                                 name=partial.rsplit("/", 1)[-1]))
+    if made.outcome not in ("made", "kept"):
+        raise StepFailed(f"release {release.id} not pulled: {made.reason}", retryable=False)
     urls = release_urls(release)
     _emit(ctx, "connecting", f"connecting to {release.source} (connect timeout "
           f"{CONNECT_TIMEOUT:g} s)", url=release.source, connect_timeout=CONNECT_TIMEOUT)

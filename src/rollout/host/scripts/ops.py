@@ -15,9 +15,11 @@ planted there is refused, never followed). Standard library only; python3 >= 3.9
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal as signals
+import stat
 import sys
 import time
 from typing import Any
@@ -811,15 +813,262 @@ def log_tail(root: str, lines: int = 20, max_bytes: int = 65536) -> dict[str, An
                    text="".join(f"{line}\n" for line in kept))
 
 
-def make_folder(path: str) -> dict[str, Any]:
-    """Make the folder `path` and its missing parents (a link in its place is refused)."""
-    if os.path.isdir(path) and not os.path.islink(path):
+def make_folder(path: str, link_ok: bool = False) -> dict[str, Any]:
+    """Make the folder `path` and its missing parents (a link in its place is refused;
+    link_ok: a link to a folder is that folder, as fetch.py takes param_cache on a disk of
+    its own)."""
+    if os.path.isdir(path) and (link_ok or not os.path.islink(path)):
         return _report("kept", f"{path} already there")
     try:
         safe_mkdir(path)
     except OSError as e:
         return _report("refused", f"{path}: {e}")
     return _report("made", f"made {path}")
+
+
+def config_folders(config_path: str, param_cache: str) -> dict[str, Any]:
+    """The config step's folders: the config's (a link there refused) and param_cache (a
+    link to a folder taken as it, as make_folder's link_ok), each made where missing; and
+    the config's kept copies (<name>.for-*: regular files, never through a link) private."""
+    folder, name = os.path.split(config_path.rstrip("/"))
+    made = [make_folder(folder or "."), make_folder(param_cache, link_ok=True)]
+    refused = [m["reason"] for m in made if m["outcome"] == "refused"]
+    if refused:
+        return _report("refused", "; ".join(refused)[:400])
+    private = 0
+    with os.scandir(folder or ".") as entries:
+        for entry in entries:
+            if entry.name.startswith(f"{name}.for-") and entry.is_file(follow_symlinks=False):
+                os.chmod(entry.path, 0o600, follow_symlinks=False)
+                private += 1
+    word = "made" if any(m["outcome"] == "made" for m in made) else "kept"
+    return _report(word, f"{folder} and {param_cache} there; {private} kept config(s) private")
+
+
+def remove_files(paths: list[str]) -> dict[str, Any]:
+    """Remove each file (a link: the link itself, never its target); a missing one is
+    fine, a folder is refused ("failed", named)."""
+    removed, failed = [], []
+    for path in [p for p in paths if isinstance(p, str)][:MAX_NAMES]:
+        try:
+            if safe_remove(path):
+                removed.append(path)
+        except OSError as e:
+            failed.append(f"{path}: {e.strerror or e}")
+    if failed:
+        return _report("failed", f"could not remove {'; '.join(failed)[:300]}", removed=removed)
+    return _report("removed" if removed else "none", f"removed {len(removed)} file(s)",
+                   removed=removed)
+
+
+# ---------------------------------------------------------------- a release's files
+# The upload, the pull and staging ahead put a release's executables in a folder of their
+# own, then install it under the release's name; the switch and a release read back check
+# them. An executable is named by a plain file name (hostile: never a path).
+
+MAX_NAMES = 64  # executables (or files) named in one call
+
+
+def _names(names: Any) -> list[str]:
+    """The plain file names among `names`: no "/", ".", ".." or NUL; at most MAX_NAMES."""
+    items = names if isinstance(names, list) else []
+    return [n for n in items[:MAX_NAMES] if isinstance(n, str) and n not in ("", ".", "..")
+            and "/" not in n and "\0" not in n]
+
+
+def _identity(path: str) -> str | None:
+    """What identifies a regular file without reading it: size, inode, device, and the
+    modification and change times in ns (any write, truncate, chmod or replacement moves the
+    change time, which no user can set back). None: missing, a link, not a regular file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return f"{st.st_size} {st.st_ino} {st.st_dev} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+def _evict(path: str) -> None:
+    """Write a file back and drop its pages from the page cache (best effort): read twice,
+    a release's pages are active file cache charged to the container, which the drain
+    would count in the working set."""
+    fd = _open_read(path)
+    if fd is None:
+        return
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass
+    finally:
+        os.close(fd)
+
+
+def identities(directory: str, names: list[str], evict: bool = False) -> dict[str, Any]:
+    """Each file's identity (_identity; None for one that is not a regular file there);
+    evict: each written back and evicted from the page cache first."""
+    if os.path.islink(directory):
+        return _report("refused", f"{directory} is a symbolic link", identities={})
+    found = {}
+    for name in _names(names):
+        if evict:
+            _evict(os.path.join(directory, name))
+        found[name] = _identity(os.path.join(directory, name))
+    return _report("read", f"{len(found)} identities read", identities=found)
+
+
+def file_sums(directory: str, names: list[str], mode: int | None = None) -> dict[str, Any]:
+    """Each file's sha256 (None: missing, a link, not a regular file), made `mode` first
+    where given, evicted from the page cache once read."""
+    sums: dict[str, str | None] = {}
+    for name in _names(names):
+        path = os.path.join(directory, name)
+        fd = _open_read(path) if mode is not None else None
+        if fd is not None:
+            try:
+                os.fchmod(fd, mode or 0)
+            finally:
+                os.close(fd)
+        sums[name] = _sha256_of(path)
+        _evict(path)
+    return _report("read", f"{len(sums)} file(s) hashed", sums=sums)
+
+
+def read_release(root: str, release: str) -> dict[str, Any]:
+    """releases/RELEASE/RELEASE.json (its text, at most 1 MiB, never through a link) and the
+    sha256 of each executable it lists (file_sums), in one call; "missing": no manifest."""
+    if not _release_id_ok(release):
+        return _report("refused", f"not a release id: {release[:80]!r}")
+    where = os.path.join(root, "releases", release)
+    data = _read_at_most(os.path.join(where, "RELEASE.json"), 1 << 20)
+    if data is None:
+        return _report("missing", f"release {release} is not on the host")
+    try:
+        listed = json.loads(data).get("artifacts")
+    except (ValueError, AttributeError):
+        listed = None
+    names = list(listed) if isinstance(listed, dict) else []
+    return _report("read", f"release {release}'s manifest read",
+                   manifest=data.decode("utf-8", "replace"), sums=file_sums(where, names)["sums"])
+
+
+def _staging_root(root: str) -> str:
+    return os.path.join(_state_dir(root), "staging")
+
+
+def _tidy(where: str) -> None:
+    """Remove the folder `where` if it is empty (never a link)."""
+    if os.path.isdir(where) and not os.path.islink(where):
+        with contextlib.suppress(OSError):
+            os.rmdir(where)
+
+
+def install_release(root: str, release: str, partial: str, manifest: str, names: list[str],
+                    expect: dict[str, str] | None = None) -> dict[str, Any]:
+    """Install the folder `partial` as releases/RELEASE: where the identities `expect` (the
+    files as staged) no longer hold, "changed" and `partial` is removed; else RELEASE.json
+    (`manifest`) is written there, the files written back and evicted from the page cache,
+    an old releases/RELEASE removed (a link there: the link itself) and `partial` renamed in
+    its place ("installed", with the new identities). A staging folder left empty goes."""
+    if not _release_id_ok(release):
+        return _report("refused", f"not a release id: {release[:80]!r}")
+    if os.path.islink(partial) or not os.path.isdir(partial):
+        return _report("missing", f"no folder {partial} to install")
+    files, dest = _names(names), os.path.join(root, "releases", release)
+    try:
+        if expect is not None and any(
+                _identity(os.path.join(partial, n)) != expect.get(n) for n in files):
+            _remove_tree(partial)
+            _tidy(_staging_root(root))
+            return _report("changed", f"{partial} changed since it was staged: removed")
+        safe_write(os.path.join(partial, "RELEASE.json"), manifest.encode(), 0o644)
+        for name in files:
+            _evict(os.path.join(partial, name))
+        if os.path.lexists(dest):
+            _remove_tree(dest)
+        os.rename(partial, dest)
+    except OSError as e:
+        return _report("failed", f"release {release} not installed: {e}")
+    _tidy(_staging_root(root))
+    return _report("installed", f"installed release {release}",
+                   identities={n: _identity(os.path.join(dest, n)) for n in files})
+
+
+def _staging_links(root: str) -> list[str]:
+    """rollout/ and its staging folder, where either is a link (nothing is removed there)."""
+    return [p for p in (_state_dir(root), _staging_root(root)) if os.path.islink(p)]
+
+
+def _clear_staging(root: str, release: str) -> list[str]:
+    """Remove the staging of other releases (named, at most 20) and RELEASE's own."""
+    stale: list[str] = []
+    where = _staging_root(root)
+    if os.path.isdir(where):
+        for name in sorted(os.listdir(where)):
+            if name != release:
+                _remove_tree(os.path.join(where, name))
+                stale.append(name[:80])
+    if os.path.lexists(os.path.join(where, release)):
+        _remove_tree(os.path.join(where, release))
+    return stale[:20]
+
+
+def staging_survey(root: str, release: str, names: list[str]) -> dict[str, Any]:
+    """Before staging RELEASE ahead: the folders that are links (rollout/, its staging
+    folder, releases/: then nothing is removed), stale staging cleared (_clear_staging),
+    whether the release is on the host already (its RELEASE.json and each of `names`), and
+    whether releases/ and rollout/ share a device (a rename must not become a copy)."""
+    if not _release_id_ok(release):
+        return _report("refused", f"not a release id: {release[:80]!r}")
+    releases = os.path.join(root, "releases")
+    links = [p for p in (_state_dir(root), _staging_root(root), releases)
+             if os.path.islink(p)]
+    stale: list[str] = []
+    if not _staging_links(root):
+        with contextlib.suppress(OSError):
+            stale = _clear_staging(root, release)
+    dest = os.path.join(releases, release)
+    present = os.path.isfile(os.path.join(dest, "RELEASE.json")) and all(
+        os.path.lexists(os.path.join(dest, n)) for n in _names(names))
+    try:
+        same = os.lstat(releases).st_dev == os.lstat(_state_dir(root)).st_dev
+    except OSError:
+        same = False
+    return _report("surveyed", f"{len(stale)} stale staging folder(s) removed", links=links,
+                   stale=stale, present=present, same_device=same)
+
+
+def unstage(root: str, release: str) -> dict[str, Any]:
+    """Remove the staging of RELEASE, and the staging folder if it is then empty; nothing
+    where rollout/ or its staging folder is a link ("refused")."""
+    if not _release_id_ok(release):
+        return _report("refused", f"not a release id: {release[:80]!r}")
+    links = _staging_links(root)
+    if links:
+        return _report("refused", f"{links[0]} is a symbolic link: nothing removed")
+    where = os.path.join(_staging_root(root), release)
+    if not os.path.lexists(where):
+        _tidy(_staging_root(root))
+        return _report("none", f"nothing staged for {release}")
+    _remove_tree(where)
+    _tidy(_staging_root(root))
+    return _report("removed", f"removed the staging of {release}")
+
+
+def pull_folder(root: str, name: str) -> dict[str, Any]:
+    """Make releases/NAME (a pull's partial folder, `.partial-*-pull`) for a download into
+    it, kept as it is to resume; every other pull's partial folder there is abandoned
+    (removed: the host lock makes this the only pull)."""
+    if not (name.startswith(".partial-") and name.endswith("-pull")) or "/" in name:
+        return _report("refused", f"not a pull's partial folder: {name[:80]!r}")
+    releases = os.path.join(root, "releases")
+    if os.path.isdir(releases) and not os.path.islink(releases):
+        for other in os.listdir(releases):
+            if other != name and other.startswith(".partial-") and other.endswith("-pull"):
+                with contextlib.suppress(OSError):
+                    _remove_tree(os.path.join(releases, other))
+    return make_folder(os.path.join(releases, name))
 
 
 def _sha256_of(path: str) -> str | None:
@@ -1110,7 +1359,9 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    prove, prune, work, user_command, cordoned, cordon,
                                    uncordon, remove_partial, pointed, log_tail, make_folder,
                                    forget_validated, input_check, probe, stage_input,
-                                   register)}
+                                   register, config_folders, remove_files, identities,
+                                   file_sums, read_release, install_release, staging_survey,
+                                   unstage, pull_folder)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
