@@ -87,11 +87,16 @@ def test_rerun_same_build_uploads_nothing(fleet: LabFleet, work: Path) -> None:
     assert planned.stdout.count("already runs release") == 3 * 4, planned.stdout
     run = rollout(work, fleet, "v2")
     assert run.code == 0, run.stderr[-3000:]
+    run_id = run.events[0]["run_id"]
     for host in fleet.hosts:
         upload = run.steps(host.name)["upload"]
         assert upload["status"] == "skipped"
         assert "already on host, sha256 matches" in upload["reason"]
         assert run.steps(host.name)["stop"]["status"] == "skipped"
+        # nothing changed there, so no guard was started (a started guard writes its state)
+        guards = sh(host.name, f"ls /data/rollout/runs/{run_id} 2>/dev/null | grep -c '^state' "
+                               "|| true").strip()
+        assert guards == "0", f"{host.name}: a guard was started for a rerun that changed nothing"
 
 
 def test_dry_run_changes_nothing(fleet: LabFleet, work: Path) -> None:

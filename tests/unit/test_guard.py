@@ -613,6 +613,21 @@ def test_guard_started_ahead_only_for_a_plan_that_touches_the_host(
     assert opened[0].written[-1] == "settled\n" and opened[0].closed
 
 
+def test_a_host_validated_without_a_change_gets_no_guard(opened: list[ScriptedStream]) -> None:
+    """A rerun's host (or one validated again) goes from untouched to validated with nothing
+    stopped, switched or started: no guard is started or armed there, and the run gives its
+    lock back; a later change would still arm one first."""
+    guard = HostGuard("run")
+    guard.prepare(None, _plan("preflight", "ready", "validate"))  # type: ignore[arg-type]
+    guard.follow(None, None, Phase.VALIDATED)  # type: ignore[arg-type]
+    assert opened == [] and guard.stream is None and guard.phase is Phase.VALIDATED
+    guard.settle()
+    assert guard.drop() is False and not guard.lost
+    changed = HostGuard("run")
+    changed.follow(None, None, Phase.STARTED)  # type: ignore[arg-type]
+    assert len(opened) == 1 and opened[0].written == ["arm started\n"]
+
+
 def test_guard_started_ahead_for_a_host_that_stayed_untouched_is_settled(
     opened: list[ScriptedStream],
 ) -> None:

@@ -44,6 +44,9 @@ ARM_WAIT = 600.0  # seconds an earlier guard's takeover may take before arming g
 SETTLE_WAIT = 30.0  # seconds a guard started ahead, never armed, may take to start
 ARMED_WAIT = 60.0  # seconds for the guard's answer to `arm`
 LEFT_WAIT = 900.0  # seconds a command waits for a guard still taking over before it acts
+CHANGED_PHASES = frozenset(PHASE_AT_START.values())
+"""The phases a host enters as a change begins (its first stop, switch or start): the guard
+is armed only on the way into one of them."""
 
 
 def validate_params(plan: HostPlan) -> ValidateParams:
@@ -221,12 +224,15 @@ class HostGuard:
 
     def follow(self, ctx: HostContext, plan: HostPlan, phase: Phase) -> None:
         """Arm right before the host leaves untouched (with the phase it is entering); then
-        tell the guard each phase."""
+        tell the guard each phase. A host that reaches `validated` without leaving untouched
+        (its daemon kept, validated again or on the evidence of an earlier validation) gets
+        no guard: nothing was changed there for one to take back."""
         if phase is self.phase:
             return
         if self.stream is None and self.phase is Phase.UNTOUCHED:
             self.phase = phase
-            self._arm(ctx, plan, phase)
+            if phase in CHANGED_PHASES:
+                self._arm(ctx, plan, phase)
             return
         self.phase = phase
         if self.stream is not None:
