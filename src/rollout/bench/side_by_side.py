@@ -109,7 +109,11 @@ def rerun(fleet: Path, rel: Releases, pad: int) -> Run:
 
 
 def on_lab(hosts: int, memory: str, body: Callable[[Path], Any]) -> Any:
-    fleet = lab.up(hosts, memory=memory)
+    """`body` on a fresh lab of quiet hosts: no curio-like sidecar sends them proofs (the
+    lab's default since issue 17), whose CPU on the shared cores and whose jobs in flight
+    (a rollout waits for them, the floor does not) would weigh on one side and not on the
+    other."""
+    fleet = lab.up(hosts, memory=memory, busy=False)
     try:
         return body(fleet)
     finally:
