@@ -199,6 +199,20 @@ class FakeHost(Transport):
     def _op_pull_folder(self, root: str, name: str) -> dict[str, Any]:
         return {"outcome": "made", "reason": f"made {name}"}
 
+    # what preflight reads: a host with no CPU flags listed, no GPU, libraries all found
+
+    def _op_cpu_info(self) -> dict[str, Any]:
+        return {"outcome": "none", "reason": "no flags line", "text": ""}
+
+    def _op_gpus(self, timeout: float = 60.0) -> dict[str, Any]:
+        return {"outcome": "ran", "reason": "nvidia-smi exited 0", "exit": 0, "output": ""}
+
+    def _op_ldd(self, directory: str, names: list[str]) -> dict[str, Any]:
+        return {"outcome": "read", "reason": "ldd", "outputs": {n: "" for n in names}}
+
+    def _op_file_present(self, path: str) -> dict[str, Any]:
+        return {"outcome": "present", "reason": f"{path} present"}
+
     # a release's files: a file's identity is its sha256 ("id-" before it)
 
     def _op_file_sums(self, directory: str, names: list[str], mode: Any = None

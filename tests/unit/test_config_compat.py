@@ -20,7 +20,6 @@ from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_o
 from rollout.config.sections import Retired
 from rollout.errors import ConfigError, UserError
 from rollout.steps import preflight
-from rollout.transport.base import RunResult
 
 PLAYBOOK = """\
 name: plain
@@ -268,17 +267,17 @@ def test_unguarded_names_are_still_refused(tmp_path: Path, command: str) -> None
 
 
 def gpu_ctx(exit_code: int, stdout: str, devices: list[int] | None = None) -> Any:
-    result = RunResult("nvidia-smi", exit_code, stdout, "")
+    report = {"outcome": "ran", "exit": exit_code, "output": stdout}  # ops.gpus's report
     settings = SimpleNamespace(
         preflight=SimpleNamespace(gpus=True), daemon=SimpleNamespace(gpu_devices=devices or [])
     )
-    return SimpleNamespace(settings=settings, sh=lambda *a, **k: result)
+    return SimpleNamespace(settings=settings, call=lambda *a, **k: report)
 
 
 @pytest.mark.parametrize(
     ("ctx", "problem"),
     [
-        (gpu_ctx(127, "sh: 1: nvidia-smi: not found\n"), "nvidia-smi: not found"),
+        (gpu_ctx(127, "nvidia-smi: not found"), "nvidia-smi: not found"),
         (gpu_ctx(0, ""), "lists no GPU"),
         (gpu_ctx(0, "0, H100\n", [1]), "GPU [1] not listed"),
     ],
@@ -291,7 +290,7 @@ def test_a_failing_gpu_check_names_the_setting_that_turns_it_off(ctx: Any, probl
 def test_a_failing_cpu_check_names_the_setting_that_turns_it_off() -> None:
     settings = SimpleNamespace(preflight=SimpleNamespace(cpu_flags=["adx"]))
     ctx = SimpleNamespace(settings=settings,
-                          sh=lambda *a, **k: RunResult("grep", 0, "flags : fpu sse\n", ""))
+                          call=lambda *a, **k: {"outcome": "read", "text": "flags : fpu sse"})
     (message,) = preflight.check_cpu(ctx, None, [])  # type: ignore[arg-type]
     assert "lacks adx" in message and "preflight.cpu_flags" in message and "[]" in message
 

@@ -388,8 +388,8 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
                      if c.startswith("call ops.install_release "))
     reads = [c for c in host.sent[:first_put] if re.match(FACTS_READ, c)]
     assert len(reads) == 1, host.sent[:first_put]  # the plan's read, nothing since acted
-    ldd = next(i for i, c in enumerate(host.sent) if "ldd -- " in c)
-    assert ldd > first_put and host.sent[ldd].startswith(f"[ -d /data/releases/{NEW} ] || exit 4;")
+    ldd = next(i for i, c in enumerate(host.sent) if c.startswith("call ops.ldd "))
+    assert ldd > first_put and f'"directory": "/data/releases/{NEW}"' in host.sent[ldd]
     between = [c for c in host.sent[first_put:ldd] if re.match(FACTS_READ, c)]
     assert not between, "after the upload, the executables check looks for itself: no facts"
     assert host.commands(r"^call ops\.stop ") and not host.commands(r"^call ops\.hold ")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -237,3 +238,37 @@ def test_pull_folder_abandons_other_pulls_and_keeps_its_own(root: Path, precious
     assert sorted(os.listdir(precious)) == ["keep"]
     for hostile in ("../x-pull", RELEASE, ".partial-a/../../x-pull"):
         assert call("pull_folder", root=str(root), name=hostile)["outcome"] == "refused"
+
+
+# ---------------------------------------------------------------- what preflight reads
+
+
+def test_ldd_reads_each_executable_in_one_call(tmp_path: Path) -> None:
+    release = tmp_path / "releases" / RELEASE
+    release.mkdir(parents=True)
+    true = Path(shutil.which("true") or "/bin/true")
+    (release / "cuzk-daemon").write_bytes(true.read_bytes())
+    (release / "cuzk-daemon").chmod(0o755)
+    (release / "cuzk-bench").write_text("not an executable")
+    out = call("ldd", directory=str(release), names=[*NAMES, "../../etc/passwd"])
+    assert out["outcome"] == "read" and sorted(out["outputs"]) == sorted(NAMES)
+    assert "libc" in out["outputs"]["cuzk-daemon"]
+    assert "not a dynamic executable" in out["outputs"]["cuzk-bench"]
+    assert call("ldd", directory=str(tmp_path / "gone"), names=NAMES)["outcome"] == "missing"
+    (tmp_path / "linked").symlink_to(release)
+    assert call("ldd", directory=str(tmp_path / "linked"), names=NAMES)["outcome"] == "missing"
+
+
+def test_cpu_info_marker_and_gpus_as_data(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu adx\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert call("cpu_info", path=str(cpuinfo))["text"] == "flags\t\t: fpu adx"
+    assert call("cpu_info", path=str(tmp_path / "none"))["outcome"] == "none"
+    marker = tmp_path / "marker"
+    assert call("file_present", path=str(marker))["outcome"] == "missing"
+    marker.write_text("")
+    assert call("file_present", path=str(marker))["outcome"] == "present"
+    out = call("gpus", timeout=30)  # no nvidia-smi here: said as data, never a crash
+    assert isinstance(out["exit"], int) and isinstance(out["output"], str)
+    if not shutil.which("nvidia-smi"):
+        assert out["exit"] == 127 and out["output"] == "nvidia-smi: not found"

@@ -26,15 +26,6 @@ def test_ldd_not_found_lines_name_libraries_and_symbol_versions() -> None:
     assert preflight.missing_libraries("\tnot a dynamic executable\n") == []
 
 
-def test_one_ldd_round_trip_is_split_back_per_executable() -> None:
-    mark = preflight.LDD_MARK
-    output = f"{mark}cuzk-daemon\n{LDD_MISSING}{mark}cuzk-bench\n\tlibc.so.6 => /lib/libc.so.6\n"
-    sections = preflight.ldd_sections(output)
-    assert list(sections) == ["cuzk-daemon", "cuzk-bench"]
-    assert len(preflight.missing_libraries(sections["cuzk-daemon"])) == 2
-    assert preflight.missing_libraries(sections["cuzk-bench"]) == []
-
-
 def test_cpu_flags_from_x86_and_arm_cpuinfo() -> None:
     assert "adx" in preflight.cpu_flags("flags\t\t: fpu vme adx bmi2\n")
     assert preflight.cpu_flags("Features\t: fp asimd aes\n") == {"fp", "asimd", "aes"}

@@ -354,3 +354,19 @@ class SurveyReport:
 def _strs(value: JSON, most: int, length: int) -> tuple[str, ...]:
     items = value if isinstance(value, list) else []
     return tuple(v[:length] for v in items[:most] if isinstance(v, str))
+
+
+@dataclass(frozen=True)
+class OutputsReport:
+    """ops.ldd: each executable's output (at most 8 KiB kept each)."""
+
+    outcome: str
+    reason: str
+    outputs: dict[str, str]
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> OutputsReport:
+        doc = doc if isinstance(doc, dict) else {}
+        outputs = {k: v[-8192:] for k, v in _named(doc.get("outputs"), lambda v: True).items()}
+        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400], outputs, doc)

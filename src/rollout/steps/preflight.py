@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, Parent, ProcessFacts
-from rollout.host.layout import q
+from rollout.host.reports import CommandReport, OutputsReport, Report, TextReport
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
@@ -82,7 +82,7 @@ def check_cpu(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]
     want = list(ctx.settings.preflight.cpu_flags)
     if not want:
         return []
-    have = cpu_flags(ctx.sh("grep -m1 -E '^(flags|Features)' /proc/cpuinfo").stdout)
+    have = cpu_flags(TextReport.parse(ctx.call("cpu_info")).text)
     missing = [f for f in want if f not in have]
     if missing:
         return [
@@ -115,11 +115,11 @@ def check_gpus(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str
         notes.append("no GPU check (the host's vars say it has none)")
         return []
     want = [int(d) for d in getattr(ctx.settings.daemon, "gpu_devices", None) or []]
-    r = ctx.sh("nvidia-smi --query-gpu=index,name --format=csv,noheader 2>&1", timeout=60)
-    if not r.ok:
-        why = (r.stdout or r.stderr).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+    r = CommandReport.parse(ctx.call("gpus", call_timeout=70, timeout=60))
+    if r.exit != 0:
+        why = r.output.strip().splitlines()[-1:] or [f"exit {r.exit}"]
         return [f"nvidia-smi failed on the host: {why[0]}{GPU_CHECK_OFF}"]
-    listed = gpu_indexes(r.stdout)
+    listed = gpu_indexes(r.output)
     missing = [d for d in want if d not in listed]
     if missing:
         return [f"GPU {missing} not listed by nvidia-smi (it lists {listed or 'none'}; "
@@ -135,21 +135,6 @@ def missing_libraries(ldd_output: str) -> list[str]:
     return [line.strip() for line in ldd_output.splitlines() if "not found" in line]
 
 
-LDD_MARK = "=== rollout ldd: "
-
-
-def ldd_sections(output: str) -> dict[str, str]:
-    """{executable: its ldd output} from the output of the merged ldd command."""
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output.splitlines():
-        if line.startswith(LDD_MARK):
-            current = out.setdefault(line[len(LDD_MARK):], [])
-        elif current is not None:
-            current.append(line)
-    return {name: "\n".join(lines) for name, lines in out.items()}
-
-
 def check_executables(ctx: HostContext, facts: HostFacts | None, notes: list[str]
                       ) -> list[str]:
     """The uploaded executables load here: ldd finds every library they need. Needs no
@@ -160,18 +145,15 @@ def check_executables(ctx: HostContext, facts: HostFacts | None, notes: list[str
         return []
     where = ctx.layout.release_dir(ctx.release.id)
     names = [a.name for a in ctx.release.artifacts]
-    # one round trip: each executable's ldd output after a line of its own naming it
-    each = "".join(f"echo {q(LDD_MARK + n)}; LC_ALL=C ldd -- {q(f'{where}/{n}')} 2>&1; "
-                   for n in names)
-    r = ctx.sh(f"[ -d {q(where)} ] || exit 4; command -v ldd >/dev/null || exit 3; {each}")
-    if r.exit_code == 4:
+    r = OutputsReport.parse(ctx.call("ldd", directory=where, names=names))  # one round trip
+    if r.outcome == "missing":
         notes.append(later)
         return []
-    if r.exit_code == 3:
+    if r.outcome == "no-ldd":
         notes.append("no ldd on the host: libraries not checked")
         return []
     problems = []
-    for name, out in ldd_sections(r.stdout).items():
+    for name, out in r.outputs.items():
         problems += [f"{name} needs {m}" for m in missing_libraries(out)]
     if not problems:
         notes.append("executables load (ldd)")
@@ -244,7 +226,7 @@ def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> l
     marker = ctx.settings.preflight.host_marker
     if not marker:
         return []
-    if not ctx.sh(f"test -f {q(marker)}").ok:
+    if Report.parse(ctx.call("file_present", path=marker)).outcome != "present":
         return [
             f"{ctx.name} is not a host this playbook may run on: {marker} is missing "
             "(preflight.host_marker: the lab playbook runs only on lab hosts)"

@@ -1126,6 +1126,66 @@ def stage_input(partial: str, path: str, sha256: str) -> dict[str, Any]:
     return _report("staged", f"staged {path}")
 
 
+# ---------------------------------------------------------------- what preflight reads
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The first CPU's flags line of /proc/cpuinfo ("flags" on x86, "Features" on arm)."""
+    for line in (read_text(path) or "").splitlines():
+        if line.startswith(("flags", "Features")):
+            return _report("read", "the first CPU's flags", text=line[:8192])
+    return _report("none", f"no flags line in {path}", text="")
+
+
+def gpus(timeout: float = 60.0) -> dict[str, Any]:
+    """What `nvidia-smi --query-gpu=index,name --format=csv,noheader` says (its output and
+    errors together, as data) and its exit code: 127 where there is no nvidia-smi."""
+    import subprocess
+
+    argv = ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"]
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return _report("failed", "no nvidia-smi", exit=127, output="nvidia-smi: not found")
+    except subprocess.TimeoutExpired:
+        return _report("timeout", f"nvidia-smi did not end within {timeout:g}s", exit=124,
+                       output=f"nvidia-smi did not end within {timeout:g}s")
+    word = "ran" if r.returncode == 0 else "failed"
+    return _report(word, f"nvidia-smi exited {r.returncode}", exit=r.returncode,
+                   output=r.stdout.decode("utf-8", "replace")[-8192:])
+
+
+def ldd(directory: str, names: list[str]) -> dict[str, Any]:
+    """Each executable's `LC_ALL=C ldd` output (its errors too): "missing" where the release
+    folder is not there (or is a link), "no-ldd" where the host has no ldd."""
+    import shutil
+    import subprocess
+
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return _report("missing", f"{directory} is not on the host", outputs={})
+    if not shutil.which("ldd"):
+        return _report("no-ldd", "no ldd on the host", outputs={})
+    env = {**os.environ, "LC_ALL": "C"}
+    outputs = {}
+    for name in _names(names):
+        try:
+            r = subprocess.run(["ldd", "--", os.path.join(directory, name)], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=60, check=False)
+        except subprocess.TimeoutExpired:
+            outputs[name] = "ldd did not end within 60s"
+            continue
+        outputs[name] = r.stdout.decode("utf-8", "replace")[-8192:]
+    return _report("read", f"ldd of {len(outputs)} executable(s)", outputs=outputs)
+
+
+def file_present(path: str) -> dict[str, Any]:
+    """Whether `path` is a regular file (as `test -f` says: a link to one counts)."""
+    word = "present" if os.path.isfile(path) else "missing"
+    return _report(word, f"{path} {word}")
+
+
 # ---------------------------------------------------------------- start-up registration
 
 UNIT = """[Unit]
@@ -1361,7 +1421,8 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    forget_validated, input_check, probe, stage_input,
                                    register, config_folders, remove_files, identities,
                                    file_sums, read_release, install_release, staging_survey,
-                                   unstage, pull_folder)}
+                                   unstage, pull_folder, cpu_info, gpus, ldd,
+                                   file_present)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
