@@ -331,3 +331,13 @@ def test_hostile_names_in_the_block_are_printable_and_bounded() -> None:
     assert wait.others[0].job_id.startswith("a?[2Jb?c") and len(wait.others[0].job_id) == 80
     assert wait.others[0].age is None and wait.others[0].total == 0
     assert os.linesep not in text
+
+
+def test_the_report_carries_the_block_only_with_its_outcome() -> None:
+    from rollout.host.reports import ProveReport
+
+    report = {"outcome": "budget-wait", "exit": 143, "budget_wait": block()}
+    assert ProveReport.parse(report).budget_wait == block()
+    assert ProveReport.parse({**report, "outcome": "ran"}).budget_wait is None
+    assert ProveReport.parse({**report, "budget_wait": "stop"}).budget_wait is None
+    assert BudgetWait.parse(ProveReport.parse({**report, "budget_wait": {}}).budget_wait) is None
