@@ -130,6 +130,40 @@ def test_for_host_merges_host_vars_between_vars_and_overrides(tmp_path: Path) ->
     assert playbook.step("validate").params["timeout"] == 8  # the original is unchanged
 
 
+def test_hosts_with_the_same_vars_share_one_rendering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet whose hosts have the same vars renders the playbook once for them (each host
+    still gets a playbook naming it); other vars, even equal as text or number, render
+    again."""
+    from rollout.config.playbook import PlaybookSource
+
+    playbook = load_playbook(write(tmp_path, PLAYBOOK))
+    rendered: list[object] = []
+    real = PlaybookSource._render
+
+    def counted(self: PlaybookSource, fixed: object, for_host: bool = False) -> object:
+        rendered.append(fixed)
+        return real(self, fixed, for_host)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PlaybookSource, "_render", counted)
+    hosts = [Host(f"h{i}", "127.0.0.1", 22001 + i, "root", None, Path("/k"), "strict", 10,
+                  ("lab",), {"pool": 16}) for i in range(3)]
+    per_host = [playbook.for_host(h) for h in hosts]
+    assert len(rendered) == 1
+    assert [p.host_name for p in per_host] == ["h0", "h1", "h2"]
+    assert all(p.step("validate").params["timeout"] == 16 for p in per_host)
+    assert playbook.for_host(host(pool=16)).host_name == "lab-1" and len(rendered) == 1
+    for other in ({"pool": 17}, {"pool": 16.0}, {"pool": 16, "x": None}, {"pool": 16, "x": 1},
+                  {"pool": 16, "x": "1"}, {"pool": 16, "x": True}):
+        playbook.for_host(host(**other))
+    assert len(rendered) == 7
+    with pytest.raises(ConfigError, match=r"\(for host lab-1\)"):  # a refusal is never kept
+        playbook.for_host(host(pool="many"))
+    with pytest.raises(ConfigError, match=r"\(for host lab-1\)"):
+        playbook.for_host(host(pool="many"))
+
+
 def test_for_host_error_names_the_host(tmp_path: Path) -> None:
     playbook = load_playbook(write(tmp_path, PLAYBOOK))
     with pytest.raises(ConfigError, match=r"\(for host lab-1\)") as info:

@@ -14,6 +14,7 @@ file. They are checked at load (syntax; names, per host: `playbook_checks`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -86,10 +87,16 @@ class PlaybookSource:
     """Whether the build section is read and checked (only for commands that build)."""
     retired: tuple[str, ...] = ()
     """Warnings about retired keys (`retired.retire_keys`)."""
+    _per_vars: dict[str, Playbook] = field(default_factory=dict, compare=False, repr=False)
+    """Each host's rendering by its vars: a host whose vars equal an earlier host's gets a
+    copy of that rendering (its checks too: they depend on the vars alone), not a second."""
 
     def render(
         self, host_vars: Mapping[str, Any] | None = None, host: str | None = None
     ) -> Playbook:
+        key = None if host is None else _vars_key(host_vars or {})
+        if host is not None and key is not None and key in self._per_vars:
+            return self._per_vars[key].renamed(host)
         if host is not None:
             check_host_vars(self.doc, host_vars or {}, self.overrides, host, RESERVED_NAMES)
         try:
@@ -99,6 +106,8 @@ class PlaybookSource:
                 raise
             raise ConfigError(f"(for host {host}) {exc.message}", exc.location) from exc
         playbook._source, playbook._host = self, host
+        if key is not None:
+            self._per_vars[key] = playbook
         if host is None:
             template = config_template_text(playbook, self.doc)
             unused = unused_overrides(self.doc, self.overrides, template)
@@ -291,6 +300,20 @@ def _check_var_name(name: str, where: Location) -> None:
         raise ConfigError(f"variable name {name!r} is not an identifier", where)
     if name in RESERVED_NAMES:
         raise ConfigError(f"variable name {name!r} is reserved for the template context", where)
+
+
+def _vars_key(host_vars: Mapping[str, Any]) -> str | None:
+    """Host vars as one canonical text (None where they have none: each host rendered on
+    its own). Each value keeps its type: 1, 1.0, true and "1" stay apart."""
+    try:
+        return json.dumps(host_vars, sort_keys=True, default=_typed)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _typed(value: Any) -> str:
+    """A value JSON has no type for (a YAML date, ...), its type named."""
+    return f"{type(value).__qualname__}:{value!r}"
 
 
 def _is_runtime(path: KeyPath) -> bool:
