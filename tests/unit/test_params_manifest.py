@@ -12,7 +12,7 @@ import pytest
 from rollout.config.params_manifest import bench_type_asked, files_for, kind, kinds
 from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, load_playbook, parse_set_options
 from rollout.config.playbook_model import Playbook
-from rollout.config.sections import ParamsSpec
+from rollout.config.sections import ParamsSpec, parse_size
 from rollout.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +71,21 @@ def test_the_validations_kind_gives_the_params_files_unless_they_are_listed() ->
     assert [f.name for f in listed] == ["x.vk"]
     none = playbook("proof_kind=")
     assert none.validation.proof_kind is None and none.params.files == []
+
+
+def test_the_pce_room_follows_the_proof_kind_unless_set() -> None:
+    """A playbook that leaves params.pce_bytes out (or null) still gets the room check of
+    its proof kind's PCE: cuzk writes 25.7 GiB for porep-32g in every daemon's lifetime."""
+    real = playbook("proof_kind=porep-32g", path=DEFAULT_PLAYBOOK).params
+    assert (real.pce_file, parse_size(real.pce_bytes)) == ("pce-porep-32g.bin", 26 << 30)
+    lab = playbook().params
+    assert (lab.pce_file, parse_size(lab.pce_bytes)) == ("pce-porep-32g.bin", 26 << 20)
+    assert (kind("wpost-32g").pce_file, kind("wpost-32g").pce_bytes) == (
+        "pce-window-post.bin", None)  # no figure known: not checked unless set
+    assert parse_size(playbook("pce_bytes=1GiB").params.pce_bytes) == 1 << 30
+    assert parse_size(playbook("pce_bytes=0").params.pce_bytes) == 0  # explicitly off
+    none = playbook("proof_kind=").params
+    assert (none.pce_file, parse_size(none.pce_bytes)) == ("pce-porep-32g.bin", 0)
 
 
 @pytest.mark.parametrize("value", ["porep-128g", "$(reboot)", "none"])

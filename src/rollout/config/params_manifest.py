@@ -65,6 +65,8 @@ class ProofKind:
     partition: int | None
     partitions: int
     registered_proofs: dict[str, int]
+    pce_file: str | None = None
+    pce_bytes: int | None = None
 
 
 def kind(name: str) -> ProofKind:
@@ -74,7 +76,9 @@ def kind(name: str) -> ProofKind:
                      srs=_bytes(spec.get("srs")), partition=_bytes(spec.get("partition")),
                      partitions=int(spec.get("partitions", 1)),
                      registered_proofs={str(k): int(v) for k, v in
-                                        (spec.get("registered_proofs") or {}).items()})
+                                        (spec.get("registered_proofs") or {}).items()},
+                     pce_file=str(spec["pce_file"]) if spec.get("pce_file") else None,
+                     pce_bytes=_bytes(spec.get("pce_bytes")))
 
 
 def _bytes(value: JSON) -> int | None:

@@ -14,7 +14,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from rollout.errors import ConfigError, Location
 
 from .inventory import Host
-from .params_manifest import files_for, kinds
+from .params_manifest import files_for, kind, kinds
 from .sections import (
     BuildSpec,
     DaemonSpec,
@@ -77,18 +77,27 @@ class Playbook(Section):
     @model_validator(mode="before")
     @classmethod
     def _params_of_the_proof_kind(cls, data: Any) -> Any:
-        """params.files null or absent: the files of validate.proof_kind (none without one;
-        an unknown kind is named by its own check)."""
+        """params.files, pce_file and pce_bytes null or absent: those of validate.proof_kind
+        (no files, and the fields' defaults, without one; an unknown kind is named by its
+        own check)."""
         if not isinstance(data, dict):
             return data
         params, validate = data.get("params"), data.get("validate")
         params = {} if params is None else params
-        if not isinstance(params, dict) or params.get("files") is not None:
+        if not isinstance(params, dict):
             return data
         name = validate.get("proof_kind") if isinstance(validate, dict) else None
-        known = name if isinstance(name, str) and name in kinds() else None
-        files = [f.as_setting() for f in files_for(known)] if known else []
-        return {**data, "params": {**params, "files": files}}
+        known = kind(name) if isinstance(name, str) and name in kinds() else None
+        filled = dict(params)
+        if params.get("files") is None:
+            filled["files"] = [f.as_setting() for f in files_for(known.name)] if known else []
+        for key, value in (("pce_file", known and known.pce_file),
+                           ("pce_bytes", known and known.pce_bytes)):
+            if params.get(key) is None:
+                filled.pop(key, None)
+                if value is not None:
+                    filled[key] = str(value)
+        return {**data, "params": filled}
 
     _source: Rendering | None = PrivateAttr(default=None)
     _host: str | None = PrivateAttr(default=None)

@@ -471,12 +471,15 @@ class ParamsSpec(Section):
         default="0",
         description="Size of the PCE file cuzk writes at its first proof. cuzk writes it anew "
         "in every lifetime, through <name>.tmp beside the old one: preflight wants the larger "
-        "of this and the existing file's size free in param_cache. 0: not checked.",
+        "of this and the existing file's size free in param_cache. null or absent: "
+        "validate.proof_kind's figure (26GiB for porep-32g; resources/params/kinds.yaml), "
+        "else 0. 0: not checked.",
     )
     pce_file: str = Field(
         default="pce-porep-32g.bin",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="Name of that PCE file in param_cache.",
+        description="Name of that PCE file in param_cache. null or absent: "
+        "validate.proof_kind's (cuzk's pce-<circuit>.bin), else pce-porep-32g.bin.",
     )
 
 
