@@ -159,7 +159,11 @@ def test_controller_killed_after_each_step_leaves_the_host_validated(
         (park / f"park-after-{phase}.go").touch()
         lab.start_sshd(HOST)
     guard = jsonl(HOST, f"/data/rollout/runs/{run_id}/guard.jsonl")
-    steps = [e["step"] for e in guard if e["kind"] == "step_end"]
+    ended = [e for e in guard if e["kind"] == "step_end"]
+    # the lab playbook cordons (curio) before the stop: whatever it did, the guard uncordons last
+    assert ended and ended[-1]["step"] == "guard-uncordon", guard
+    assert ended[-1]["status"] == "changed" and not lab.cordoned(HOST), ended[-1]
+    steps = [e["step"] for e in ended[:-1]]
     assert end["status"] == "validated", guard
     if phase in BACK:
         assert end["data"]["rolled_back"] is True, end
