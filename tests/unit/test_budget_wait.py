@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 from contexts import host_context, small_host
+from processes import assert_ends
 
 from rollout.host.layout import Layout
+from rollout.host.reports import BudgetWait, Partitions, ProveReport
 from rollout.host.scripts import ops
 from rollout.host.scripts.ops import budget_waiting, job_ids
-from rollout.steps.budget_wait import BudgetWait, budget_wait_failure, watch_for
+from rollout.steps.budget_wait import budget_wait_failure, watch_for
 from rollout.steps.validate import run_bounded
 from rollout.transport.local import LocalTransport
 
@@ -63,9 +65,9 @@ MINE = job("c0ffee", ["pending"] * 10, age=2.0)
 def test_the_proofs_job_waits_while_another_job_holds_a_partition() -> None:
     seen = budget_waiting(status([OTHER, MINE]), ["curio-7"], PART)
     assert seen is not None and seen["releasable"] is True
-    assert seen["job"]["job_id"] == "c0ffee" and seen["job"]["pending"] == 10
-    assert [o["job_id"] for o in seen["others"]] == ["curio-7"]
-    assert seen["others"][0] == {"job_id": "curio-7", "kind": "porep-c2", "age": 300.0,
+    assert seen["job"]["id"] == "c0ffee" and seen["job"]["pending"] == 10
+    assert [o["id"] for o in seen["others"]] == ["curio-7"]
+    assert seen["others"][0] == {"id": "curio-7", "kind": "porep-c2", "age": 300.0,
                                  "pending": 7, "active": 1, "done": 2, "total": 10}
     assert (seen["total"], seen["used"], seen["available"]) == (100 * GIB, 90 * GIB, 10 * GIB)
     assert seen["pinned"] == 70 * GIB and seen["partition"] == PART
@@ -103,7 +105,7 @@ def test_no_wait_is_seen_where_the_job_can_go_on_or_is_not_there(doc: dict[str, 
 def test_the_proofs_job_is_the_oldest_that_appeared_after_submission() -> None:
     later = job("curio-8", ["pending"] * 10, age=0.5)
     seen = budget_waiting(status([OTHER, later, MINE]), ["curio-7"], PART)
-    assert seen is not None and seen["job"]["job_id"] == "c0ffee"
+    assert seen is not None and seen["job"]["id"] == "c0ffee"
     assert job_ids(status([OTHER, later, MINE])) == ["curio-7", "curio-8", "c0ffee"]
 
 
@@ -129,7 +131,7 @@ def test_hostile_entries_are_bounded_data() -> None:
                           "pce": "all"}
     seen = budget_waiting(doc, [], PART)
     assert seen is not None
-    assert len(seen["job"]["job_id"]) == 80 and seen["job"]["kind"] == "?"
+    assert len(seen["job"]["id"]) == 80 and seen["job"]["kind"] == "?"
     assert seen["job"]["age"] is None and seen["job"]["pending"] == 1024  # the first 4096 entries
     assert seen["pinned"] == 0 and seen["others"][0]["age"] is None
 
@@ -197,14 +199,6 @@ def prove(server: StatusServer, command: str, wait: float, timeout: float = 60) 
                      watch={"partition": PART, "wait": wait})
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_nothing_to_release_stops_the_proof_at_once_with_its_children(
     fast_polls: None, served: list[StatusServer], tmp_path: Path
 ) -> None:
@@ -216,13 +210,10 @@ def test_nothing_to_release_stops_the_proof_at_once_with_its_children(
     assert time.monotonic() - began < 20  # not the 600 s budget_wait, not the timeout
     assert out["outcome"] == "budget-wait" and out["passed"] is False
     waited = out["budget_wait"]
-    assert waited["releasable"] is False and waited["job"]["job_id"] == "c0ffee"
+    assert waited["releasable"] is False and waited["job"]["id"] == "c0ffee"
     assert waited["limit"] == 600
     child = int(pids.read_text())
-    end = time.monotonic() + 10  # the group was signalled; the kernel finishes it
-    while alive(child):
-        assert time.monotonic() < end, f"pid {child} outlived the stopped proof"
-        time.sleep(0.05)
+    assert_ends(child, "outlived the stopped proof")
 
 
 def test_other_work_holding_budget_gets_budget_wait_seconds_then_the_proof_stops(
@@ -235,7 +226,7 @@ def test_other_work_holding_budget_gets_budget_wait_seconds_then_the_proof_stops
     took = time.monotonic() - began
     assert out["outcome"] == "budget-wait" and 1.0 <= took < 20, took
     assert out["budget_wait"]["waited"] >= 1.0 and out["budget_wait"]["releasable"] is True
-    assert [o["job_id"] for o in out["budget_wait"]["others"]] == ["curio-7"]
+    assert [o["id"] for o in out["budget_wait"]["others"]] == ["curio-7"]
 
 
 def test_a_proof_whose_job_goes_on_is_left_to_finish(
@@ -297,8 +288,8 @@ def test_the_failure_names_the_cause_every_figure_and_what_to_do() -> None:
     assert "larger budget (daemon.total_budget" in text
     assert not failure.retryable and failure.output == "tail"
     assert failure.data["budget_total"] == 100 * GIB and failure.data["proof_need"] == 58 * GIB
-    assert failure.data["holders"][0]["job_id"] == "curio-7"
-    assert failure.data["job"]["job_id"] == "c0ffee" and failure.data["waited"] == 121.0
+    assert failure.data["holders"][0]["id"] == "curio-7"
+    assert failure.data["job"]["id"] == "c0ffee" and failure.data["waited"] == 121.0
     json.dumps(failure.data)  # plain data for the step's event
 
 
@@ -322,22 +313,20 @@ def test_a_mistyped_block_is_no_budget_wait(changes: dict[str, Any]) -> None:
 
 
 def test_hostile_names_in_the_block_are_printable_and_bounded() -> None:
-    others = [{"job_id": "a\x1b[2Jb\nc" + "y" * 300, "kind": "$(id)", "age": "old",
+    others = [{"id": "a\x1b[2Jb\nc" + "y" * 300, "kind": "$(id)", "age": "old",
                "active": -3, "done": "x", "total": 2**70}] * 40 + ["junk", 7]
     wait = BudgetWait.parse(block(others=others))
     assert wait is not None and len(wait.others) == 32
     text = str(budget_wait_failure(wait, "porep-32g", ""))
     assert "\x1b" not in text and "\n" not in text and "and 27 more" in text
-    assert wait.others[0].job_id.startswith("a?[2Jb?c") and len(wait.others[0].job_id) == 80
-    assert wait.others[0].age is None and wait.others[0].total == 0
+    assert wait.others[0].id.startswith("a?[2Jb?c") and len(wait.others[0].id) == 80
+    assert wait.others[0].age is None and wait.others[0].partitions == Partitions(0, 0, 0)
     assert os.linesep not in text
 
 
 def test_the_report_carries_the_block_only_with_its_outcome() -> None:
-    from rollout.host.reports import ProveReport
-
     report = {"outcome": "budget-wait", "exit": 143, "budget_wait": block()}
-    assert ProveReport.parse(report).budget_wait == block()
+    assert ProveReport.parse(report).budget_wait == BudgetWait.parse(block()) is not None
     assert ProveReport.parse({**report, "outcome": "ran"}).budget_wait is None
     assert ProveReport.parse({**report, "budget_wait": "stop"}).budget_wait is None
-    assert BudgetWait.parse(ProveReport.parse({**report, "budget_wait": {}}).budget_wait) is None
+    assert ProveReport.parse({**report, "budget_wait": {}}).budget_wait is None

@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from rollout.host.reports import (
+    BudgetWait,
     InputReport,
+    Job,
+    Partitions,
     PointedReport,
     PointReport,
     ProbeReport,
@@ -18,6 +21,7 @@ from rollout.host.reports import (
     StartReport,
     StopReport,
     TextReport,
+    WorkReport,
 )
 
 HOSTILE: list[Any] = [
@@ -77,3 +81,41 @@ def test_a_probe_keeps_only_a_digest_and_a_status_object() -> None:
         assert InputReport.parse({"sha256": hostile}).sha256 is None
     for status in ("[1]", "not json", '"x"'):
         assert ProbeReport.parse({"status": status}).status is None
+
+
+JOB = {"kind": "porep-c2", "id": "j-1", "age": 42.5, "active": 1, "done": 2, "total": 10}
+
+
+def test_one_job_type_for_the_work_in_flight_and_the_budget_wait() -> None:
+    """ops.work's jobs and the budget wait's name a job with the same keys; only the budget
+    wait's are counted (their partitions), and each says so in its text and data."""
+    work = WorkReport.parse({"outcome": "busy", "jobs": [JOB]})
+    wait = BudgetWait.parse({"job": JOB, "others": [JOB], "total": 100, "used": 90,
+                             "available": 10, "pinned": 70, "partition": 14,
+                             "waited": 1.5, "limit": 1})
+    assert wait is not None and work.jobs == (Job("porep-c2", "j-1", 42.5),)
+    assert wait.job == Job("porep-c2", "j-1", 42.5, Partitions(1, 2, 10)) == wait.others[0]
+    assert work.jobs[0].describe() == "porep-c2 j-1 (42s)"
+    assert wait.job.describe() == "porep-c2 j-1 (running 42.5 s, 2/10 partitions done, 1 in flight)"
+    assert work.jobs[0].data() == {"kind": "porep-c2", "id": "j-1", "age": 42.5}
+    assert wait.job.data() == JOB
+
+
+@pytest.mark.parametrize("hostile", [
+    {"kind": "\x1b]0;x\x07" + "k" * 100, "id": "$(reboot)\n" + "i" * 200, "age": 1e12},
+    {"kind": ["porep"], "id": 7, "age": float("nan"), "active": True, "done": -1,
+     "total": 2**61},
+    {"kind": "", "id": "", "age": -5, "active": "1", "done": 1.0, "total": None},
+])
+def test_a_hostile_job_is_printable_bounded_data(hostile: dict[str, Any]) -> None:
+    work = WorkReport.parse({"outcome": "busy", "jobs": [hostile, None, "j", 3] * 40})
+    assert len(work.jobs) == 13  # the first 50 entries, those that are objects
+    wait = BudgetWait.parse({"job": hostile, "others": [hostile] * 40, "total": 1, "used": 1,
+                             "available": 0, "pinned": 0, "partition": 1, "waited": 0,
+                             "limit": 0})
+    assert wait is not None and len(wait.others) == 32
+    for job in (work.jobs[0], wait.job):
+        assert job.age is None and 0 < len(job.kind) <= 40 and 0 < len(job.id) <= 80
+        assert job.describe().isprintable()
+    assert work.jobs[0].partitions is None
+    assert wait.job.partitions == Partitions(0, 0, 0)

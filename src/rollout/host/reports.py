@@ -33,6 +33,26 @@ def _float(doc: JSONObject, key: str) -> float | None:
     return None
 
 
+def _count(doc: JSONObject, key: str) -> int | None:
+    """A whole number of bytes or partitions, within range (a bool, a float, a negative or
+    absurd figure is None)."""
+    value = _int(doc, key)
+    return value if value is not None and 0 <= value < (1 << 60) else None
+
+
+def _seconds(doc: JSONObject, key: str) -> float | None:
+    """Seconds, within range (never NaN, infinite or negative)."""
+    value = _float(doc, key)
+    return value if value is not None and 0 <= value < 1e9 else None
+
+
+def _text(doc: JSONObject, key: str, limit: int) -> str:
+    """A host's name for something, printable and cut to `limit` ("?" where there is none):
+    data for a message, never markup."""
+    text = _str(doc, key)[:limit]
+    return "".join(c if c.isprintable() else "?" for c in text) or "?"
+
+
 def _dict(doc: JSONObject, key: str) -> JSONObject | None:
     value = doc.get(key)
     return value if isinstance(value, dict) else None
@@ -123,7 +143,7 @@ class ReadyReport:
 class ProveReport:
     """ops.prove: the proof's exit code (1 when unknown), how long it ran, its output,
     /status after a proof that was stopped, whether the evidence was written, and what
-    /status showed when a proof that waited for budget was stopped."""
+    /status showed when a proof that waited for budget was stopped (BudgetWait)."""
 
     exit: int
     elapsed: float
@@ -131,14 +151,15 @@ class ProveReport:
     stderr: str
     status_after: JSONObject | None
     recorded: bool
-    budget_wait: JSONObject | None = None  # outcome "budget-wait": what /status showed
+    budget_wait: BudgetWait | None = None  # outcome "budget-wait" with a well-formed block
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def parse(cls, doc: JSON) -> ProveReport:
         doc = doc if isinstance(doc, dict) else {}
         code = _int(doc, "exit")
-        waited = _dict(doc, "budget_wait") if _str(doc, "outcome") == "budget-wait" else None
+        waited = (BudgetWait.parse(doc.get("budget_wait"))
+                  if _str(doc, "outcome") == "budget-wait" else None)
         return cls(1 if code is None else code, _float(doc, "elapsed") or 0.0,
                    _str(doc, "stdout"), _str(doc, "stderr"), _dict(doc, "status_after"),
                    doc.get("recorded") is True, waited, doc)
@@ -162,22 +183,58 @@ class PointReport:
 
 
 @dataclass(frozen=True)
+class Partitions:
+    """A job's partitions as the host counted them: holding a reservation, done, in all."""
+
+    active: int
+    done: int
+    total: int
+
+    @classmethod
+    def parse(cls, doc: JSONObject) -> Partitions:
+        """The counts, 0 where one is mistyped or out of range."""
+        return cls(*(_count(doc, k) or 0 for k in ("active", "done", "total")))
+
+
+@dataclass(frozen=True)
 class Job:
-    """One job in flight on the daemon, as ops.work named it."""
+    """One job on the daemon, as ops.work (in flight) or ops.prove's budget watch named it:
+    cuzk's proof kind, its id, its age, and its partitions where the host counted them."""
 
     kind: str
     id: str
     age: float | None  # seconds since it started, where /status says
+    partitions: Partitions | None = None
+
+    @classmethod
+    def parse(cls, doc: JSON, counted: bool = False) -> Job | None:
+        """A job entry (None where it is not an object); `counted`: its partitions too."""
+        if not isinstance(doc, dict):
+            return None
+        return cls(_text(doc, "kind", 40), _text(doc, "id", 80), _seconds(doc, "age"),
+                   Partitions.parse(doc) if counted else None)
 
     def describe(self) -> str:
-        age = "age unknown" if self.age is None else f"{self.age:.0f}s"
-        return f"{self.kind} {self.id} ({age})"
+        if self.partitions is None:
+            age = "age unknown" if self.age is None else f"{self.age:.0f}s"
+            return f"{self.kind} {self.id} ({age})"
+        p = self.partitions
+        age = "?" if self.age is None else f"{self.age:g} s"
+        return (f"{self.kind} {self.id} (running {age}, {p.done}/{p.total} partitions done, "
+                f"{p.active} in flight)")
+
+    def data(self) -> dict[str, JSON]:
+        counts = {} if self.partitions is None else {
+            "active": self.partitions.active, "done": self.partitions.done,
+            "total": self.partitions.total}
+        return {"kind": self.kind, "id": self.id, "age": self.age, **counts}
 
 
-def _jobs(value: JSON) -> tuple[Job, ...]:
+def _jobs(value: JSON, most: int, counted: bool = False) -> tuple[Job, ...]:
+    """The job entries of a list (at most `most`), anything else left out."""
     items = value if isinstance(value, list) else []
-    return tuple(Job(_str(j, "kind", "?")[:64] or "?", _str(j, "id", "?")[:128] or "?",
-                     _float(j, "age")) for j in items[:50] if isinstance(j, dict))
+    jobs = (Job.parse(j, counted) for j in items[:most])
+    return tuple(j for j in jobs if j is not None)
 
 
 @dataclass(frozen=True)
@@ -196,7 +253,7 @@ class WorkReport:
         doc = doc if isinstance(doc, dict) else {}
         depth = _int(doc, "queue_depth")
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300],
-                   _jobs(doc.get("jobs")), depth if depth is None or depth >= 0 else None, doc)
+                   _jobs(doc.get("jobs"), 50), depth if depth is None or depth >= 0 else None, doc)
 
     @property
     def idle(self) -> bool:
@@ -370,3 +427,35 @@ class OutputsReport:
         doc = doc if isinstance(doc, dict) else {}
         outputs = {k: v[-8192:] for k, v in _named(doc.get("outputs"), lambda v: True).items()}
         return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400], outputs, doc)
+
+
+@dataclass(frozen=True)
+class BudgetWait:
+    """ops.prove's budget_wait block: the proof's job that waited for cuzk's memory budget,
+    the jobs holding a partition (at most 32), the budget's figures in bytes, whether
+    anything could release room, how long it waited and the limit it had."""
+
+    job: Job
+    others: tuple[Job, ...]
+    total: int
+    used: int
+    available: int
+    pinned: int  # bytes of the SRS and PCE allocations
+    partition: int  # what one partition of the kind needs
+    releasable: bool
+    waited: float
+    limit: float
+
+    @classmethod
+    def parse(cls, doc: JSON) -> BudgetWait | None:
+        """The block; None where it is not one (no figure is guessed)."""
+        if not isinstance(doc, dict):
+            return None
+        job = Job.parse(doc.get("job"), counted=True)
+        figures = [_count(doc, k) for k in ("total", "used", "available", "pinned", "partition")]
+        waited, limit = _seconds(doc, "waited"), _seconds(doc, "limit")
+        if job is None or waited is None or limit is None or None in figures:
+            return None
+        total, used, available, pinned, partition = (int(f or 0) for f in figures)
+        return cls(job, _jobs(doc.get("others"), 32, counted=True), total, used, available,
+                   pinned, partition, doc.get("releasable") is True, waited, limit)

@@ -16,12 +16,12 @@ from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id
-from rollout.host.reports import InputReport, ProbeReport, ProveReport, Report
+from rollout.host.reports import BudgetWait, InputReport, ProbeReport, ProveReport, Report
 from rollout.host.scripts.common import proof_verdict
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
-from rollout.steps.budget_wait import BudgetWait, budget_wait_failure, watch_for
+from rollout.steps.budget_wait import budget_wait_failure, watch_for
 from rollout.steps.daemon import already_validated, status_url
 from rollout.steps.decision import Action, Decision, Release, Target
 from rollout.steps.identity import check_ports, ports_query
@@ -134,7 +134,7 @@ def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "
         call_timeout=seconds + float(KILL_AFTER) + 30,
     ))
     code = report.exit
-    waited = BudgetWait.parse(report.budget_wait)
+    waited = report.budget_wait
     hung = waited is None and (
         code == TIMED_OUT or (code == KILLED and report.elapsed >= seconds))
     result = RunResult("validation", code, report.stdout, report.stderr)

@@ -79,7 +79,7 @@ def jobs_text(jobs: tuple[Job, ...], queue: int | None) -> str:
 
 
 def _jobs_data(jobs: tuple[Job, ...]) -> list[JSON]:
-    return [{"kind": j.kind, "id": j.id, "age": j.age} for j in jobs]
+    return [j.data() for j in jobs]
 
 
 @dataclass(frozen=True)

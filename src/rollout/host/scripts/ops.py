@@ -602,7 +602,8 @@ def _count(value: Any) -> int | None:
 
 
 def _job(entry: Any) -> dict[str, Any] | None:
-    """One /status pipelines entry as plain, bounded data; None when it is not one."""
+    """One /status pipelines entry as plain, bounded data, its id under the key ops.work
+    names it with; None when it is not one."""
     if not isinstance(entry, dict) or not isinstance(entry.get("job_id"), str):
         return None
     parts = entry.get("partitions")
@@ -612,7 +613,7 @@ def _job(entry: Any) -> dict[str, Any] | None:
     if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < 1e9:
         age = None
     kind = entry.get("proof_kind")
-    return {"job_id": entry["job_id"][:80], "kind": kind[:40] if isinstance(kind, str) else "?",
+    return {"id": entry["job_id"][:80], "kind": kind[:40] if isinstance(kind, str) else "?",
             "age": None if age is None else round(float(age), 1),
             "pending": sum(1 for s in states if s == "pending"),
             "active": sum(1 for s in states if s in ACTIVE),
@@ -627,7 +628,7 @@ def _jobs(doc: Any) -> list[dict[str, Any]]:
 
 def job_ids(doc: Any) -> list[str]:
     """The ids of the jobs /status lists (before the proof is submitted)."""
-    return [j["job_id"] for j in _jobs(doc)]
+    return [j["id"] for j in _jobs(doc)]
 
 
 def _pinned(doc: Any) -> int:
@@ -644,7 +645,7 @@ def _pinned(doc: Any) -> int:
 def _mine(jobs: list[dict[str, Any]], before: list[str]) -> dict[str, Any] | None:
     """The proof's job: the oldest job not listed before the proof was submitted (cuzk-bench
     chooses its id; cuzk registers jobs in the order they came)."""
-    new = [j for j in jobs if j["job_id"] not in set(before)]
+    new = [j for j in jobs if j["id"] not in set(before)]
     return max(new, key=lambda j: -1.0 if j["age"] is None else j["age"]) if new else None
 
 
@@ -665,7 +666,7 @@ def budget_waiting(doc: Any, before: list[str], partition: int) -> dict[str, Any
         return None
     if not mine["pending"] or mine["active"] or available >= partition:
         return None
-    others = [j for j in jobs if j["job_id"] != mine["job_id"] and j["active"]]
+    others = [j for j in jobs if j["id"] != mine["id"] and j["active"]]
     pinned = _pinned(doc)
     return {"job": mine, "others": others, "total": total, "used": used,
             "available": available, "pinned": pinned, "partition": partition,
