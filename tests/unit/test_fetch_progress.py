@@ -24,7 +24,7 @@ from rollout.host.scripts import fetch
 from rollout.host.scripts.fetch import FetchFailed, Reporter, probe
 from rollout.lab.webserver import Handler
 from rollout.steps.decision import Artifact, Release
-from rollout.steps.pull import fetch_command, follow
+from rollout.steps.pull import fetch_command, follow, parse_report
 from rollout.transport.local import LocalTransport, ProcessStream
 
 DATA = bytes(range(256)) * 4000  # 1 024 000 bytes
@@ -140,6 +140,22 @@ def test_the_controller_reads_progress_while_the_download_runs(
     assert 0 < data[0]["bytes"] <= 300000 and data[0]["total"] == len(DATA)
     assert data[-1]["bytes"] == len(DATA)
     assert (tmp_path / "dl" / "f").read_bytes() == DATA
+
+
+def test_a_tethered_download_exits_0_once_done_never_aborted_at_exit(
+    server: SimpleNamespace, tmp_path: Path
+) -> None:
+    stream = LocalTransport().open_stream(*fetch_command(_args(tmp_path, server.url)))
+    assert isinstance(stream, ProcessStream)
+    try:
+        lines = iter(lambda: stream.readline(60), "")
+        report = next(r for r in map(parse_report, lines) if r is not None)
+        # its stdin still open: the tether's reader must not hold up the interpreter's exit
+        # (it held sys.stdin's lock: a second's wait, then SIGABRT, after every download)
+        assert stream.process.wait(timeout=60) == 0
+    finally:
+        stream.close()
+    assert report["error"] is None and report["files"]["f"]["outcome"] == "downloaded"
 
 
 def test_the_download_ends_when_the_controller_closes_its_stdin(

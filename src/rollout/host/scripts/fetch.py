@@ -171,13 +171,16 @@ def probe(url: str, timeout: float) -> None:
                           f"connection within {timeout:g} s: {e}") from e
 
 
-def tether(stdin: Any) -> None:
-    """Exit the whole process once `stdin` ends (the controller closed it or went away)."""
+def tether(fd: int) -> None:
+    """Exit the whole process once the file `fd` (stdin) ends: the controller closed it or
+    went away. Read with os.read, never through sys.stdin's buffer: a daemon thread blocked
+    in the buffer's read holds its lock, and the interpreter's own exit, which closes that
+    buffer, then waited a second for the lock and aborted (SIGABRT) after every download."""
     import threading
 
     def watch() -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while stdin.read(4096):
+        with contextlib.suppress(OSError):
+            while os.read(fd, 4096):
                 pass
         os._exit(4)
 
@@ -442,7 +445,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reuse", action="append", default=[], help="a folder to use files from")
     args = p.parse_args(argv)
     if args.tether:
-        tether(sys.stdin.buffer)
+        tether(sys.stdin.fileno())
     if not os.path.isdir(args.dir):
         safe_mkdir(args.dir)
     files: dict[str, Any] = {}
