@@ -45,10 +45,13 @@ def release(tmp_path: Path, rid: str) -> Release:
 
 
 @cache
-def planned(sets: tuple[str, ...], names: tuple[str, ...]) -> Plan:
+def planned(sets: tuple[str, ...], names: tuple[str, ...], cordon: bool = False) -> Plan:
     """The lab playbook with these --set values, planned for hosts of these names: loaded
-    and rendered once a module (both pure; about 0.2 s of CPU each), each roll a new run."""
-    playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets))
+    and rendered once a module (both pure; about 0.2 s of CPU each), each roll a new run.
+    Without the lab's curio cordon unless `cordon` (a fake host runs no curio, and the
+    wait after a cordon looks twice, a second apart: a second of every host's stop)."""
+    off = {} if cordon else {"work.cordon": None, "work.uncordon": None}
+    playbook = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(sets), settings=off)
     hosts = [Host(n, "127.0.0.1", 22, "root", None, Path("/k"), "strict", 10, (), {})
              for n in names]
     return make_plan(playbook, Inventory(Path("fleet.yaml"), hosts), None)
@@ -57,15 +60,17 @@ def planned(sets: tuple[str, ...], names: tuple[str, ...]) -> Plan:
 class Fleet:
     """Fake hosts, and rollouts of fake releases onto them."""
 
-    def __init__(self, tmp_path: Path, names: list[str], *sets: str) -> None:
+    def __init__(self, tmp_path: Path, names: list[str], *sets: str, cordon: bool = False
+                 ) -> None:
         self.tmp = tmp_path
         self.hosts = {n: FakeHost(n) for n in names}
         self.sets = sets
+        self.cordon = cordon
         self.events: list[Event] = []
 
     def plan(self, *sets: str) -> Plan:
         sets = ("params_files=[]", "pce_bytes=0", *self.sets, *sets)  # no params on fake hosts
-        first = planned(sets, tuple(self.hosts))
+        first = planned(sets, tuple(self.hosts), self.cordon)
         return replace(first, run_id=new_run_id(), hosts=list(first.hosts),
                        batches=[list(b) for b in first.batches],
                        _per_host=dict(first._per_host))
@@ -394,6 +399,24 @@ def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: F
     assert not between, "after the upload, the executables check looks for itself: no facts"
     assert host.commands(r"^call ops\.stop ") and not host.commands(r"^call ops\.hold ")
     # the hold and the stop in one round trip (ops.stop sets the hold first)
+
+
+def test_the_lab_playbooks_cordon_comes_before_the_stop_and_is_undone_at_the_end(
+    tmp_path: Path
+) -> None:
+    fleet = Fleet(tmp_path, ["h1"]).serving(OLD)
+    host = fleet.hosts["h1"]
+    host.sent.clear()
+    fleet.cordon = True  # the lab playbook as it is: `curio cordon` before each stop
+    assert fleet.roll(NEW).exit_code == 0
+    calls = [c.split(" ")[1] for c in host.sent if c.startswith("call ")]
+    cordoned = calls.index("ops.cordon")
+    assert calls[cordoned + 1:cordoned + 3] == ["ops.work", "ops.work"]  # idle seen twice
+    assert calls.index("ops.stop") > cordoned + 2
+    assert calls.count("ops.uncordon") == 1 and calls.index("ops.uncordon") > max(
+        i for i, c in enumerate(calls) if c == "ops.start")
+    cordon = next(c for c in host.sent if c.startswith("call ops.cordon "))
+    assert '"command": "curio cordon"' in cordon
 
 
 def test_ready_and_validate_take_three_round_trips(fleet: Fleet) -> None:

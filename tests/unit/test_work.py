@@ -145,6 +145,9 @@ class Scripted:
 
 def scripted_context(answers: list[dict[str, Any]], **settings: Any
                      ) -> tuple[HostContext, Scripted, list[dict[str, Any]]]:
+    """The lab playbook's settings on a scripted host, without the lab's curio cordon
+    unless `settings` set one (work.cordon, work.uncordon)."""
+    settings = {"work.cordon": None, "work.uncordon": None, **settings}
     events: list[dict[str, Any]] = []
     host = small_host()
     transport = Scripted(answers)
@@ -186,16 +189,18 @@ def test_at_the_deadline_the_host_is_skipped_or_the_jobs_abandoned_are_named(at:
         "work.cordon": "curio cordon", "work.uncordon": "curio uncordon"})
     ctx.state.phase = Phase.STOPPED
     how = work_how(ctx.target, "http://x/status")
+    clock = Clock()
     if at == "skip":
         with pytest.raises(StepFailed) as e:
-            before_stop(ctx, how)
+            before_stop(ctx, how, clock, clock.sleep)
         assert e.value.data["busy"] is True and "j-1" in str(e.value)
         assert ctx.state.phase is Phase.UNTOUCHED  # nothing that serves changed
     else:
-        done = before_stop(ctx, how)
+        done = before_stop(ctx, how, clock, clock.sleep)
         assert done.verdict == "stop" and done.data()["abandoned"] == [
             {"kind": "porep-c2", "id": "j-1", "age": 42.5}]
         assert "abandoning 1 job(s) in flight: porep-c2 j-1" in events[-1]["reason"]
+    assert clock.now >= 5  # the whole deadline waited (on the test's clock)
     assert ctx.state.cordoned and host.calls[0][0] == "ops.cordon"
     uncordon_at_end(ctx)
     assert host.calls[-1] == ("ops.uncordon", {"root": ctx.layout.root,
@@ -216,7 +221,7 @@ def test_a_hostile_value_reaches_the_cordon_command_as_one_quoted_word() -> None
 def test_a_cordon_without_its_uncordon_is_refused_at_load() -> None:
     with pytest.raises(ConfigError, match="uncordon"):
         load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(("params_files=[]",)),
-                      settings={"work.cordon": "curio cordon"})
+                      settings={"work.cordon": "curio cordon", "work.uncordon": None})
 
 
 def test_cordon_records_the_run_first_and_uncordon_removes_it(tmp_path: Path) -> None:

@@ -179,10 +179,13 @@ def busy_skip(ctx: HostContext, done: WorkWait) -> StepFailed:
                       data={"busy": True, "jobs": _jobs_data(done.in_flight)})
 
 
-def before_stop(ctx: HostContext, how: WorkHow) -> WorkWait:
-    """Cordon, then wait for the work in flight; StepFailed (busy) when the host is skipped."""
+def before_stop(ctx: HostContext, how: WorkHow,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> WorkWait:
+    """Cordon, then wait for the work in flight (timed by `clock`, `sleep`); StepFailed
+    (busy) when the host is skipped."""
     cordon(ctx, how)
-    done = wait_for_work(ctx, how)
+    done = wait_for_work(ctx, how, clock, sleep)
     if done.verdict == "skip":
         raise busy_skip(ctx, done)
     return done
