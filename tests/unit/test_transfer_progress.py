@@ -5,6 +5,7 @@ it runs. Against this machine (LocalTransport) and the lab's web server on loopb
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -51,25 +52,44 @@ def test_a_put_reports_the_bytes_on_the_host_resumed_ones_included(tmp_path: Pat
 
 @pytest.fixture
 def slow_server(tmp_path: Path) -> Iterator[str]:
+    """The lab's web server on loopback; while tmp_path/hold holds N, a download stops after
+    N bytes until the file is removed."""
     root = tmp_path / "www"
     root.mkdir()
     (root / "f").write_bytes(DATA)
-    (tmp_path / "rate").write_text(str(len(DATA) // 3))  # about 3 s
     Handler.opts = SimpleNamespace(root=str(root), log=str(tmp_path / "log.jsonl"),
-                                   hold=str(tmp_path / "hold"), rate=str(tmp_path / "rate"))
+                                   hold=str(tmp_path / "hold"))
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    (tmp_path / "hold").unlink(missing_ok=True)
     httpd.shutdown()
     httpd.server_close()
 
 
+class LiftsTheHold(Recorder):
+    """Records the progress, and lets a held download go on once a size between nothing
+    and all of it was reported: it was seen while it ran."""
+
+    def __init__(self, hold: Path) -> None:
+        super().__init__()
+        self.hold = hold
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        super().__call__(kind, **fields)
+        if 0 < fields["data"]["bytes"] < fields["data"]["total"]:
+            self.hold.unlink(missing_ok=True)
+
+
 def test_a_host_download_is_watched_while_it_runs(slow_server: str, tmp_path: Path) -> None:
-    emit = Recorder()
+    (tmp_path / "hold").write_text(str(len(DATA) // 3))  # held there until a size is seen
+    emit = LiftsTheHold(tmp_path / "hold")
     target = tmp_path / "dl"
-    code, said = run_watched(context(emit), f"curl -fsSL -o {target} -- {slow_server}/f",
-                             str(target), len(DATA), "params")
+    ctx = context(emit)
+    ctx.deadline = time.monotonic() + 60  # a size never reported: the step's deadline fails it
+    code, said = run_watched(ctx, f"curl -fsSL -o {target} -- {slow_server}/f",
+                             str(target), len(DATA), "params", every=0.1)
     assert code == 0, said
     assert target.read_bytes() == DATA
     during = [d for d in emit.data if 0 < d["bytes"] < len(DATA)]

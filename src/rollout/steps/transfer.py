@@ -51,20 +51,21 @@ def put_file(ctx: HostContext, local: str, remote: str, what: str, step: str = "
         ctx.transport.put(local, remote, resume=True, progress=tracker.offset(0))
 
 
-def watched(command: str, path: str) -> str:
-    """`command` (its output and errors on stdout), with a `size N` line a second for the
-    file at `path` while it runs, and `exit N` (its status) once it ended."""
+def watched(command: str, path: str, every: float = WATCH_EVERY) -> str:
+    """`command` (its output and errors on stdout), with a `size N` line every `every`
+    seconds for the file at `path` while it runs, and `exit N` (its status) once it ended."""
     size = f"$(stat -c %s -- {q(path)} 2>/dev/null || echo 0)"
-    watcher = f"while sleep {WATCH_EVERY:g}; do printf 'size %s\\n' \"{size}\"; done"
+    watcher = f"while sleep {every:g}; do printf 'size %s\\n' \"{size}\"; done"
     return (f"( {watcher} ) & watcher=$!; {{ {command} ; }} 2>&1; code=$?; "
             f'kill $watcher 2>/dev/null; echo "exit $code"')
 
 
 def run_watched(ctx: HostContext, command: str, path: str, total: int | None, what: str,
-                step: str = "preflight") -> tuple[int, str]:
-    """Run `command` on the host, `path`'s size reported as progress towards `total` bytes
-    (none when unknown); (its exit status, the tail of what else it printed)."""
-    stream = ctx.transport.open_stream(watched(command, path), b"")
+                step: str = "preflight", every: float = WATCH_EVERY) -> tuple[int, str]:
+    """Run `command` on the host, `path`'s size (looked at every `every` seconds) reported
+    as progress towards `total` bytes (none when unknown); (its exit status, the tail of
+    what else it printed)."""
+    stream = ctx.transport.open_stream(watched(command, path, every), b"")
     if stream is None:
         r = ctx.sh(command)
         return r.exit_code, (r.stderr or r.stdout)[-1000:]
