@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollout import lab
+from rollout.config.playbook import LAB_PLAYBOOK
 
 if TYPE_CHECKING:
     from .conftest import LabFleet
@@ -187,6 +188,14 @@ def serving_version(host: str) -> str:
     exe = sh(host, "cat /data/rollout/daemon.pid").split()[2]
     meta = json.loads(sh(host, f"cat {exe.rsplit('/', 1)[0]}/RELEASE.json"))
     return str(meta["version"])
+
+
+def lab_playbook_text() -> str:
+    """The lab playbook's text, usable from another folder: its relative paths (the
+    dockerfiles, the playbooks' files) made absolute."""
+    text = LAB_PLAYBOOK.read_text()
+    text = text.replace("../dockerfiles", str(LAB_PLAYBOOK.parent.parent / "dockerfiles"))
+    return text.replace(" files/", f" {LAB_PLAYBOOK.parent}/files/")
 
 
 def rollout_args(fleet_path: Path, version: str) -> tuple[str, ...]:

@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from rollout.config.playbook import LAB_PLAYBOOK, PLAYBOOKS
-
 from .conftest import LabFleet
-from .rollout_helpers import assert_serving, inventory_with, reset_host, rollout_args, run_cli, sh
+from .rollout_helpers import (
+    assert_serving,
+    inventory_with,
+    lab_playbook_text,
+    reset_host,
+    rollout_args,
+    run_cli,
+    sh,
+)
 from .test_ownership import FAST, HOST, KNOBS, cuzk_pids, hand_started
 
 pytestmark = pytest.mark.lab
@@ -30,10 +36,8 @@ def fleet(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> LabF
 
 def playbook_without_adopt(work: Path) -> Path:
     """The lab playbook, usable from another folder, with every mention of adopt gone."""
-    text = LAB_PLAYBOOK.read_text()
-    text = text.replace("../dockerfiles", str(PLAYBOOKS.parent / "dockerfiles"))
-    text = text.replace(" files/", f" {PLAYBOOKS}/files/")
-    text = "\n".join(line for line in text.splitlines() if "adopt" not in line) + "\n"
+    text = "\n".join(line for line in lab_playbook_text().splitlines() if "adopt" not in line)
+    text += "\n"
     path = work / "no-adopt.yaml"
     path.write_text(text)
     return path

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from rollout import lab
-from rollout.config.playbook import LAB_PLAYBOOK, PLAYBOOKS
 
 from .conftest import LabFleet
 from .rollout_helpers import (
     daemon_pid,
     fresh_fleet,
     inventory_with,
+    lab_playbook_text,
     rollout_args,
     run_cli,
     sh,
@@ -38,10 +38,7 @@ KNOBS = ("lab_knobs={pool_mib: 236, pce_mib: 0, load_secs: 0.3, drain_mib_per_se
 def playbook_with_a_budget(work: Path) -> Path:
     """The lab playbook, usable from another folder, with a fixed budget of 256 MiB and
     validate.budget_wait of 1 s."""
-    text = LAB_PLAYBOOK.read_text()
-    text = text.replace("../dockerfiles", str(PLAYBOOKS.parent / "dockerfiles"))
-    text = text.replace(" files/", f" {PLAYBOOKS}/files/")
-    text = text.replace("  total_budget: cgroup ", "  total_budget: 256MiB ", 1)
+    text = lab_playbook_text().replace("  total_budget: cgroup ", "  total_budget: 256MiB ", 1)
     marker = '  timeout: "{{ validate_timeout }}"'
     assert marker in text and "256MiB" in text
     text = text.replace(marker, "  budget_wait: 1\n" + marker, 1)

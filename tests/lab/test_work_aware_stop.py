@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from rollout import lab
-from rollout.config.playbook import LAB_PLAYBOOK
 
 from .conftest import LabFleet
 from .rollout_helpers import (
@@ -24,6 +23,7 @@ from .rollout_helpers import (
     assert_serving,
     daemon_pid,
     fresh_fleet,
+    lab_playbook_text,
     rollout_args,
     run_cli,
     sh,
@@ -44,9 +44,7 @@ def work_playbook(tmp: Path) -> Path:
     """The lab playbook (its relative paths made absolute), whose work section cordons with
     curio's cordon and uncordon, with this module's defaults for its vars (WORK_VARS): the
     deadline and the choice at it from --set."""
-    text = LAB_PLAYBOOK.read_text()
-    text = text.replace("../dockerfiles", str(LAB_PLAYBOOK.parent.parent / "dockerfiles"))
-    text = text.replace(" files/", f" {LAB_PLAYBOOK.parent}/files/")
+    text = lab_playbook_text()
     assert "\nwork:\n  cordon: curio cordon\n  uncordon: curio uncordon" in text
     for var, value in WORK_VARS.items():
         text, count = re.subn(rf"(?m)^  {var}: \S+", f"  {var}: {value}", text)
