@@ -45,7 +45,8 @@ def work_playbook(tmp: Path) -> Path:
     curio's cordon and uncordon, with this module's defaults for its vars (WORK_VARS): the
     deadline and the choice at it from --set."""
     text = lab_playbook_text()
-    assert "\nwork:\n  cordon: curio cordon\n  uncordon: curio uncordon" in text
+    assert re.search(r"(?m)^work:.*\n  cordon: curio cordon\b.*\n  uncordon: curio uncordon\b",
+                     text), "the lab playbook's work section cordons with curio"
     for var, value in WORK_VARS.items():
         text, count = re.subn(rf"(?m)^  {var}: \S+", f"  {var}: {value}", text)
         assert count == 1, var
