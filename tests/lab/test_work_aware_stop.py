@@ -47,11 +47,12 @@ def work_playbook(tmp: Path) -> Path:
     text = lab_playbook_text()
     assert re.search(r"(?m)^work:.*\n  cordon: curio cordon\b.*\n  uncordon: curio uncordon\b",
                      text), "the lab playbook's work section cordons with curio"
+    head, rest = text.split("\nrolling:", 1)  # the vars (work.at_deadline is one of the rest)
     for var, value in WORK_VARS.items():
-        text, count = re.subn(rf"(?m)^  {var}: \S+", f"  {var}: {value}", text)
+        head, count = re.subn(rf"(?m)^  {var}: \S+", f"  {var}: {value}", head)
         assert count == 1, var
     path = tmp / "work.yaml"
-    path.write_text(text)
+    path.write_text(head + "\nrolling:" + rest)
     return path
 
 
