@@ -6,15 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from contexts import host_context, small_host
+from contexts import AgentTransport, host_context, small_host
 
 from rollout import failpoints
 from rollout.config.steps import SwitchParams
@@ -22,10 +23,12 @@ from rollout.engine.staging import stage, survey
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.host.reports import FilesReport
+from rollout.jsontypes import JSON
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
 from rollout.steps.install import identities_of
 from rollout.steps.release import switch, upload
+from rollout.transport.base import RunResult, script_command
 from rollout.transport.channel import _stream
 from rollout.transport.local import LocalTransport
 from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport
@@ -99,7 +102,7 @@ def test_drop_failpoint_closes_the_socket_half_way(
     assert sock.closed == 1 and sent == 3 * UPLOAD_CHUNK // 2
 
 
-class CorruptingTransport(LocalTransport):
+class CorruptingTransport(AgentTransport):
     """A local 'host' whose uploads arrive with one byte flipped."""
 
     def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
@@ -120,13 +123,15 @@ def release_of(tmp_path: Path) -> Release:
 
 
 def context(tmp_path: Path, transport: LocalTransport, release: Release) -> HostContext:
+    """The step's context on a local 'host' under tmp_path, its host calls and scripts run
+    by the test process's warm agent (as a host with an agent runs them)."""
     return host_context(small_host("h1"), transport, Layout(str(tmp_path / "data")),
                         release=release)
 
 
 def test_upload_installs_checked_executables_and_their_manifest(tmp_path: Path) -> None:
     release = release_of(tmp_path)
-    result = upload(context(tmp_path, LocalTransport("h1"), release), Action("upload"))
+    result = upload(context(tmp_path, AgentTransport("h1"), release), Action("upload"))
     assert result.status == "changed" and "sha256 verified on host" in result.reason
     dest = tmp_path / "data" / "releases" / release.id
     for a in release.artifacts:
@@ -155,8 +160,9 @@ def test_host_side_write_and_hash_stores_the_bytes_and_prints_their_digest(
     assert target.read_bytes() == data and stat.S_IMODE(target.stat().st_mode) == 0o755
 
 
-class RecordingTransport(LocalTransport):
-    """A local 'host' that keeps the commands it was asked to run."""
+class RecordingTransport(AgentTransport):
+    """A local 'host' (with its agent) that keeps the commands it was asked to run: a shell
+    command, a script's (`python3 - ARGS`), a host call's (`call ops.NAME`)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -167,8 +173,24 @@ class RecordingTransport(LocalTransport):
         self.commands.append(command)
         return super().run(command, timeout=timeout, stdin=stdin)
 
+    def run_script(self, source: str, args: Sequence[str], timeout: float | None = None,
+                   before: str = "") -> RunResult:
+        self.commands.append(script_command(args, before))
+        return super().run_script(source, args, timeout, before)
+
+    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
+                       timeout: float | None = None) -> RunResult:
+        self.commands.append(f"python3 {filename} {shlex.join(args)}")
+        return super().run_script_fed(source, filename, args, stdin, timeout)
+
+    def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
+             timeout: float | None = None) -> RunResult:
+        self.commands.append(f"call {call} {json.dumps(dict(kwargs))}")
+        return super().call(source, call, kwargs, timeout)
+
     def hashed(self) -> bool:
-        return any("sha256sum" in c or "--call file_sums " in c for c in self.commands)
+        return any("sha256sum" in c or c.startswith("call ops.file_sums ")
+                   for c in self.commands)
 
 
 def switch_to(ctx: HostContext) -> Any:
@@ -214,7 +236,7 @@ def test_switch_refuses_a_file_changed_after_this_runs_upload(
 
 def test_switch_to_a_release_this_run_did_not_verify_hashes_it(tmp_path: Path) -> None:
     release = release_of(tmp_path)
-    upload(context(tmp_path, LocalTransport("h1"), release), Action("upload"))
+    upload(context(tmp_path, AgentTransport("h1"), release), Action("upload"))
     transport = RecordingTransport("h1")
     result = switch_to(context(tmp_path, transport, release))  # another run: no record
     assert result.data["checked"] == "sha256" and transport.hashed()
@@ -276,7 +298,7 @@ def test_stale_staging_of_other_releases_is_cleared_and_a_present_release_not_st
     tmp_path: Path,
 ) -> None:
     release = release_of(tmp_path)
-    ctx = context(tmp_path, LocalTransport("h1"), release)
+    ctx = context(tmp_path, AgentTransport("h1"), release)
     stale = tmp_path / "data" / "rollout" / "staging" / "fedcba987654"
     stale.mkdir(parents=True)
     (stale / "cuzk-daemon").write_bytes(b"old")
