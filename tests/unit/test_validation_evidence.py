@@ -52,9 +52,10 @@ def test_the_success_pattern_is_read_inside_the_block_only() -> None:
 
 
 def local_ctx(tmp_path: Path) -> HostContext:
-    from rollout.transport.local import LocalTransport
+    """This machine as a host with its agent (the proof runs in a forked child of it)."""
+    from contexts import AgentTransport
 
-    return host_context(small_host("local"), LocalTransport(), Layout(str(tmp_path)))
+    return host_context(small_host("local"), AgentTransport("local"), Layout(str(tmp_path)))
 
 
 @pytest.mark.parametrize(
