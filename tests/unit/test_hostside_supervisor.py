@@ -142,7 +142,7 @@ class Host:
     def start(self, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
         args = [PYTHON, str(self.script), "--root", str(self.root),
                 "--cgroup-root", str(self.cg), "--daemon-args", "-c /data/zk/cuzk.toml",
-                "--backoff-initial", "0.1", *extra]
+                "--backoff-initial", "0.02", "--poll-interval", "0.02", *extra]
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              preexec_fn=like_a_session)
         self.procs.append(p)
@@ -283,7 +283,7 @@ def test_a_zombie_whose_threads_still_exit_is_recorded_with_its_status(host: Hos
 
 
 def test_never_blocks_repeated_kills_each_restart(host: Host) -> None:
-    host.start("--crash-loop-restarts", "50", "--backoff-initial", "0.05", "--backoff-max", "0.2")
+    host.start("--crash-loop-restarts", "50", "--backoff-initial", "0.01", "--backoff-max", "0.02")
     pids = []
     prev = None
     for _ in range(6):
