@@ -1,5 +1,12 @@
 """A fake host behind the Transport interface: it serves facts from a small scripted state,
-answers the commands the steps send, records every one of them, and fails where told.
+answers the host calls the steps make (ops.py's actions: a dict in, a report out, in
+ops.py's shapes), records every call and command, and fails where told.
+
+What still arrives as a command line is what rollout still writes as one
+(docs/architecture.md): the lines that start a host script (`python3 - ARGS`, the script on
+stdin; files.py's `python3 -c BOOTSTRAP ARGS`) and the base transport's upload
+(put_and_digest: `mkdir -p`, `chmod`, `sha256sum`). Any other command line is refused
+(AssertionError): a step that writes shell text of its own fails here.
 
 No Docker, no SSH, no root: the engine tests run against this in milliseconds.
 """
@@ -7,6 +14,7 @@ No Docker, no SSH, no root: the engine tests run against this in milliseconds.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import shlex
@@ -15,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.host.scripts import ops
+from rollout.host.scripts.common import proof_verdict
 from rollout.transport.base import RunResult, Stream, Transport
 
 ROOT = "/data"
@@ -25,6 +35,18 @@ STAGING = f"{ROOT}/rollout/staging"
 
 def sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def bad_call(action: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """ops.call's own check: an unknown action or arguments that do not fit it."""
+    fn = ops.ACTIONS.get(action)
+    if fn is None:
+        return {"outcome": "bad-call", "reason": f"no host action {action[:80]!r}"}
+    try:
+        inspect.signature(fn).bind(**kwargs)
+    except TypeError as e:
+        return {"outcome": "bad-call", "reason": f"{action}: {e}"}
+    return None
 
 
 class CannedStream(Stream):
@@ -68,6 +90,7 @@ class FakeHost(Transport):
     pid: int = 100
     stranger: int | None = None  # a process that is not ours holding the daemon's ports
     validated: Any = None  # <state>/validated.json as the controller wrote it (parsed)
+    cordoned: str | None = None  # the run that cordoned the host (<state>/cordoned.json)
 
     # ---------------------------------------------------------------- Transport
 
@@ -79,216 +102,12 @@ class FakeHost(Transport):
 
     def call(self, source: str, call: str, kwargs: Mapping[str, Any],
              timeout: float | None = None) -> RunResult:
-        """A host action of ops.py: a dict in, its report out (one JSON line)."""
+        """A host action of ops.py: a dict in, its report out (one JSON line); arguments
+        ops.py's function does not take: "bad-call", as ops.call says it."""
         self.sent.append(f"call {call} {json.dumps(dict(kwargs), sort_keys=True)}")
         action = call.removeprefix("ops.")
-        report = getattr(self, f"_op_{action}")(**kwargs)
+        report = bad_call(action, kwargs) or getattr(self, f"_op_{action}")(**kwargs)
         return RunResult(f"call {call}", 0, json.dumps(report) + "\n", "")
-
-    # ---------------------------------------------------------------- ops.py, as this host does it
-
-    def _op_hold(self, root: str) -> dict[str, Any]:
-        was, self.held = self.held, True
-        return {"outcome": "kept" if was else "set", "reason": "hold set"}
-
-    def _op_release_hold(self, root: str) -> dict[str, Any]:
-        was, self.held = self.held, False
-        return {"outcome": "released" if was else "none", "reason": "hold released"}
-
-    def _op_stop(self, root: str, signal: str = "SIGTERM", grace: float = 10.0,
-                 set_hold: bool = True, adopt_pid: int = 0, adopt_starttime: Any = None,
-                 keep_release: str | None = None, **_: Any) -> dict[str, Any]:
-        if keep_release and self.daemon == keep_release:
-            return {"outcome": "kept", "reason": "kept", "pid": self.pid, "starttime": 1}
-        self.held = self.held or set_hold
-        if adopt_pid:
-            return {"outcome": "stopped", "reason": "adopted", "pid": adopt_pid,
-                    "starttime": adopt_starttime, "signal": signal, "adopted": True}
-        code, out = self._stop()
-        report: dict[str, Any] = json.loads(out)
-        report.setdefault("reason", report["outcome"])
-        return report
-
-    def _op_work(self, status_url: str) -> dict[str, Any]:
-        if self.daemon is None:
-            return {"outcome": "no-answer", "reason": "no daemon", "jobs": []}
-        return {"outcome": "idle", "reason": "no job in flight", "jobs": [], "queue_depth": 0}
-
-    def _op_cordon(self, root: str, run_id: str, command: str, **_: Any) -> dict[str, Any]:
-        return {"outcome": "cordoned", "reason": "cordon command exited 0", "exit": 0}
-
-    def _op_uncordon(self, root: str, command: str, **_: Any) -> dict[str, Any]:
-        return {"outcome": "uncordoned", "reason": "uncordon command exited 0", "exit": 0}
-
-    def _op_point_current(self, root: str, release: str) -> dict[str, Any]:
-        before = self.current
-        if release == before:
-            return {"outcome": "kept", "reason": "already", "previous": before}
-        if release not in self.releases:
-            return {"outcome": "missing", "reason": f"release {release} is not on the host",
-                    "previous": before}
-        self.current = release
-        return {"outcome": "pointed", "reason": f"current -> {release}", "previous": before}
-
-    def _op_restore_config(self, config_path: str, kept_config: str) -> dict[str, Any]:
-        if kept_config not in self.files:
-            return {"outcome": "none", "reason": "no kept config"}
-        self.files[config_path] = self.files[kept_config]
-        return {"outcome": "restored", "reason": "restored"}
-
-    def _op_run_supervisor(self, root: str, restart: bool = False) -> dict[str, Any]:
-        self.supervisor = True
-        return {"outcome": "restarted" if restart else "started", "reason": "started"}
-
-    def _op_start(self, root: str, wait: float = 60.0, **_: Any) -> dict[str, Any]:
-        if self.current is None:
-            return {"outcome": "no-release", "reason": "current points nowhere"}
-        self.held = False
-        self.supervisor = True
-        if self._bad("start"):
-            return {"outcome": "not-started", "reason": "not started"}
-        self.daemon = self.current
-        self.pid += 1  # a new process: a new pid
-        line = f"{self.pid} 1 {RELEASES}/{self.current}/cuzk-daemon"
-        return {"outcome": "started", "reason": "started", "pid": self.pid, "pidline": line,
-                "release": self.current}
-
-    def _op_wait_ready(self, status_url: str, seconds: float, ports: Any = (),
-                       **_: Any) -> dict[str, Any]:
-        if self._bad("ready"):
-            self.daemon = None
-            return {"outcome": "died", "reason": f"daemon {self.pid} died during start-up"}
-        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1})
-        return {"outcome": "ready", "reason": "ready", "answer": status,
-                "owners": self._ports(list(ports))}
-
-    def _op_prove(self, command: str, timeout: float, kill_after: float, evidence: str,
-                  record: str = "", **_: Any) -> dict[str, Any]:
-        _, out = self._prove(["--record", record, "--evidence", evidence])
-        report: dict[str, Any] = json.loads(out)
-        return report
-
-    def _op_prune(self, root: str, releases: list[str], keep: Any = None) -> dict[str, Any]:
-        if "prune" in self.faults and self.current == self.bad_release:
-            return {"outcome": "failed", "reason": "could not remove: Read-only file system"}
-        removed = [r for r in releases if r != self.current and self.releases.pop(r, None)]
-        return {"outcome": "pruned" if removed else "none", "reason": "pruned",
-                "removed": removed}
-
-    def _op_remove_partial(self, root: str, name: str) -> dict[str, Any]:
-        return {"outcome": "removed", "reason": f"removed {name}"}
-
-    def _op_pointed(self, root: str) -> dict[str, Any]:
-        return {"outcome": "pointed" if self.current else "none", "reason": "read",
-                "current": self.current, "previous": self.previous}
-
-    def _op_log_tail(self, root: str, lines: int = 20) -> dict[str, Any]:
-        return {"outcome": "read", "reason": "read", "text": "daemon log\n"}
-
-    def _op_make_folder(self, path: str, link_ok: bool = False) -> dict[str, Any]:
-        return {"outcome": "kept", "reason": f"{path} already there"}
-
-    def _op_config_folders(self, config_path: str, param_cache: str) -> dict[str, Any]:
-        return {"outcome": "kept", "reason": "folders there"}
-
-    def _op_remove_files(self, paths: list[str]) -> dict[str, Any]:
-        removed = [p for p in paths if self.files.pop(p, None) is not None]
-        return {"outcome": "removed" if removed else "none", "reason": "removed",
-                "removed": removed}
-
-    def _op_pull_folder(self, root: str, name: str) -> dict[str, Any]:
-        return {"outcome": "made", "reason": f"made {name}"}
-
-    # what preflight reads: a host with no CPU flags listed, no GPU, libraries all found
-
-    def _op_cpu_info(self) -> dict[str, Any]:
-        return {"outcome": "none", "reason": "no flags line", "text": ""}
-
-    def _op_gpus(self, timeout: float = 60.0) -> dict[str, Any]:
-        return {"outcome": "ran", "reason": "nvidia-smi exited 0", "exit": 0, "output": ""}
-
-    def _op_ldd(self, directory: str, names: list[str]) -> dict[str, Any]:
-        return {"outcome": "read", "reason": "ldd", "outputs": {n: "" for n in names}}
-
-    def _op_file_present(self, path: str) -> dict[str, Any]:
-        return {"outcome": "present", "reason": f"{path} present"}
-
-    # a release's files: a file's identity is its sha256 ("id-" before it)
-
-    def _op_file_sums(self, directory: str, names: list[str], mode: Any = None
-                      ) -> dict[str, Any]:
-        sums = self._sums(directory)
-        return {"outcome": "read", "reason": "hashed",
-                "sums": {n: sums.get(n) for n in names}}
-
-    def _op_identities(self, directory: str, names: list[str], evict: bool = False
-                       ) -> dict[str, Any]:
-        if not self._sums(directory) and directory.startswith(RELEASES):
-            return {"outcome": "read", "reason": "read", "identities": {}}  # incomplete
-        return {"outcome": "read", "reason": "read",
-                "identities": {n: self._identity(f"{directory}/{n}") for n in names}}
-
-    def _op_read_release(self, root: str, release: str) -> dict[str, Any]:
-        if release not in self.releases:
-            return {"outcome": "missing", "reason": f"release {release} is not on the host"}
-        listed = {n: {"sha256": s, "size": 0} for n, s in self.releases[release].items()}
-        return {"outcome": "read", "reason": "read", "manifest": json.dumps(
-            {"artifacts": listed}), "sums": self._sums(f"{RELEASES}/{release}")}
-
-    def _op_install_release(self, root: str, release: str, partial: str, manifest: str,
-                            names: list[str], expect: Any = None) -> dict[str, Any]:
-        if expect is not None and any(
-                self._identity(f"{partial}/{n}") != expect.get(n) for n in names):
-            self._drop(partial)
-            return {"outcome": "changed", "reason": f"{partial} changed since it was staged"}
-        found = self._sums(partial)
-        self._drop(partial)
-        self.releases[release] = {n: found[n] for n in names if n in found}
-        return {"outcome": "installed", "reason": f"installed release {release}",
-                "identities": {n: self._identity(f"{RELEASES}/{release}/{n}") for n in names}}
-
-    def _op_staging_survey(self, root: str, release: str, names: list[str]) -> dict[str, Any]:
-        return {"outcome": "surveyed", "reason": "surveyed", "links": [], "stale": [],
-                "present": release in self.releases, "same_device": True}
-
-    def _op_unstage(self, root: str, release: str) -> dict[str, Any]:
-        self._drop(f"{STAGING}/{release}")
-        return {"outcome": "removed", "reason": f"removed the staging of {release}"}
-
-    def _drop(self, folder: str) -> None:
-        for path in [p for p in self.files if p.startswith(folder + "/")]:
-            del self.files[path]
-
-    def _op_owners(self, ports: list[int], pid: Any = None, **_: Any) -> dict[str, Any]:
-        return self._ports(ports)
-
-    def _op_input_check(self, path: str, size: Any = None) -> dict[str, Any]:
-        digest = self.files.get(path)
-        return {"outcome": "present" if digest else "missing", "reason": path,
-                "size": size if digest else None, "sha256": digest}
-
-    def _op_probe(self, input_path: str, input_size: Any = None, status_url: str = "",
-                  ports: Any = None, pid: Any = None) -> dict[str, Any]:
-        """validate's checks before the proof: the input, /status, the ports' owners."""
-        status = json.dumps({"version": self.daemon, "uptime_secs": 0.1}) if self.daemon else None
-        return {"outcome": "probed", "reason": "probed",
-                "input": self._op_input_check(input_path, input_size),
-                "status": status if status_url else None,
-                "owners": self._ports(list(ports)) if ports else None}
-
-    def _op_stage_input(self, partial: str, path: str, sha256: str) -> dict[str, Any]:
-        if self.files.get(partial) != sha256:
-            self.files.pop(partial, None)
-            return {"outcome": "mismatch", "reason": "sha256 differs"}
-        self.files[path] = self.files.pop(partial)
-        return {"outcome": "staged", "reason": f"staged {path}"}
-
-    def _op_register(self, root: str, onstart: str = "", **_: Any) -> dict[str, Any]:
-        return {"outcome": "none", "reason": "no start-up mechanism found", "how": "none"}
-
-    def _op_forget_validated(self, root: str) -> dict[str, Any]:
-        was, self.validated = self.validated, None
-        return {"outcome": "removed" if was else "none", "reason": "evidence removed"}
 
     def put(self, local_path: str, remote_path: str, resume: bool = False,
             progress: Any = None) -> None:
@@ -298,7 +117,286 @@ class FakeHost(Transport):
     def get(self, remote_path: str, local_path: str) -> None:
         raise NotImplementedError
 
-    # ---------------------------------------------------------------- what the host does
+    # ---------------------------------------------------------------- ops.py, as this host does it
+    # Each answers as the ops.py function of the same name would (its outcomes and keys);
+    # the arguments were checked against that function's signature first (call()).
+
+    def _op_hold(self, root: str) -> dict[str, Any]:
+        was, self.held = self.held, True
+        return _report("kept", "hold already set") if was else _report("set", "hold set")
+
+    def _op_release_hold(self, root: str) -> dict[str, Any]:
+        was, self.held = self.held, False
+        return _report("released", "hold released") if was else _report(
+            "none", "no hold was set")
+
+    def _op_stop(self, root: str, signal: str = "SIGTERM", grace: float = 10.0,
+                 set_hold: bool = True, adopt_pid: int = 0, adopt_starttime: Any = None,
+                 keep_release: str | None = None, **_: Any) -> dict[str, Any]:
+        if keep_release and self.daemon == keep_release:
+            return _report("kept", f"daemon {self.pid} runs release {keep_release}: kept",
+                           pid=self.pid, starttime=1)
+        held = self._op_hold(root)["outcome"] == "set" if set_hold else False
+        if adopt_pid:
+            out = _report("stopped", f"daemon {adopt_pid} stopped ({signal})", pid=adopt_pid,
+                          starttime=adopt_starttime, adopted=True, signal=signal,
+                          state="gone")
+        else:
+            out = self._stop(signal)
+        return {**out, "held": held}
+
+    def _stop(self, signal: str) -> dict[str, Any]:
+        if self.daemon is None:
+            return _report("none", "no daemon pidfile: nothing to stop")
+        ours = {"pid": self.pid, "starttime": 1, "exe": f"{RELEASES}/{self.daemon}/cuzk-daemon",
+                "signal": signal}
+        if "stop" in self.faults:
+            self.faults.discard("stop")  # it survives once: the rollback's forced stop works
+            return _report("still-running", f"daemon {self.pid} survived {signal} and SIGKILL",
+                           escalated=True, state="running", **ours)
+        self.daemon = None
+        return _report("stopped", f"daemon {self.pid} stopped ({signal})", state="gone",
+                       **ours)
+
+    def _op_work(self, status_url: str) -> dict[str, Any]:
+        if self.daemon is None:
+            return _report("no-answer", f"{status_url} did not answer", jobs=[],
+                           queue_depth=None)
+        return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=0)
+
+    def _op_cordon(self, root: str, run_id: str, command: str, timeout: float = 60.0
+                   ) -> dict[str, Any]:
+        self.cordoned = run_id  # the record first, then the command
+        return _report("cordoned", "cordon command exited 0", exit=0, output="")
+
+    def _op_uncordon(self, root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
+        if self.cordoned is None:
+            return _report("none", "not cordoned by rollout: nothing to undo")
+        self.cordoned = None
+        return _report("uncordoned", "uncordon command exited 0", exit=0, output="",
+                       record_removed=True)
+
+    def _op_point_current(self, root: str, release: str) -> dict[str, Any]:
+        before = self.current
+        if not ops._release_id_ok(release):
+            return _report("refused", f"not a release id: {release[:80]!r}")
+        if release == before:
+            return _report("kept", f"current already points at {release}", previous=before)
+        if release not in self.releases:
+            return _report("missing", f"release {release} is not on the host", previous=before)
+        self.current = release
+        return _report("pointed", f"current: {before or 'none'} -> {release}", previous=before)
+
+    def _op_restore_config(self, config_path: str, kept_config: str) -> dict[str, Any]:
+        if kept_config not in self.files:
+            return _report("none", f"no kept config at {kept_config}")
+        if self.files.get(config_path) == self.files[kept_config]:
+            return _report("kept", f"{config_path} already holds the kept config")
+        self.files[config_path] = self.files[kept_config]
+        return _report("restored", f"restored {config_path} from {kept_config}")
+
+    def _op_run_supervisor(self, root: str, restart: bool = False) -> dict[str, Any]:
+        self.supervisor = True
+        return _report("restarted", "supervisor restarted") if restart else _report(
+            "started", "supervisor started")
+
+    def _op_start(self, root: str, wait: float = 60.0, **_: Any) -> dict[str, Any]:
+        release = self.current
+        if release is None or release not in self.releases:
+            return _report("no-release", f"{root}/current does not point at a release")
+        released = self._op_release_hold(root)["outcome"] == "released"
+        self.supervisor = True
+        if self._bad("start"):
+            return _report("not-started", f"the supervisor did not start the daemon of "
+                           f"{release} within {wait:g}s", release=release, released=released)
+        word = "running" if self.daemon == release else "started"
+        if word == "started":
+            self.daemon = release
+            self.pid += 1  # a new process: a new pid
+        line = f"{self.pid} 1 {RELEASES}/{release}/cuzk-daemon"
+        return _report(word, f"daemon {self.pid} {word} {release}", pid=self.pid, starttime=1,
+                       release=release, released=released, pidline=line)
+
+    def _op_wait_ready(self, status_url: str, seconds: float, ports: Any = None,
+                       pid: int | None = None, **_: Any) -> dict[str, Any]:
+        if self._bad("ready"):
+            self.daemon = None
+            return _report("died", f"daemon {self.pid} died during start-up", pid=self.pid)
+        if self.daemon is None:
+            return _report("timeout", f"status port {status_url} did not answer within "
+                           f"{seconds:g}s")
+        return _report("ready", f"{status_url} answered", answer=self._status(),
+                       owners=self._ports(list(ports or []), pid))
+
+    def _op_prove(self, command: str, timeout: float, kill_after: float, evidence: str = "",
+                  record: str = "", pattern: str = "", **_: Any) -> dict[str, Any]:
+        """The proof passes unless a validate fault hits; the evidence of an earlier
+        validation goes first, and `record` is written only where the output passes
+        proof_verdict (as ops.prove)."""
+        if not command.strip():
+            return _report("no-command", "no validation command")
+        if evidence:
+            self.files.pop(evidence, None)
+            self.validated = None
+        out = "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n" \
+            if self._bad("validate") else "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
+        passed, why = proof_verdict(out, pattern) if pattern else (False, "no pattern")
+        recorded = bool(evidence and record and passed)
+        if recorded:
+            self.files[evidence] = sha(record + "\n")
+            self.validated = json.loads(record)
+        return _report("ran", "the proof exited 0", exit=0, elapsed=0.1, stdout=out,
+                       stderr="", status_after=None, recorded=recorded, passed=passed,
+                       verdict=why)
+
+    def _op_prune(self, root: str, releases: list[str], keep: Any = None) -> dict[str, Any]:
+        protected = set(keep or []) | {self.current or ""}
+        kept = [r for r in releases if r in protected or not ops._release_id_ok(r)]
+        if "prune" in self.faults and self.current == self.bad_release:
+            return _report("failed", "could not remove x: Read-only file system", removed=[],
+                           kept=kept)
+        removed = [r for r in releases if r not in kept and r in self.releases]
+        for release in removed:
+            del self.releases[release]
+        if not removed:
+            return _report("none", "no release to remove", kept=kept)
+        return _report("pruned", f"removed {len(removed)} release(s)", removed=removed,
+                       kept=kept)
+
+    def _op_remove_partial(self, root: str, name: str) -> dict[str, Any]:
+        if not name.startswith(".partial-") or "/" in name or name == ".partial-":
+            return _report("refused", f"not an upload's partial folder: {name[:80]!r}")
+        if not self._drop(f"{RELEASES}/{name}"):
+            return _report("none", f"no {name} to remove")
+        return _report("removed", f"removed {name}")
+
+    def _op_pointed(self, root: str) -> dict[str, Any]:
+        return _report("pointed" if self.current else "none",
+                       f"current: {self.current or 'none'}", current=self.current,
+                       previous=self.previous)
+
+    def _op_log_tail(self, root: str, lines: int = 20, max_bytes: int = 65536
+                     ) -> dict[str, Any]:
+        return _report("read", "1 line(s) of the daemon log", text="daemon log\n")
+
+    def _op_make_folder(self, path: str, link_ok: bool = False) -> dict[str, Any]:
+        return _report("kept", f"{path} already there")  # every folder is there
+
+    def _op_config_folders(self, config_path: str, param_cache: str) -> dict[str, Any]:
+        folder = config_path.rsplit("/", 1)[0]
+        return _report("kept", f"{folder} and {param_cache} there; 0 kept config(s) private")
+
+    def _op_remove_files(self, paths: list[str]) -> dict[str, Any]:
+        removed = [p for p in paths if self.files.pop(p, None) is not None]
+        return _report("removed" if removed else "none", f"removed {len(removed)} file(s)",
+                       removed=removed)
+
+    def _op_pull_folder(self, root: str, name: str) -> dict[str, Any]:
+        if not (name.startswith(".partial-") and name.endswith("-pull")) or "/" in name:
+            return _report("refused", f"not a pull's partial folder: {name[:80]!r}")
+        return self._op_make_folder(f"{RELEASES}/{name}")
+
+    # what preflight reads: a host with no CPU flags listed, no GPU, libraries all found
+
+    def _op_cpu_info(self, path: str = "/proc/cpuinfo") -> dict[str, Any]:
+        return _report("none", f"no flags line in {path}", text="")
+
+    def _op_gpus(self, timeout: float = 60.0) -> dict[str, Any]:
+        return _report("ran", "nvidia-smi exited 0", exit=0, output="")
+
+    def _op_ldd(self, directory: str, names: list[str]) -> dict[str, Any]:
+        return _report("read", f"ldd of {len(names)} executable(s)",
+                       outputs={n: "" for n in names})
+
+    def _op_file_present(self, path: str) -> dict[str, Any]:
+        return _report("present", f"{path} present")
+
+    # a release's files: a file's identity is its sha256 ("id-" before it)
+
+    def _op_file_sums(self, directory: str, names: list[str], mode: Any = None
+                      ) -> dict[str, Any]:
+        sums = self._sums(directory)
+        return _report("read", f"{len(names)} file(s) hashed",
+                       sums={n: sums.get(n) for n in names})
+
+    def _op_identities(self, directory: str, names: list[str], evict: bool = False
+                       ) -> dict[str, Any]:
+        if not self._sums(directory) and directory.startswith(RELEASES):
+            return _report("read", "0 identities read", identities={})  # incomplete
+        return _report("read", f"{len(names)} identities read",
+                       identities={n: self._identity(f"{directory}/{n}") for n in names})
+
+    def _op_read_release(self, root: str, release: str) -> dict[str, Any]:
+        if release not in self.releases:
+            return _report("missing", f"release {release} is not on the host")
+        listed = {n: {"sha256": s, "size": 0} for n, s in self.releases[release].items()}
+        return _report("read", f"release {release}'s manifest read",
+                       manifest=json.dumps({"artifacts": listed}),
+                       sums=self._sums(f"{RELEASES}/{release}"))
+
+    def _op_install_release(self, root: str, release: str, partial: str, manifest: str,
+                            names: list[str], expect: Any = None) -> dict[str, Any]:
+        if expect is not None and any(
+                self._identity(f"{partial}/{n}") != expect.get(n) for n in names):
+            self._drop(partial)
+            return _report("changed", f"{partial} changed since it was staged: removed")
+        found = self._sums(partial)
+        self._drop(partial)
+        self.releases[release] = {n: found[n] for n in names if n in found}
+        return _report("installed", f"installed release {release}",
+                       identities={n: self._identity(f"{RELEASES}/{release}/{n}") for n in names})
+
+    def _op_staging_survey(self, root: str, release: str, names: list[str]) -> dict[str, Any]:
+        """Stale staging (other releases') and RELEASE's own are cleared first."""
+        staged = {p.removeprefix(f"{STAGING}/").split("/")[0] for p in self.files
+                  if p.startswith(f"{STAGING}/")}
+        stale = sorted(staged - {release})
+        self._drop(STAGING)
+        return _report("surveyed", f"{len(stale)} stale staging folder(s) removed", links=[],
+                       stale=stale, present=release in self.releases, same_device=True)
+
+    def _op_unstage(self, root: str, release: str) -> dict[str, Any]:
+        if not self._drop(f"{STAGING}/{release}"):
+            return _report("none", f"nothing staged for {release}")
+        return _report("removed", f"removed the staging of {release}")
+
+    def _op_owners(self, ports: list[int], pid: int | None = None) -> dict[str, Any]:
+        return self._ports(ports, pid)
+
+    def _op_input_check(self, path: str, size: Any = None) -> dict[str, Any]:
+        digest = self.files.get(path)
+        if digest is None:
+            return _report("missing", f"{path} missing", size=None, sha256=None)
+        return _report("present", f"{path} present", size=size, sha256=digest)
+
+    def _op_probe(self, input_path: str, input_size: Any = None, status_url: str = "",
+                  ports: Any = None, pid: Any = None) -> dict[str, Any]:
+        """validate's checks before the proof: the input, /status, the ports' owners."""
+        found = self._op_input_check(input_path, input_size)
+        status = self._status() if status_url and self.daemon else None
+        return _report("probed", found["reason"], input=found, status=status,
+                       owners=self._ports(list(ports), pid) if ports else None)
+
+    def _op_stage_input(self, partial: str, path: str, sha256: str) -> dict[str, Any]:
+        have = self.files.get(partial)
+        if have is None:
+            return _report("missing", f"{partial} missing")
+        if have != sha256:
+            del self.files[partial]
+            return _report("mismatch", f"sha256 {have[:12]} is not {sha256[:64]}")
+        self.files[path] = self.files.pop(partial)
+        return _report("staged", f"staged {path}")
+
+    def _op_register(self, root: str, onstart: str = "", **_: Any) -> dict[str, Any]:
+        return _report("none", "no start-up mechanism found", how="none")
+
+    def _op_forget_validated(self, root: str) -> dict[str, Any]:
+        was, self.validated = self.validated, None
+        self.files.pop(f"{root}/rollout/validated.json", None)
+        return _report("removed", "validation evidence removed") if was else _report(
+            "none", "no validation evidence")
+
+    # ---------------------------------------------------------------- what the host holds
 
     def facts(self, command: str) -> dict[str, Any]:
         argv = shlex.split(command)
@@ -320,27 +418,76 @@ class FakeHost(Transport):
             "errors": {},
         }
 
+    def _status(self) -> str:
+        return json.dumps({"version": self.daemon, "uptime_secs": 0.1})
+
+    def _ports(self, asked: list[int], pid: int | None = None) -> dict[str, Any]:
+        """ops.owners: who holds each port (the stranger, else our daemon) and, for `pid`,
+        that process (None: not running)."""
+        holder = self.stranger or (self.pid if self.daemon else None)
+        owners = [{"pid": holder, "ancestors": [1], "cmdline": "x", "age_secs": 1.0}]
+        out: dict[str, Any] = {"ports": {str(p): owners if holder else [] for p in asked}}
+        if pid is not None:
+            mine = self.daemon is not None and pid == self.pid
+            out["pid"] = {"pid": pid, "ancestors": [9], "age_secs": 1.0} if mine else None
+        return out
+
     def _digest(self, path: str) -> str | None:
         m = re.fullmatch(rf"{RELEASES}/([^/]+)/([^/]+)", path)
         if m:
             return self.releases.get(m.group(1), {}).get(m.group(2))
         return self.files.get(path)
 
+    def _sums(self, directory: str) -> dict[str, str]:
+        if "switch" in self.faults and directory == f"{RELEASES}/{self.bad_release}":
+            return {}  # the release on the host is incomplete
+        if "/.partial-" in directory or directory.startswith(STAGING + "/"):
+            return {p.rsplit("/", 1)[-1]: s for p, s in self.files.items()
+                    if p.startswith(directory + "/")}
+        return dict(self.releases.get(directory.rsplit("/", 1)[-1], {}))
+
+    def _identity(self, path: str) -> str | None:
+        digest = self._digest(path)
+        return f"id-{digest}" if digest else None
+
+    def _drop(self, folder: str) -> list[str]:
+        """Remove the files under `folder`; the paths removed."""
+        gone = [p for p in self.files if p.startswith(folder + "/")]
+        for path in gone:
+            del self.files[path]
+        return gone
+
+    def _bad(self, kind: str) -> bool:
+        return kind in self.faults and self.current == self.bad_release
+
+    def staged(self) -> dict[str, str]:
+        """The files under the staging folder: path: sha256."""
+        return {p: d for p, d in self.files.items() if p.startswith(STAGING)}
+
+    # ---------------------------------------------------------------- the command lines left
+
+    def _answer(self, command: str, stdin: str) -> tuple[int, str]:
+        argv = shlex.split(command)
+        if argv[:2] == ["python3", "-"]:  # a host script, its source on stdin
+            return self._script(command, stdin)
+        if argv[:2] == ["python3", "-c"] and "files.py" in argv[2]:
+            return self._files(argv[3:], stdin)
+        if argv[:3] == ["mkdir", "-p", "--"] or (argv[0], argv[2:3]) == ("chmod", ["--"]):
+            return 0, ""  # put_and_digest's folder and mode, around its put
+        if argv[:2] == ["sha256sum", "--"]:  # put_and_digest's check of what it wrote
+            digest = self.files.get(argv[2])
+            return (0, f"{digest}  {argv[2]}\n") if digest else (1, "")
+        raise AssertionError(f"a command line the fake host does not answer: {command[:120]!r}")
+
     def _script(self, command: str, stdin: str) -> tuple[int, str]:
         if stdin.startswith('"""Print one JSON object of facts'):
             return 0, json.dumps(self.facts(command))
-        if stdin.startswith('"""Stop the daemon'):
-            return self._stop()
         if stdin.startswith('"""Wait until a stopped daemon'):
             if "drain" in self.faults:
                 return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
-        if stdin.startswith('"""Run the validation proof'):
-            return self._prove(shlex.split(command))
         if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
             return 0, json.dumps({"ok": True, "problems": []})  # nothing planted here
-        if stdin.startswith('"""rollout pce: sizes'):
-            return 0, json.dumps({"files": {}, "free": 2**50})  # no PCE yet, room for one
         if stdin.startswith('"""rollout pce: remove'):
             return 0, json.dumps({"removed": False})  # no leftover temporary
         if stdin.startswith('"""rollout guard') and " --left " in command:
@@ -362,125 +509,16 @@ class FakeHost(Transport):
         if "--keep" in argv and path in self.files:
             self.files[argv[argv.index("--keep") + 1]] = self.files[path]
         self.files[path] = sha(text)
-        if path.endswith("/validated.json"):
-            self.validated = json.loads(text)
         if path.endswith("/previous_release"):
             self.previous = text
         return 0, json.dumps({"ok": True, "changed": True})
-
-    def _ports(self, asked: list[int]) -> dict[str, Any]:
-        holder = self.stranger or (self.pid if self.daemon else None)
-        owners = [{"pid": holder, "ancestors": [1], "cmdline": "x", "age_secs": 1.0}]
-        ports = {str(p): owners if holder else [] for p in asked}
-        me = {"pid": self.pid, "ancestors": [9], "age_secs": 1.0} if self.daemon else None
-        return {"ports": ports, "pid": me}
-
-    def _prove(self, argv: list[str]) -> tuple[int, str]:
-        self.validated = None  # the evidence of an earlier validation goes first
-        if self._bad("validate"):
-            out = "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
-            return 0, json.dumps({"exit": 0, "elapsed": 0.1, "stdout": out, "stderr": "",
-                                  "status_after": None, "recorded": False})
-        record = argv[argv.index("--record") + 1]
-        if record:
-            path = argv[argv.index("--evidence") + 1]
-            self.files[path] = sha(record + "\n")
-            self.validated = json.loads(record)
-        out = "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
-        return 0, json.dumps({"exit": 0, "elapsed": 0.1, "stdout": out, "stderr": "",
-                              "status_after": None, "recorded": bool(record)})
-
-    def _stop(self) -> tuple[int, str]:
-        if self.daemon is None:
-            return 0, json.dumps({"outcome": "none"})
-        if "stop" in self.faults:
-            self.faults.discard("stop")  # it survives once: the rollback's forced stop works
-            return 1, json.dumps({"outcome": "survived", "pid": self.pid})
-        self.daemon = None
-        return 0, json.dumps({"outcome": "stopped", "pid": self.pid, "starttime": 1,
-                              "signal": "SIGTERM", "escalated": False})
-
-    def _sums(self, directory: str) -> dict[str, str]:
-        if "switch" in self.faults and directory == f"{RELEASES}/{self.bad_release}":
-            return {}  # the release on the host is incomplete
-        if "/.partial-" in directory or directory.startswith(STAGING + "/"):
-            return {p.rsplit("/", 1)[-1]: s for p, s in self.files.items()
-                    if p.startswith(directory + "/")}
-        return dict(self.releases.get(directory.rsplit("/", 1)[-1], {}))
-
-    def staged(self) -> dict[str, str]:
-        """The files under the staging folder: path: sha256."""
-        return {p: d for p, d in self.files.items() if p.startswith(STAGING)}
-
-    def _identity(self, path: str) -> str | None:
-        digest = self._digest(path)
-        return f"id-{digest}" if digest else None
-
-    def _answer(self, command: str, stdin: str) -> tuple[int, str]:  # noqa: C901 - a table
-        if command.startswith("python3 - "):
-            return self._script(command, stdin)
-        if command.startswith("python3 -c ") and "files.py" in command:
-            return self._files(shlex.split(command)[3:], stdin)
-        if " && python3 - " in command:  # a script after a command of its own (the hold)
-            before, _, script = command.partition(" && python3 - ")
-            if before.endswith("/hold") and "touch -- " in before:
-                self.held = True
-            return self._script(f"python3 - {script}", stdin)
-        if command.startswith("readlink -f -- "):
-            return (0, f"{RELEASES}/{self.current}\n") if self.current else (1, "")
-        if command.startswith("sha256sum -- "):  # the transport's own check of a put
-            path = shlex.split(command)[2]
-            digest = self.files.get(path)
-            return (0, f"{digest}  {path}\n") if digest else (1, "")
-        if "cat > " in command and "&& mv -T --" in command:
-            path = shlex.split(command.split("&& mv -T -- ")[-1])[-1]
-            self.files[path] = sha(stdin)
-            if path.endswith("/validated.json"):
-                self.validated = json.loads(stdin)
-            return 0, ""
-        if m := re.match(r"ln -sfn -- releases/(\S+) ", command):
-            self.current = m.group(1)
-            return 0, ""
-        if command.startswith("printf %s ") and "previous_release" in command:
-            self.previous = shlex.split(command)[2]
-            return 0, ""
-        if command.endswith("/hold") and "touch --" in command:
-            self.held = True
-            return 0, ""
-        if command.startswith("rm -f -- ") and command.endswith("/hold"):
-            self.held = False
-            return 0, ""
-        if "--daemonize" in command and "grep -qF --" not in command:
-            self.supervisor = True
-            return 0, ""
-        if "grep -qF --" in command and "daemon.pid" in command:  # start: wait for the daemon
-            if command.startswith("target=$(readlink -f -- "):  # it releases the hold first
-                if self.current is None:
-                    return 3, ""
-                self.held = "rm -f -- /data/rollout/hold " not in command and self.held
-                self.supervisor = self.supervisor or "--daemonize" in command
-            if self._bad("start") or self.held:
-                return 1, ""
-            self.daemon = self.current
-            self.pid += 1  # a new process: a new pid
-            return 0, f"{self.pid} 1 {RELEASES}/{self.current}/cuzk-daemon\n"
-        if "curl -fsS" in command:
-            if self._bad("ready"):
-                self.daemon = None
-                return 3, f"daemon {self.pid} died during start-up"
-            return 0, json.dumps({"version": self.daemon, "uptime_secs": 0.1})
-        if "cuzk-bench" in command:
-            if "rm -f -- /data/rollout/validated.json;" in command:
-                self.validated = None  # the evidence of an earlier validation goes first
-            if self._bad("validate"):
-                return 0, "=== Proof Result ===\nstatus:    FAILED\nerror:     bad proof\n"
-            return 0, "=== Proof Result ===\njob_id: 7\nstatus:    COMPLETED\n"
-        return 0, ""
-
-    def _bad(self, kind: str) -> bool:
-        return kind in self.faults and self.current == self.bad_release
 
     # ---------------------------------------------------------------- for assertions
 
     def commands(self, pattern: str) -> list[str]:
         return [c for c in self.sent if re.search(pattern, c)]
+
+
+def _report(outcome: str, reason: str, **data: Any) -> dict[str, Any]:
+    """A report as ops.py makes one: its outcome word, why, and its data."""
+    return {"outcome": outcome, "reason": reason, **data}
