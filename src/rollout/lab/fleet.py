@@ -43,10 +43,11 @@ HOST_MARKER = "/etc/rollout-lab-host"
 """Only lab hosts have this file: the lab playbook's preflight and the stand-in itself refuse
 any host without it, so the stand-in can never replace a real prover."""
 SIDECAR_SETTINGS = "/etc/rollout-lab-curio.json"  # while it exists lab-init runs `curio run`
-BUSY_SIDECAR: dict[str, Any] = {"pause_secs": 1.0, "concurrency": 1, "hold_mib": 5}
+BUSY_SIDECAR: dict[str, Any] = {"pause_secs": 0.5, "concurrency": 1, "hold_mib": 5}
 """What each host's curio-like sidecar does in a lab fleet brought up busy (the default), as a
-real host is busy: one proof at a time (as short as the daemon's prove_secs), a second's
-pause between two, and 5 MiB held beside the daemon (curio's 5 GiB at the lab's 1/1024)."""
+real host is busy: one proof at a time (as long as the daemon's prove_secs: 1 s with the lab
+playbook's knobs, so a proof is in flight two thirds of the time), half a second's pause
+between two, and 5 MiB held beside the daemon (curio's 5 GiB at the lab's 1/1024)."""
 
 
 def lab_prefix() -> str:
