@@ -488,8 +488,6 @@ class FakeHost(Transport):
             return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
         if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
             return 0, json.dumps({"ok": True, "problems": []})  # nothing planted here
-        if stdin.startswith('"""rollout pce: remove'):
-            return 0, json.dumps({"removed": False})  # no leftover temporary
         if stdin.startswith('"""rollout guard') and " --left " in command:
             return 0, json.dumps({"busy": [], "runs": []})  # no guard was ever left here
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
-from importlib import resources
 from pathlib import Path
 
 from rollout.config.params_manifest import ProofKind
 from rollout.config.params_manifest import kind as proof_kind
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
+from rollout.host.reports import Report
 from rollout.jsontypes import JSON, JSONObject
 from rollout.steps import c1
 from rollout.steps.base import HostContext
@@ -211,40 +211,14 @@ def _c1_note(ids: c1.C1Ids, asked: c1.Asked, kind: ProofKind | None, check_miner
 
 
 def leftover_pce_tmp(ctx: HostContext) -> str | None:
-    """Remove `<pce>.tmp` a daemon stopped while writing left in param_cache (through the
-    host's safe_remove: a link there is removed itself, never its target). A param_cache
-    that is itself a link (params on another disk) is not removed through: the .tmp stays,
-    said in the note, and the host goes on (cuzk's File::create truncates it when it writes
-    the PCE again). Run after the stop, before the start. A note, or None."""
+    """Remove `<pce>.tmp` a daemon stopped while writing left in param_cache (ops.remove_files:
+    a link there is removed itself, never its target). A param_cache that is itself a link
+    (params on another disk) is not removed through: the .tmp stays, said in the note, and
+    the host goes on (cuzk's File::create truncates it when it writes the PCE again). Run
+    after the stop, before the start. A note, or None."""
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
     path = f"{cache.rstrip('/')}/{pce_tmp_name(spec.pce_file)}"
-    out = _answer(ctx, _remove_source(), path)
-    if out.get("refused"):  # left as it is: cuzk truncates it when it writes the PCE again
-        return f"left {path} in place: {str(out['refused'])[:200]}"
-    return f"removed a leftover {path}" if out.get("removed") else None
-
-
-@functools.cache
-def _remove_source() -> str:
-    """common.py's helpers (safe_remove among them), then a call of safe_remove."""
-    common = resources.files("rollout.host.scripts").joinpath("common.py").read_text("utf-8")
-    future = "from __future__ import annotations"
-    body = "\n".join(ln for ln in common.splitlines() if ln.strip() != future)
-    return f'"""rollout pce: remove the temporary argv[1] (safe_remove)."""\n{future}\n' + \
-        body + _REMOVE_MAIN
-
-
-_REMOVE_MAIN = r"""
-
-def _main() -> None:
-    import json, sys
-    try:
-        print(json.dumps({"removed": safe_remove(sys.argv[1])}))
-    except UnsafePath as e:
-        print(json.dumps({"refused": str(e)}))
-    except OSError as e:
-        print(json.dumps({"refused": f"{e.filename or ''}: {e.strerror}"}))
-
-
-_main()
-"""
+    report = Report.parse(ctx.call("remove_files", call_timeout=60, paths=[path]))
+    if report.outcome == "failed":  # left as it is: cuzk truncates it when it writes it again
+        return f"left {path} in place: {report.reason[:400]}"
+    return f"removed a leftover {path}" if report.outcome == "removed" else None
