@@ -20,7 +20,7 @@ from invoke.program import Program
 import rollout.cli
 from rollout.cli import namespace
 from rollout.cli.shortflags import SHORT_FLAGS
-from rollout.commands import dryrun, rollback
+from rollout.commands import app, dryrun, rollback
 from rollout.config.inventory import Host, Inventory
 from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
 from rollout.engine.plan import make_plan
@@ -215,9 +215,9 @@ def test_each_short_flag_means_one_option_everywhere() -> None:
 def test_dash_e_is_set_in_rollout_and_build(monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:  # fmt: skip
     seen: list[Any] = []
-    monkeypatch.setattr(rollout.cli.rollout_tasks.app, "run_rollout",
+    monkeypatch.setattr(app, "run_rollout",
                         lambda req: seen.append(req.sets) or dryrun.DryRun("r", {}))  # fmt: skip
-    monkeypatch.setattr(rollout.cli.release_tasks.app, "run_build",
+    monkeypatch.setattr(app, "run_build",
                         lambda playbook, sets, out: seen.append(sets) or _Manifest())  # fmt: skip
     monkeypatch.setenv("ROLLOUT_HOSTS", str(_inventory(tmp_path)))
     assert run_rollout("rollout", "-e", "version=v9") == 0

@@ -14,8 +14,6 @@ from invoke.context import Context
 
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
-from rollout.commands import app
-from rollout.commands.diagnose import bench_diagnose
 from rollout.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,6 +23,9 @@ FAST = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 0.1}"
 
 
 def _timed_rollout(fleet: Path, version: str) -> float:
+    # for start-up time: --version and --help load no command
+    from rollout.commands import app
+
     request = app.RolloutRequest(str(fleet), None, (f"version={version}", f"lab_knobs={FAST}"))
     started = time.monotonic()
     summary = app.run_rollout(request)
@@ -36,6 +37,10 @@ def _timed_rollout(fleet: Path, version: str) -> float:
 def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
     """diagnose of a host whose daemon log is 1 GiB: seconds and bytes brought back."""
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
+
+    # for start-up time: --version and --help load no command
+    from rollout.commands import app
+    from rollout.commands.diagnose import bench_diagnose
 
     log = "/data/rollout/daemon.log"
     lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")

@@ -8,7 +8,6 @@ from invoke.context import Context
 from rollout.cli.errors import reports_errors
 from rollout.cli.rollout_tasks import HOSTS_HELP, hosts_file
 from rollout.cli.taskdef import task
-from rollout.commands.inventory_view import as_graph, as_json, describe
 from rollout.errors import UserError
 
 
@@ -28,6 +27,8 @@ def inventory(
     """Show what rollout made of an inventory: --list (JSON, with sources) or --graph."""
     if graph and list_:
         raise UserError("rollout inventory takes --graph or --list, not both")
+    # for start-up time: --version and --help load no command
+    from rollout.commands.inventory_view import as_graph, as_json, describe
 
     view = describe(hosts_file(hosts))
     print(as_graph(view) if graph else as_json(view))

@@ -9,7 +9,6 @@ from invoke.context import Context
 from rollout.cli.errors import reports_errors
 from rollout.cli.rollout_tasks import PLAYBOOK_HELP
 from rollout.cli.taskdef import task
-from rollout.commands import app
 from rollout.errors import UserError
 
 
@@ -30,6 +29,9 @@ def build(
     """Build the release once and write it as a bundle; deploy it with --release."""
     if not out:
         raise UserError("rollout build needs --out DIR: the folder to write the bundle to")
+    # for start-up time: --version and --help load no command
+    from rollout.commands import app
+
     manifest = app.run_build(playbook, tuple(set_ or ()), Path(out))
     print(f"release {manifest.release} (version {manifest.version}) written to {out}")
 

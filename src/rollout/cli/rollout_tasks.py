@@ -11,12 +11,7 @@ from invoke.exceptions import Exit
 
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
-from rollout.commands import app, single
-from rollout.commands import diagnose as diagnose_mod
-from rollout.commands import status as health
-from rollout.config.vastai import is_ref
 from rollout.errors import UserError
-from rollout.output.journal import journal_path
 
 HOSTS_HELP = (
     "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
@@ -39,6 +34,9 @@ RUN_OUTPUT_HELP = {
 
 
 def hosts_file(hosts: str | None) -> str:
+    # for start-up time: --version and --help load no command
+    from rollout.config.vastai import is_ref
+
     path = hosts or os.environ.get("ROLLOUT_HOSTS") or "lab/fleet.yaml"
     if not is_ref(path) and not Path(path).exists():
         lab_hint = " (bring up the lab with `rollout lab.up`, or pass --hosts FILE)"
@@ -89,6 +87,9 @@ def rollout(
     adopt: bool = False,
 ) -> None:
     """Roll a new build out to the fleet, canary first; exit 0 only if every host validated."""
+    # for start-up time: --version and --help load no command
+    from rollout.commands import app
+
     inventory = hosts or "" if resume else hosts_file(hosts)
     request = app.RolloutRequest(
         inventory,
@@ -137,6 +138,7 @@ def rollback(
 ) -> None:
     """Take the fleet back to an earlier release, in batches, drained and validated."""
     # loaded when the task runs: the CLI starts without it
+    from rollout.commands import app
     from rollout.commands.rollback import run_fleet_rollback
 
     request = app.RolloutRequest(
@@ -158,6 +160,9 @@ def rollback(
 
 def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str | None,
             lock_wait: float, break_lock: bool, force: bool = False) -> None:
+    # for start-up time: --version and --help load no command
+    from rollout.commands import single
+
     forced = {"force": True} if force else {}  # the stop waits for no work in flight
     results = single.run_steps(hosts_file(hosts), playbook, host, kinds, lock_wait, break_lock,
                                **forced)
@@ -257,6 +262,9 @@ def status(
     heal: bool = False,
 ) -> None:
     """Per host: daemon state, release, version, uptime, restarts, memory, last exit and cause."""
+    # for start-up time: --version and --help load no command
+    from rollout.commands import status as health
+
     path = hosts_file(hosts)
 
     def once() -> int:
@@ -322,6 +330,10 @@ def diagnose(
     """
     if all_ and host != "all":
         raise UserError(f"give HOST ({host!r}) or --all, not both")
+    # for start-up time: --version and --help load no command
+    from rollout.commands import app
+    from rollout.commands import diagnose as diagnose_mod
+
     plan = app.load_fleet(hosts_file(hosts), playbook, host)
     code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
@@ -361,6 +373,8 @@ def report(
 ) -> None:
     """Render a finished run from its journal: an HTML timeline, JUnit XML or Markdown."""
     # loaded when the task runs: the CLI starts without it
+    from rollout.commands import app
+    from rollout.output.journal import journal_path
     from rollout.reports.files import write_run_reports
 
     if not (html or junit or summary):

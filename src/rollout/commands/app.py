@@ -19,7 +19,6 @@ from typing import IO, Any
 from rollout.bundle.source import load_release, sets_with_version
 from rollout.commands.build import build_bundle
 from rollout.commands.dryrun import dry_run
-from rollout.commands.inventory_view import describe
 from rollout.config.hostvar_checks import HostVarRefused
 from rollout.config.inventory import Host, load_inventory
 from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
@@ -133,6 +132,9 @@ def load_fleet(
 
 def var_location(hosts_file: str, host: str, var: str) -> Location:
     """Where an inventory var of a host is set (file:line), as `rollout inventory` says."""
+    # for start-up time: the inventory's view (and the Ansible readers) only for a refusal
+    from rollout.commands.inventory_view import describe
+
     try:
         source = str(describe(hosts_file).hosts[host]["sources"][f"vars.{var}"])
     except (RolloutError, KeyError):

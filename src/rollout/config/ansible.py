@@ -34,8 +34,6 @@ from rollout.errors import ConfigError, Location
 
 from .inventory_file import HostEntry
 
-YAML_SUFFIXES = (".yaml", ".yml")
-"""An inventory named otherwise is INI, as Ansible decides."""
 CONNECTION_VARS = {
     "address": ("ansible_host", "ansible_ssh_host"),
     "port": ("ansible_port", "ansible_ssh_port"),

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from rollout.errors import ConfigError, Location
 
-from .ansible import YAML_SUFFIXES, Parsed, Value
+from .ansible import Parsed, Value
+from .ansible_detect import YAML_SUFFIXES, looks_like_ansible
 from .ansible_ini import read_ini
-from .ansible_yaml import looks_like_ansible, parse_yaml, vars_file
+from .ansible_yaml import parse_yaml, vars_file
 from .yamlfile import load_yaml
 
 EXTENSIONS = (".yml", ".yaml", ".json")

@@ -16,9 +16,9 @@ from typing import Any
 from rollout.errors import ConfigError, Location
 
 from .ansible import Parsed, Value, finish, split_port
+from .ansible_detect import GROUP_KEYS
 from .yamlfile import KeyPath, YamlDoc, load_yaml
 
-GROUP_KEYS = {"hosts", "vars", "children"}
 PLAIN: tuple[type[Any], ...] = (bool, int, float, str)
 # Ansible reads YAML as YAML 1.1 (PyYAML): these plain words are booleans there, while
 # ruamel reads YAML 1.2, where they are strings (`enabled: no` would be a truthy "no").
@@ -28,21 +28,6 @@ YAML11_BOOLS = {
     for base in words.split()
     for word in (base, base.capitalize(), base.upper())
 }
-
-
-def looks_like_ansible(root: Any) -> bool:
-    """An Ansible YAML inventory: a mapping of groups (`all`, usually), each null or
-    holding only hosts/vars/children (fleet.yaml has `hosts:` as a list and `defaults:`),
-    or an inventory plugin's config (refused later, with its line)."""
-    if isinstance(root, Mapping) and ("all" in root or "plugin" in root):
-        return True
-    return (
-        isinstance(root, Mapping)
-        and bool(root)
-        and all(g is None or (isinstance(g, Mapping) and set(g) <= GROUP_KEYS)
-                for g in root.values())  # fmt: skip
-        and any(isinstance(g, Mapping) and g for g in root.values())
-    )
 
 
 def parse_yaml(doc: YamlDoc) -> Parsed:

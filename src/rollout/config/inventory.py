@@ -13,10 +13,7 @@ import paramiko
 
 from rollout.errors import ConfigError, Location, UserError
 
-from .ansible import YAML_SUFFIXES, host_entries
-from .ansible_ini import read_ini
-from .ansible_vars import with_vars_dirs
-from .ansible_yaml import looks_like_ansible, parse_yaml
+from .ansible_detect import YAML_SUFFIXES, looks_like_ansible
 from .inventory_file import HostEntry, HostKeyPolicy, InventoryDefaults, InventoryFile
 from .sshconfig import (
     JumpHost,
@@ -27,7 +24,7 @@ from .sshconfig import (
 )
 from .vastai import VastaiSource, parse_ref
 from .vastai import load_fleet as load_vast_fleet
-from .yamlfile import check_unique_names, load_yaml, to_plain, validate
+from .yamlfile import YamlDoc, check_unique_names, load_yaml, to_plain, validate
 
 
 @dataclass(frozen=True)
@@ -111,10 +108,10 @@ def load_inventory(path: Path | str) -> Inventory:
         return _from_vastai(path)
     file = Path(path)
     if file.suffix not in YAML_SUFFIXES:
-        return _from_entries(file, host_entries(with_vars_dirs(read_ini(file))))
+        return _from_ansible(file, None)
     doc = load_yaml(file, "inventory")
     if looks_like_ansible(doc.root):
-        return _from_entries(file, host_entries(with_vars_dirs(parse_yaml(doc))))
+        return _from_ansible(file, doc)
     spec = validate(InventoryFile, to_plain(doc.root), doc)
     check_unique_names(doc, "hosts", [entry.name for entry in spec.hosts], "host")
     ssh = _ssh_config(spec.defaults, doc.base_dir, doc.location(("defaults", "ssh_config")))
@@ -135,6 +132,18 @@ def load_inventory(path: Path | str) -> Inventory:
     if clash:
         raise ConfigError(f"vast.ai instances named like hosts: {', '.join(sorted(clash))}", where)
     return Inventory(doc.path, hosts + fleet[0], playbook, fleet[1])
+
+
+def _from_ansible(file: Path, doc: YamlDoc | None) -> Inventory:
+    """An Ansible inventory: INI (`doc` None) or YAML, with its group_vars/ and host_vars/."""
+    # for start-up time: the Ansible readers load only for an Ansible inventory
+    from .ansible import host_entries
+    from .ansible_ini import read_ini
+    from .ansible_vars import with_vars_dirs
+    from .ansible_yaml import parse_yaml
+
+    parsed = read_ini(file) if doc is None else parse_yaml(doc)
+    return _from_entries(file, host_entries(with_vars_dirs(parsed)))
 
 
 def _from_vastai(ref: str) -> Inventory:

@@ -70,8 +70,10 @@ class VastaiSource(BaseModel):
     )
 
 
+# The API's rows are validated only where a vast.ai inventory is read: their validators are
+# built then (defer_build), not at every command's start (start-up time).
 class _Binding(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     HostIp: ShortText | None = None  # noqa: N815 (the API's own name)
     HostPort: ShortText | StrictInt | None = None  # noqa: N815
@@ -80,7 +82,7 @@ class _Binding(BaseModel):
 class Instance(BaseModel):
     """The fields of one row of GET /api/v1/instances/ that make a host; others ignored."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     id: StrictInt = Field(ge=0)
     label: Text | None = None
@@ -96,7 +98,7 @@ class Instance(BaseModel):
 
 
 class _Page(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     instances: list[Instance] | None = Field(default=None, max_length=1000)
     next_token: ShortText | StrictInt | None = None

@@ -11,8 +11,6 @@ import html
 import re
 from typing import Any
 
-from rich.markup import escape as markup_escape
-
 _UNSAFE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
 )
@@ -34,6 +32,9 @@ def control_escaped(value: Any, keep: str = "") -> str:
 def console_text(value: Any) -> str:
     """For one console line (rich): control characters escaped, newlines included, and rich
     markup escaped, so `[bold]` from a host is text."""
+    # for start-up time: rich loads with the console, not with every command's error path
+    from rich.markup import escape as markup_escape
+
     return markup_escape(control_escaped(value))
 
 
