@@ -114,6 +114,23 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
+def test_a_task_whose_reader_leaves_early_is_no_bug(tmp_path: Path) -> None:
+    """`rollout inventory --list | head -1`: the task's own output meets the closed pipe;
+    it ends as a pipe's writer does (141), never as a bug (70) with a trace."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("hosts:\n" + "".join(
+        f"  - {{name: h{i}, address: 127.0.0.1, port: 22}}\n" for i in range(400)))
+    with subprocess.Popen([str(BIN / "rollout"), "inventory", "--hosts", str(fleet), "--list"],
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          bufsize=0) as p:  # fmt: skip
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.read(1)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=60) in (0, 141), err
+    assert "internal error" not in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("argv", [USAGE_ERRORS["unknown option for the host"],
                                   USAGE_ERRORS["bad value"]])  # fmt: skip
 def test_inv_exits_2_where_rollouts_own_arguments_parse(argv: tuple[str, ...]) -> None:

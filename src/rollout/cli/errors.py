@@ -28,7 +28,7 @@ def reports_errors(fn: F) -> F:
             raise Exit(report_text(redact(f"error: {e}")), e.exit_code) from e
         except KeyboardInterrupt:
             raise Exit("interrupted", 130) from None
-        except Exit:
+        except (Exit, BrokenPipeError):  # a pipe's reader that left: main() ends quietly
             raise
         except Exception as e:  # a bug in rollout: say so, with the trace
             raise Exit(internal_error(e), 70) from e
