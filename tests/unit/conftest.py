@@ -1,4 +1,4 @@
-"""Shared fixtures of the unit tier (no Docker; run in parallel by `pytest -n 2`).
+"""Shared fixtures of the unit tier (no Docker; run in parallel by `pytest -n 3`).
 
 `cli` runs the `rollout` command in this process: the installed command's own main with
 its argv, its exit code and what it printed. Starting the installed command is the point of
