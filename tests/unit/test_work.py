@@ -265,6 +265,18 @@ def test_after_a_cordon_idle_is_confirmed_by_a_second_look() -> None:
     assert done.verdict == "go" and [j.id for j in done.waited_on] == ["j-late"]
 
 
+@pytest.mark.parametrize(("settle", "looks"), [(0, 1), (0.2, 2), (3, 4)])
+def test_work_settle_is_how_far_apart_the_two_idle_looks_are(settle: float, looks: int) -> None:
+    answers = [status()] * 6
+    ctx, transport, _ = scripted_context(answers, **{"work.cordon": "curio cordon",
+                                                     "work.uncordon": "curio uncordon",
+                                                     "work.settle": settle})
+    clock = Clock()
+    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert done.verdict == "go" and clock.now >= settle
+    assert sum(1 for call, _ in transport.calls if call == "ops.work") == looks
+
+
 def test_a_busy_skip_is_a_skipped_host_not_a_failure() -> None:
     from rollout.engine.failures import after_failure
     from rollout.engine.hostplan import rollback_plan

@@ -49,6 +49,12 @@ class WorkSpec(Section):
     command_timeout: Seconds = Field(
         default=60, gt=0, description="Seconds the cordon or uncordon command may run."
     )
+    settle: Seconds = Field(
+        default=1, ge=0,
+        description="After the cordon, the daemon must be seen idle twice this many seconds "
+        "apart before the stop: a task the scheduler assigned just before the cordon may "
+        "reach the daemon a moment later.",
+    )
 
     @model_validator(mode="after")
     def _uncordon_with_cordon(self) -> WorkSpec:

@@ -25,8 +25,6 @@ from rollout.steps.base import HostContext
 from rollout.steps.decision import Phase, Target
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
-SETTLE = 1.0  # after a cordon, idle must be seen twice this far apart: a task its scheduler
-# assigned just before the cordon may reach the daemon a moment later
 Verdict = Literal["go", "wait", "skip", "stop"]
 
 
@@ -41,6 +39,7 @@ class WorkHow:
     at_deadline: AtDeadline
     timeout: float
     status_url: str
+    settle: float = 1.0  # work.settle: idle seen twice this far apart after the cordon
 
 
 def work_how(target: Target, status_url: str) -> WorkHow:
@@ -55,7 +54,7 @@ def work_how(target: Target, status_url: str) -> WorkHow:
 
     return WorkHow(rendered("cordon"), rendered("uncordon"), float(spec.deadline),
                    float(spec.interval), spec.at_deadline, float(spec.command_timeout),
-                   status_url)
+                   status_url, float(spec.settle))
 
 
 def verdict(report: WorkReport, waited: float, how: WorkHow) -> Verdict:
@@ -150,9 +149,9 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
             ctx.deadline = step_deadline + waited
         seen.update((j.id, j) for j in report.jobs)
         decided = verdict(report, waited, how)
-        if decided == "go" and how.cordon and report.idle:  # confirmed once, SETTLE later
+        if decided == "go" and how.cordon and report.idle:  # confirmed once, settle later
             idle_at = waited if idle_at is None else idle_at
-            decided = "go" if waited - idle_at >= SETTLE else "wait"
+            decided = "go" if waited - idle_at >= how.settle else "wait"
         else:
             idle_at = None
         if decided == "wait" and not report.idle and due(waited, reported, how.interval):
@@ -166,7 +165,8 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
             if seen or decided != "go":
                 _emit(ctx, done.describe(), verdict=decided, **done.data())
             return done
-        sleep(min(POLL, SETTLE, how.interval))
+        pause = min(POLL, how.interval)  # while confirming idle: the settle's own spacing
+        sleep(pause if idle_at is None else min(pause, max(0.05, how.settle)))
 
 
 def busy_skip(ctx: HostContext, done: WorkWait) -> StepFailed:
