@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from rollout import lab
+
 from .conftest import LabFleet
 from .rollout_helpers import (
     CliRun,
@@ -83,6 +85,10 @@ def test_active_page_cache_the_old_daemon_left_is_not_waited_for(
     fleet: LabFleet, tmp_path: Path
 ) -> None:
     host = "lab-1"
+    # Quiet meanwhile, as the stand-in tests are: these figures are the old daemon's page
+    # cache to the MiB in a 512 MiB host (busy, its second start once failed in CI: see the
+    # closing note of 2026-12-02); its busy sidecar runs again afterwards.
+    lab.set_sidecar(host, None)
     sh(host, f"head -c {CACHE_MIB * MIB} /dev/urandom > /data/zk/params/lab-active.params; "
              f"printf '%s' {shlex.quote(MAPPER)} > /data/lab-mapper.py; "
              f"printf '%s' {shlex.quote(LAUNCHER)} > /data/lab-mapper.sh; "
@@ -112,6 +118,7 @@ def test_active_page_cache_the_old_daemon_left_is_not_waited_for(
     finally:
         reset_host(host)
         sh(host, "rm -f /data/zk/params/lab-active.params /data/lab-mapper.* /tmp/lab-mapper.*")
+        lab.set_sidecar(host, lab.BUSY_SIDECAR)
 
 
 def test_a_neighbour_that_leaves_too_little_is_refused_before_the_stop(
