@@ -102,7 +102,8 @@ def test_the_controller_parses_the_work_report_as_hostile_data(doc: Any) -> None
     assert report.queue_depth is None or report.queue_depth >= 0
 
 
-HOW = WorkHow("", "", deadline=60, interval=10, at_deadline="skip", timeout=5, status_url="")
+HOW = WorkHow("", "", deadline=60, interval=10, at_deadline="skip", timeout=5, status_url="",
+              settle=1)
 BUSY = WorkReport("busy", "", (Job("porep-c2", "j-1", 4.0),), 0)
 
 
@@ -117,7 +118,7 @@ BUSY = WorkReport("busy", "", (Job("porep-c2", "j-1", 4.0),), 0)
     (BUSY, 61, "stop", "stop"),
 ])
 def test_the_waits_decisions(report: WorkReport, waited: float, at: str, want: str) -> None:
-    how = WorkHow("", "", 60, 10, at, 5, "")  # type: ignore[arg-type]
+    how = WorkHow("", "", 60, 10, at, 5, "", 1)  # type: ignore[arg-type]
     assert verdict(report, waited, how) == want
 
 

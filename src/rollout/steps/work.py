@@ -39,7 +39,7 @@ class WorkHow:
     at_deadline: AtDeadline
     timeout: float
     status_url: str
-    settle: float = 1.0  # work.settle: idle seen twice this far apart after the cordon
+    settle: float  # work.settle: idle seen twice this far apart after the cordon
 
 
 def work_how(target: Target, status_url: str) -> WorkHow:
