@@ -164,10 +164,11 @@ class FakeHost(Transport):
                            queue_depth=None)
         return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=0)
 
-    def _op_cordon(self, root: str, run_id: str, command: str, timeout: float = 60.0
-                   ) -> dict[str, Any]:
-        self.cordoned = run_id  # the record first, then the command
-        return _report("cordoned", "cordon command exited 0", exit=0, output="")
+    def _op_cordon(self, root: str, run_id: str, command: str, timeout: float = 60.0,
+                   status_url: str = "") -> dict[str, Any]:
+        self.cordoned = run_id  # the record first, then the command, then the first look
+        looked = {"work": self._op_work(status_url)} if status_url else {}
+        return _report("cordoned", "cordon command exited 0", exit=0, output="", **looked)
 
     def _op_uncordon(self, root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
         if self.cordoned is None:

@@ -278,6 +278,42 @@ def test_work_settle_is_how_far_apart_the_two_idle_looks_are(settle: float, look
     assert sum(1 for call, _ in transport.calls if call == "ops.work") == looks
 
 
+def test_the_cordons_call_brings_the_first_look_back(tmp_path: Path) -> None:
+    """ops.cordon looks at /status right after the command (a silent port: no-answer); the
+    wait takes that look as its first, so a settle of 0 needs no ops.work at all."""
+    out = ops.cordon(str(tmp_path), "run-1", "true", status_url="http://127.0.0.1:9/status")
+    assert out["outcome"] == "cordoned" and out["work"]["outcome"] == "no-answer"
+    assert "work" not in ops.cordon(str(tmp_path), "run-1", "true")  # no URL: no look
+    assert "work" not in ops.cordon(str(tmp_path), "run-1", "exit 2", status_url="http://x")
+
+    class Cordoning(Scripted):
+        def call(self, source: str, call: str, kwargs: Any, timeout: float | None = None
+                 ) -> RunResult:
+            if call != "ops.cordon":
+                return super().call(source, call, kwargs, timeout)
+            self.calls.append((call, dict(kwargs)))
+            look = ops.jobs_in_flight(self.answers.pop(0))
+            return RunResult(call, 0, json.dumps({"outcome": "cordoned", "work": look}), "")
+
+    for settle, looks in ((0, 0), (0.3, 1)):
+        ctx, _, _ = scripted_context([], **{"work.cordon": "curio cordon", "work.settle": settle,
+                                            "work.uncordon": "curio uncordon"})
+        host = Cordoning([status(), status()])
+        ctx.transport = host  # type: ignore[assignment]
+        clock = Clock()
+        done = before_stop(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+        assert done.verdict == "go" and clock.now >= settle
+        assert host.calls[0][1]["status_url"] == "http://x/status"
+        assert sum(1 for call, _ in host.calls if call == "ops.work") == looks
+    busy = Cordoning([status([RUNNING])])
+    ctx, _, _ = scripted_context([], **{"work.cordon": "curio cordon",
+                                        "work.uncordon": "curio uncordon"})
+    ctx.transport = busy  # type: ignore[assignment]
+    clock = Clock()
+    done = before_stop(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert [j.id for j in done.waited_on] == ["j-1"]  # the cordon's look counts
+
+
 def test_a_busy_skip_is_a_skipped_host_not_a_failure() -> None:
     from rollout.engine.failures import after_failure
     from rollout.engine.hostplan import rollback_plan

@@ -114,16 +114,18 @@ def _emit(ctx: HostContext, reason: str, step: str | None = "stop", **data: JSON
         ctx.emit("work", step=step, reason=reason, data=data)
 
 
-def cordon(ctx: HostContext, how: WorkHow) -> None:
-    """Run the cordon command (if set), recorded first as "cordoned by run X" on the host.
-    A cordon that failed leaves the host untouched: the host's end uncordons it."""
+def cordon(ctx: HostContext, how: WorkHow) -> WorkReport | None:
+    """Run the cordon command (if set), recorded first as "cordoned by run X" on the host;
+    the wait's first look at /status, taken by the host right after the command in the same
+    round trip (None where it gave none). A cordon that failed leaves the host untouched:
+    the host's end uncordons it."""
     if not how.cordon:
-        return
+        return None
     ctx.state.cordoned = True  # before the call: whatever happens next, the end uncordons
     try:
         report = CommandReport.parse(ctx.call(
             "cordon", root=ctx.layout.root, run_id=ctx.run_id, command=how.cordon,
-            timeout=how.timeout, call_timeout=how.timeout + 30))
+            timeout=how.timeout, status_url=how.status_url, call_timeout=how.timeout + 30))
     except RolloutError as e:
         report = CommandReport("failed", f"{type(e).__name__}: {e}", None, "")
     if report.outcome != "cordoned":
@@ -131,19 +133,24 @@ def cordon(ctx: HostContext, how: WorkHow) -> None:
         raise StepFailed(f"cordon failed ({report.reason}): nothing was stopped",
                          retryable=False, output=report.output)
     _emit(ctx, f"cordoned ({how.cordon})", output=report.output[-500:])
+    first = report.raw.get("work")
+    return WorkReport.parse(first) if isinstance(first, dict) and how.status_url else None
 
 
 def wait_for_work(ctx: HostContext, how: WorkHow,
                   clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> WorkWait:
+                  sleep: Callable[[float], None] = time.sleep,
+                  first: WorkReport | None = None) -> WorkWait:
     """Poll ops.work until the verdict is not `wait`; report the jobs at each interval.
-    The wait's time does not count against the stop step's own timeout (work.deadline
-    bounds it)."""
+    `first`: the first look, where the cordon's call took it. The wait's time does not
+    count against the stop step's own timeout (work.deadline bounds it)."""
     start, reported, idle_at = clock(), None, None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
     while True:
-        report = WorkReport.parse(ctx.call("work", status_url=how.status_url, call_timeout=30))
+        report = first or WorkReport.parse(
+            ctx.call("work", status_url=how.status_url, call_timeout=30))
+        first = None
         waited = clock() - start
         if step_deadline is not None:
             ctx.deadline = step_deadline + waited
@@ -184,8 +191,8 @@ def before_stop(ctx: HostContext, how: WorkHow,
                 sleep: Callable[[float], None] = time.sleep) -> WorkWait:
     """Cordon, then wait for the work in flight (timed by `clock`, `sleep`); StepFailed
     (busy) when the host is skipped."""
-    cordon(ctx, how)
-    done = wait_for_work(ctx, how, clock, sleep)
+    first = cordon(ctx, how)
+    done = wait_for_work(ctx, how, clock, sleep, first)
     if done.verdict == "skip":
         raise busy_skip(ctx, done)
     return done

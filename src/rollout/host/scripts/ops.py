@@ -1391,15 +1391,18 @@ def cordoned(root: str) -> dict[str, Any]:
     return _report("cordoned", f"cordoned by run {run}", run=run, time=_age(doc.get("time")))
 
 
-def cordon(root: str, run_id: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
+def cordon(root: str, run_id: str, command: str, timeout: float = 60.0,
+           status_url: str = "") -> dict[str, Any]:
     """Record "cordoned by run RUN_ID" first (a host is never cordoned without the record
-    that gets it uncordoned), then run the cordon command."""
+    that gets it uncordoned), then run the cordon command; once it ran, the wait's first
+    look at the work in flight (`work`, ops.work's report) when `status_url` is given."""
     safe_mkdir(_state_dir(root))
     safe_write(_cordon_record(root), json.dumps({"run": run_id[:128], "time": time.time()},
                                                 sort_keys=True).encode(), 0o644)
     out = user_command(command, timeout)
     word = "cordoned" if out["outcome"] == "ran" else out["outcome"]
-    return {**out, "outcome": word, "reason": f"cordon command {out['reason']}"}
+    looked = {"work": work(status_url)} if word == "cordoned" and status_url else {}
+    return {**out, "outcome": word, "reason": f"cordon command {out['reason']}", **looked}
 
 
 def uncordon(root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
