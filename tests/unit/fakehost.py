@@ -121,6 +121,16 @@ class FakeHost(Transport):
     # Each answers as the ops.py function of the same name would (its outcomes and keys);
     # the arguments were checked against that function's signature first (call()).
 
+    def _op_batch(self, calls: list[Any]) -> dict[str, Any]:
+        """ops.batch: each call answered as on its own (recorded as sent, as ops.py runs it)."""
+        reports = []
+        for entry in calls:
+            action, kwargs = entry["call"], json.dumps(entry["kwargs"], sort_keys=True)
+            self.sent.append(f"batched {action} {kwargs}")
+            reports.append(bad_call(action, entry["kwargs"])
+                           or getattr(self, f"_op_{action}")(**entry["kwargs"]))
+        return _report("batch", f"{len(reports)} call(s)", reports=reports)
+
     def _op_hold(self, root: str) -> dict[str, Any]:
         was, self.held = self.held, True
         return _report("kept", "hold already set") if was else _report("set", "hold set")

@@ -458,3 +458,13 @@ def test_a_host_refused_or_rolled_back_keeps_the_config_its_release_ran_with(
     else:
         assert config is None or config.status == "skipped", config
     assert host.files[CONFIG] == before and host.current == OLD
+
+
+def test_preflights_reads_go_to_the_host_in_one_round_trip(fleet: Fleet) -> None:
+    host = fleet.hosts["h1"]
+    host.sent.clear()
+    assert fleet.roll(NEW).exit_code == 0
+    batches = [c for c in host.sent if c.startswith("call ops.batch ")]
+    batched = [c.split(" ")[1] for c in host.sent if c.startswith("batched ")]
+    assert len(batches) == 1 and batched == ["file_present", "input_check"]
+    assert not host.commands(r"^call ops\.(file_present|input_check) ")

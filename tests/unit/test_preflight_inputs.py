@@ -21,7 +21,7 @@ from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.steps import c1
 from rollout.steps.base import HostContext
-from rollout.steps.preflight import CHECKS
+from rollout.steps.preflight import CHECKS, reads_ahead
 from rollout.steps.preflight_inputs import (
     check_c1_ids,
     check_pce_space,
@@ -327,3 +327,72 @@ def test_the_controller_reads_the_c1_once_for_all_hosts(
     for _ in range(3):
         assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, []) == []
     assert len(reads) == 1
+
+
+# ---- the reads of preflight's checks, ahead in one round trip
+
+
+class Counted(AgentTransport):
+    """The local agent, counting the host calls that reach it."""
+
+    calls: list[str]
+
+    def call(self, source: str, call: str, kwargs: Any, timeout: float | None = None) -> Any:
+        self.calls.append(call)
+        return super().call(source, call, kwargs, timeout)
+
+
+def test_the_c1_and_pce_reads_go_ahead_in_one_round_trip(tmp_path: Path) -> None:
+    (tmp_path / "host-c1.json").write_bytes(make_c1(sector=5, miner=4321))
+    ctx = c1_context(tmp_path, 5, 4321, None)
+    ctx.settings = ctx.settings.model_copy(update={"params": ctx.settings.params.model_copy(
+        update={"pce_bytes": "1MiB", "pce_file": "pce-porep-32g.bin"})})
+    transport = Counted("h")
+    transport.calls = []
+    ctx.transport = transport
+    alone: list[str] = []
+    assert check_c1_ids(ctx, None, alone) == [] and check_pce_space(ctx, None, alone) == []
+    assert transport.calls == ["ops.c1_probe", "ops.pce_sizes"]
+    transport.calls.clear()
+    ctx.prefetch(reads_ahead(ctx, ("c1", "pce", "executables")))
+    ahead: list[str] = []
+    assert check_c1_ids(ctx, None, ahead) == [] and check_pce_space(ctx, None, ahead) == []
+    assert transport.calls == ["ops.batch"] and ahead == alone  # same notes, one round trip
+    assert check_c1_ids(ctx, None, []) == [] and transport.calls[-1] == "ops.c1_probe"  # once
+    ctx.prefetch(reads_ahead(ctx, ("c1", "pce")))
+    ctx.forget_reads()  # a change on the host since: read again
+    check_pce_space(ctx, None, [])
+    assert transport.calls[-1] == "ops.pce_sizes"
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"{not json", "not JSON"), (b"[1, 2]", "no SectorNum"), (b'{"SectorNum": 3}', None)])
+def test_a_c1_on_the_host_is_read_as_hostile_data(tmp_path: Path, data: bytes,
+                                                  why: str | None) -> None:
+    from rollout.host.scripts import ops
+
+    path = tmp_path / "c1.json"
+    path.write_bytes(data)
+    out = ops.c1_probe(str(path), 1024)
+    if why == "not JSON":
+        assert out["outcome"] == "odd" and out["odd"] == "not JSON"
+    else:
+        assert out["outcome"] == "read" and isinstance(out["c1"], dict)
+    assert ops.c1_probe(str(path), 2)["outcome"] == "odd"  # larger than the limit
+    assert ops.c1_probe(str(tmp_path / "none"), 1024)["outcome"] == "missing"
+
+
+def test_a_batch_answers_each_call_in_order_and_none_for_what_is_not_one(
+    tmp_path: Path
+) -> None:
+    from rollout.host.scripts import ops
+
+    (tmp_path / "f").write_text("x")
+    out = ops.batch([{"call": "file_present", "kwargs": {"path": str(tmp_path / "f")}},
+                     {"call": "batch", "kwargs": {"calls": []}}, "hostile", {"call": 3},
+                     {"call": "file_present", "kwargs": {"path": str(tmp_path / "g")}},
+                     {"call": "file_present", "kwargs": {"nope": 1}}])
+    reports = out["reports"]
+    assert [r and r["outcome"] for r in reports] == [
+        "present", None, None, None, "missing", "bad-call"]
+    assert ops.batch("not a list")["reports"] == []  # type: ignore[arg-type]

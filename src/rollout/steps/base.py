@@ -45,6 +45,7 @@ class HostContext:
     tether: Callable[[], None] = lambda: None  # raises once the host's guard has the host
     emit: Callable[..., object] | None = None  # the run's events, this host's: emit(kind, **fields)
     run_id: str = ""  # the run this context acts for (the cordon's record names it)
+    read_ahead: dict[str, JSONObject] = field(default_factory=dict)  # prefetch()'s reports
 
     @property
     def target(self) -> Target:
@@ -130,6 +131,9 @@ class HostContext:
         """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
         arguments, within the step's deadline: its report, a JSON object (parse it with
         rollout.host.reports). StepFailed when the host gave none."""
+        ahead = self.read_ahead.pop(_read_key(action, kwargs), None)
+        if ahead is not None:
+            return ahead
         what = f"ops.{action}"
         result = self._bounded(
             lambda left: self.transport.call(script_text("ops"), what, kwargs, left),
@@ -145,6 +149,25 @@ class HostContext:
             raise StepFailed(f"{what}: {head(str(report.get('reason')), 300)}",
                              retryable=False)
         return report
+
+    def prefetch(self, reads: list[tuple[str, JSONObject]]) -> None:
+        """Reads a step is about to make, in one round trip (ops.batch): each later call()
+        of the same action with the same arguments takes its report from here, once. Only
+        for reads nothing changes in between; forget_reads() drops them (a step's end, or
+        once the step changed what they read)."""
+        if len(reads) < 2:
+            return
+        out = self.call("batch", call_timeout=60,
+                        calls=[{"call": action, "kwargs": kwargs} for action, kwargs in reads])
+        reports = out.get("reports")
+        if not isinstance(reports, list) or len(reports) != len(reads):
+            return  # each read is made on its own
+        for (action, kwargs), report in zip(reads, reports, strict=True):
+            if isinstance(report, dict) and report.get("outcome") != "bad-call":
+                self.read_ahead[_read_key(action, kwargs)] = report
+
+    def forget_reads(self) -> None:
+        self.read_ahead.clear()
 
     def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
         """Atomically replace a file whose content differs; `keep_previous` gets the old one.
@@ -181,6 +204,10 @@ class HostContext:
             args += ["--port", str(port)] if port else []
         _, data = self.script("facts", "--root", self.layout.root, *args, timeout=30)
         return HostFacts.parse(data)
+
+
+def _read_key(action: str, kwargs: JSONObject) -> str:
+    return f"{action} {json.dumps(kwargs, sort_keys=True)}"
 
 
 Apply = Callable[[HostContext, Action], StepResult]

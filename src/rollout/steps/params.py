@@ -26,34 +26,6 @@ from rollout.units import format_size, parse_size
 
 MAX_LINE = 4096  # characters of a line from the host that may be a size
 
-# Sizes of the manifest's files in param_cache (through links) and in the reuse folders
-# (and $FIL_PROOFS_PARAMETER_CACHE), their .partial sizes, whether the PCE file is there,
-# and the free bytes of the nearest existing folder of param_cache; one JSON line.
-# Argument: one JSON object {cache, pce, names, reuse}.
-_PROBE = r"""
-import json, os, sys
-a = json.loads(sys.argv[1])
-cache, env = a["cache"], os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "")
-reuse = a["reuse"] + ([env] if env.startswith("/") else [])
-def size(path):
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
-def elsewhere(name):
-    return next((d for d in reuse if os.path.isfile(os.path.join(d, name))), None)
-where = cache
-while not os.path.isdir(where) and where not in ("", "/"):
-    where = os.path.dirname(where)
-st = os.statvfs(where or "/")
-names = a["names"]
-print(json.dumps({"sizes": {n: size(os.path.join(cache, n)) for n in names},
-    "partial": {n: size(os.path.join(cache, n + ".partial")) for n in names},
-    "reuse": {n: elsewhere(n) for n in names}, "pce": size(os.path.join(cache, a["pce"]))
-    is not None, "free": st.f_bavail * st.f_frsize}))
-"""
-
-
 @dataclass(frozen=True)
 class Problem:
     name: str
@@ -67,16 +39,20 @@ class Problem:
         return f"{self.name} ({self.found} bytes, expected {want})"
 
 
-def _probe(ctx: HostContext) -> JSONObject:
+def probe_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+    """The read check_params makes first (ops.params_probe): the manifest's files in
+    param_cache and the reuse folders, their .partial sizes, the PCE file, the free bytes."""
     spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
-    arg = {"cache": cache, "pce": spec.pce_file, "names": [f.name for f in spec.files],
-           "reuse": list(spec.reuse)}
-    r = ctx.run_python(_PROBE, json.dumps(arg), timeout=30)
-    try:
-        out = json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as e:
-        raise StepFailed(f"cannot read param_cache {cache}: {r.stderr.strip()[-300:]}") from e
-    return out if isinstance(out, dict) else {}
+    if not spec.files and parse_size(spec.pce_bytes) == 0:
+        return []
+    return [("params_probe", {"cache": cache, "pce": spec.pce_file,
+                              "names": [f.name for f in spec.files],
+                              "reuse": list(spec.reuse)})]
+
+
+def _probe(ctx: HostContext) -> JSONObject:
+    (action, kwargs), = probe_reads(ctx)
+    return ctx.call(action, call_timeout=30, **kwargs)
 
 
 def _missing(ctx: HostContext, facts: JSONObject) -> list[ParamFile]:
@@ -98,6 +74,8 @@ def check_params(ctx: HostContext) -> str:
     _check_room(ctx, facts, sum(f.size or 0 for f in missing))
     if not spec.files:
         return f"no params manifest; room in {cache} for the PCE file"
+    if missing:
+        ctx.forget_reads()  # what preflight read ahead (the PCE's room) changes now
     pushed = push_missing(ctx, missing) if spec.source is not None and missing else {}
     report = _fetch(ctx, _fetch_args(ctx, pushed), missing)
     error = report.get("error")

@@ -8,6 +8,7 @@ touched: `{name: preflight-executables, kind: preflight, params: {checks: [execu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,13 +16,14 @@ from rollout.config.steps import PreflightParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, Parent, ProcessFacts
 from rollout.host.reports import CommandReport, OutputsReport, Report, TextReport
+from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Action, Decision, Target
-from rollout.steps.params import check_params
-from rollout.steps.preflight_inputs import check_c1_ids, check_pce_space
-from rollout.steps.validate import ensure_input
+from rollout.steps.params import check_params, probe_reads
+from rollout.steps.preflight_inputs import c1_reads, check_c1_ids, check_pce_space, pce_reads
+from rollout.steps.validate import ensure_input, input_reads
 from rollout.units import format_size
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
@@ -220,13 +222,19 @@ def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> lis
     return problems
 
 
+def marker_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+    marker = ctx.settings.preflight.host_marker
+    return [("file_present", {"path": marker})] if marker else []
+
+
 def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
     """`preflight.host_marker`: this playbook runs only on hosts that have this file (the lab
     playbook names the one every lab host has, so the stand-in never reaches a real host)."""
     marker = ctx.settings.preflight.host_marker
     if not marker:
         return []
-    if Report.parse(ctx.call("file_present", path=marker)).outcome != "present":
+    (action, kwargs), = marker_reads(ctx)
+    if Report.parse(ctx.call(action, **kwargs)).outcome != "present":
         return [
             f"{ctx.name} is not a host this playbook may run on: {marker} is missing "
             "(preflight.host_marker: the lab playbook runs only on lab hosts)"
@@ -286,8 +294,23 @@ CHECKS: dict[str, Check] = {
     "pce": check_pce_space,  # after staging: the room left once the params are there
     "input": with_facts(check_input),
 }
+READS: dict[str, Callable[[HostContext], list[tuple[str, JSONObject]]]] = {
+    "host": marker_reads, "c1": c1_reads, "params": probe_reads, "pce": pce_reads,
+    "input": input_reads,
+}
+"""The host reads a check makes whatever the others find: read ahead in one round trip."""
 FACTLESS = frozenset({"executables", "files"})  # checks whose own command looks: no facts read
 STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
+
+
+def reads_ahead(ctx: HostContext, checks: tuple[str, ...]) -> list[tuple[str, JSONObject]]:
+    """The reads of these checks, where each can say them ahead (a setting it cannot use
+    is left for its check to refuse)."""
+    reads: list[tuple[str, JSONObject]] = []
+    for name in checks:
+        with contextlib.suppress(StepFailed):
+            reads += READS[name](ctx) if name in READS else []
+    return reads
 
 
 @dataclass(frozen=True)
@@ -313,10 +336,14 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
         facts = ctx.facts()
     notes: list[str] = []
     problems: list[str] = []
-    for name in checks:
-        if name in STAGING and problems:
-            break  # staging params and input is work: not for a host that cannot take it
-        problems += CHECKS[name](ctx, facts, notes)
+    ctx.prefetch(reads_ahead(ctx, checks))
+    try:
+        for name in checks:
+            if name in STAGING and problems:
+                break  # staging params and input is work: not for a host that cannot take it
+            problems += CHECKS[name](ctx, facts, notes)
+    finally:
+        ctx.forget_reads()  # never read by a later step: the host moves on
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)
     return ok("; ".join(notes))

@@ -38,37 +38,13 @@ def pce_tmp_name(pce_file: str) -> str:
     return f"{stem}.tmp"
 
 
-_PCE_PROBE = r'''"""rollout pce: sizes of the PCE file and its temporary (regular files only: lstat,
-never through a link) and the free bytes where param_cache is (its nearest existing folder).
-Arguments: param_cache, then the names."""
-import json, os, stat, sys
-cache, names = sys.argv[1], sys.argv[2:]
-def file(name):
-    try:
-        st = os.lstat(os.path.join(cache, name))
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None  # a link or other: cuzk replaces it by a file, its size says nothing
-    return {"size": st.st_size, "blocks": st.st_blocks * 512}
-where = cache
-while not os.path.isdir(where) and where not in ("", "/"):
-    where = os.path.dirname(where)
-st = os.statvfs(where or "/")
-print(json.dumps({"files": {n: file(n) for n in names}, "free": st.f_bavail * st.f_frsize}))
-'''
-
-
-def _answer(ctx: HostContext, source: str, *args: str) -> JSONObject:
-    r = ctx.run_python(source, *args, timeout=60)
-    try:
-        out = json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        out = None
-    if not isinstance(out, dict):
-        raise StepFailed(f"the host gave no answer (exit {r.exit_code}): "
-                         f"{(r.stderr or r.stdout).strip()[-300:]}")
-    return out
+def pce_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+    """The read check_pce_space makes (ops.pce_sizes): the PCE file and its temporary in
+    param_cache, and the free bytes there."""
+    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    if parse_size(spec.pce_bytes) == 0:
+        return []
+    return [("pce_sizes", {"cache": cache, "names": [spec.pce_file, pce_tmp_name(spec.pce_file)]})]
 
 
 def pce_room(pce_bytes: int, pce: JSON, tmp: JSON, free: int) -> tuple[int, int, str | None]:
@@ -99,13 +75,14 @@ def _figure(answer: JSON, key: str) -> int:
 
 def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
     """Room in param_cache for a full rewrite of the PCE file, counted again when it exists."""
-    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    spec = ctx.settings.params
     pce_bytes = parse_size(spec.pce_bytes)
     if pce_bytes == 0:
         notes.append("no PCE space check (params.pce_bytes 0)")
         return []
     tmp = pce_tmp_name(spec.pce_file)
-    out = _answer(ctx, _PCE_PROBE, cache, spec.pce_file, tmp)
+    (action, kwargs), = pce_reads(ctx)
+    out = ctx.call(action, call_timeout=60, **kwargs)
     files, free = out.get("files") or {}, out.get("free")
     if not isinstance(free, int) or not isinstance(files, dict):
         return [f"the PCE space probe gave no figures: {str(out)[:200]}"]
@@ -118,31 +95,10 @@ def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str])
 
 # ---- the C1's ids
 
-_C1_PROBE = r'''"""rollout c1: the C1's SectorNum, and of its Phase1Out only what the replica id
-check reads, as a small C1 of the same shape; a regular file only, never through a link, at
-most LIMIT bytes. Arguments: path, limit."""
-import base64, json, os, stat, sys
-path, limit = sys.argv[1], int(sys.argv[2])
-try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-except OSError as e:
-    print(json.dumps({"missing": e.strerror})); sys.exit(0)
-with os.fdopen(fd, "rb") as f:
-    st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-        print(json.dumps({"odd": "not a regular file" if not stat.S_ISREG(st.st_mode)
-                          else f"{st.st_size} bytes"})); sys.exit(0)
-    data = f.read(limit + 1)
-try:
-    doc = json.loads(data)
-    inner = json.loads(base64.b64decode(doc["Phase1Out"]))
-    keep = {k: inner.get(k) for k in ("registered_proof", "ticket", "comm_d", "replica_id")}
-    doc["Phase1Out"] = base64.b64encode(json.dumps(keep).encode()).decode()
-except Exception:
-    pass
-small = {k: doc.get(k) for k in ("SectorNum", "Phase1Out")} if isinstance(doc, dict) else {}
-print(json.dumps({"c1": small}))
-'''
+def c1_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+    """The read c1_ids makes where the C1 has no source on the controller (ops.c1_probe)."""
+    spec = ctx.settings.validation.input
+    return [] if spec.source else [("c1_probe", {"path": spec.path, "limit": c1.MAX_C1_BYTES})]
 
 
 @functools.lru_cache(maxsize=4)
@@ -163,7 +119,8 @@ def c1_ids(ctx: HostContext) -> tuple[c1.C1Ids, str]:
     if spec.source:
         st = Path(spec.source).stat()
         return _local_ids(str(spec.source), st.st_size, st.st_mtime_ns), str(spec.source)
-    out = _answer(ctx, _C1_PROBE, spec.path, str(c1.MAX_C1_BYTES))
+    (action, kwargs), = c1_reads(ctx)
+    out = ctx.call(action, call_timeout=60, **kwargs)
     if "c1" not in out:
         why = out.get("missing") or out.get("odd") or "no answer"
         return c1.C1Ids(None, None, f"not readable on the host: {why}"), spec.path

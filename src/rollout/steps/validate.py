@@ -18,6 +18,7 @@ from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id
 from rollout.host.reports import BudgetWait, InputReport, ProbeReport, ProveReport, Report
 from rollout.host.scripts.common import proof_verdict
+from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
 from rollout.steps.base import HostContext
@@ -48,6 +49,12 @@ def validation_command(target: Target, template: Command, release_id: str | None
     return render_command(template, target.settings.validation.env, context, where)
 
 
+def input_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+    """The read ensure_input makes (ops.input_check): the input's size and sha256."""
+    spec = ctx.settings.validation.input
+    return [("input_check", {"path": spec.path, "size": spec.size})]
+
+
 def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
     """The validation input is on the host with the expected size and sha256 (a real C1,
     not a stand-in); stage it if not. `seen`: what ops.input_check said, where it ran in an
@@ -62,7 +69,8 @@ def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
         )
     want = spec.sha256 or (hashlib.sha256(source.read_bytes()).hexdigest() if source else None)
     if seen is None:
-        seen = InputReport.parse(ctx.call("input_check", path=spec.path, size=spec.size))
+        (action, kwargs), = input_reads(ctx)
+        seen = InputReport.parse(ctx.call(action, **kwargs))
     size, have = seen.size, seen.sha256
     if have and (want is None or have == want):
         return f"input {spec.path} present"

@@ -1187,6 +1187,110 @@ def file_present(path: str) -> dict[str, Any]:
     return _report(word, f"{path} {word}")
 
 
+def _nearest_free(folder: str) -> int:
+    """Free bytes where `folder` is, or would be: its nearest existing folder."""
+    where = folder
+    while not os.path.isdir(where) and where not in ("", "/"):
+        where = os.path.dirname(where)
+    st = os.statvfs(where or "/")
+    return st.f_bavail * st.f_frsize
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def params_probe(cache: str, pce: str, names: list[str], reuse: list[str]) -> dict[str, Any]:
+    """The params manifest's files: their sizes in param_cache (through links), their
+    .partial sizes, the reuse folder holding each (and $FIL_PROOFS_PARAMETER_CACHE), whether
+    the PCE file is there, and the free bytes where param_cache is."""
+    env = os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "")
+    folders = [str(d) for d in reuse if isinstance(d, str)] + ([env] if env.startswith("/")
+                                                               else [])
+    wanted = _names(names)
+
+    def elsewhere(name: str) -> str | None:
+        return next((d for d in folders if os.path.isfile(os.path.join(d, name))), None)
+
+    return _report(
+        "probed", f"{len(wanted)} param file(s) looked for in {cache}",
+        sizes={n: _size(os.path.join(cache, n)) for n in wanted},
+        partial={n: _size(os.path.join(cache, n + ".partial")) for n in wanted},
+        reuse={n: elsewhere(n) for n in wanted},
+        pce=_size(os.path.join(cache, os.path.basename(pce))) is not None,
+        free=_nearest_free(cache))
+
+
+def pce_sizes(cache: str, names: list[str]) -> dict[str, Any]:
+    """The PCE file and its temporary in param_cache (regular files only: lstat, never
+    through a link: a link's size says nothing of what cuzk writes), and the free bytes
+    where param_cache is."""
+
+    def file(name: str) -> dict[str, int] | None:
+        try:
+            st = os.lstat(os.path.join(cache, name))
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return {"size": st.st_size, "blocks": st.st_blocks * 512}
+
+    wanted = _names(names)
+    return _report("probed", f"{len(wanted)} PCE file(s) looked for in {cache}",
+                   files={n: file(n) for n in wanted}, free=_nearest_free(cache))
+
+
+def c1_probe(path: str, limit: int) -> dict[str, Any]:
+    """The C1 at `path` (a regular file, never through a link, at most `limit` bytes): its
+    SectorNum, and of its Phase1Out only what the replica id check reads, as a small C1 of
+    the same shape ("read", c1); "missing" or "odd" (not a regular file, too large)."""
+    import base64
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        return _report("missing", f"{path}: {e.strerror}", missing=e.strerror)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            odd = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes"
+            return _report("odd", f"{path}: {odd}", odd=odd)
+        data = f.read(limit + 1)
+    try:
+        doc: Any = json.loads(data)
+    except (ValueError, RecursionError):
+        return _report("odd", f"{path}: not JSON", odd="not JSON")
+    with contextlib.suppress(Exception):  # hostile bytes: Phase1Out kept as it is
+        inner = json.loads(base64.b64decode(doc["Phase1Out"]))
+        keep = {k: inner.get(k) for k in ("registered_proof", "ticket", "comm_d", "replica_id")}
+        doc["Phase1Out"] = base64.b64encode(json.dumps(keep).encode()).decode()
+    small = {k: doc.get(k) for k in ("SectorNum", "Phase1Out")} if isinstance(doc, dict) else {}
+    return _report("read", f"{path} read", c1=small)
+
+
+# ---------------------------------------------------------------- several reads, one round trip
+
+
+def batch(calls: list[Any]) -> dict[str, Any]:
+    """Several host actions in one round trip, in order (the reads a step makes together,
+    such as preflight's): each one's report, or None for an entry that is not a call or
+    whose action raised (the controller then makes that call on its own)."""
+    reports: list[Any] = []
+    for entry in calls if isinstance(calls, list) else []:
+        name = entry.get("call") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name == "batch":
+            reports.append(None)
+            continue
+        try:
+            reports.append(call(name, entry.get("kwargs")))
+        except Exception:  # noqa: BLE001 - that call alone, made again on its own
+            reports.append(None)
+    return _report("batch", f"{len(reports)} call(s)", reports=reports)
+
+
 # ---------------------------------------------------------------- start-up registration
 
 UNIT = """[Unit]
@@ -1426,7 +1530,7 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    register, config_folders, remove_files, identities,
                                    file_sums, read_release, install_release, staging_survey,
                                    unstage, pull_folder, cpu_info, gpus, ldd,
-                                   file_present)}
+                                   file_present, params_probe, pce_sizes, c1_probe, batch)}
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
