@@ -14,7 +14,6 @@ No Docker, no SSH, no root: the engine tests run against this in milliseconds.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import re
 import shlex
@@ -42,11 +41,8 @@ def bad_call(action: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
     fn = ops.ACTIONS.get(action)
     if fn is None:
         return {"outcome": "bad-call", "reason": f"no host action {action[:80]!r}"}
-    try:
-        inspect.signature(fn).bind(**kwargs)
-    except TypeError as e:
-        return {"outcome": "bad-call", "reason": f"{action}: {e}"}
-    return None
+    why = ops.misfit(fn, dict(kwargs))
+    return None if why is None else {"outcome": "bad-call", "reason": f"{action}: {why}"}
 
 
 class CannedStream(Stream):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from contexts import AgentTransport
 
-from rollout.host.scripts import bootstrap, script_text, sized
+from rollout.host.scripts import bootstrap, ops, script_text, sized
 
 
 class Status(http.server.BaseHTTPRequestHandler):
@@ -440,3 +440,27 @@ def test_register_never_writes_through_a_link_nor_splits_a_line(root: Path,
     assert out["outcome"] == "refused" and precious.read_text() == "x"
     hostile = call("register", root=f"{root}\nreboot", onstart=str(root / "other.sh"))
     assert hostile["outcome"] == "refused" and not (root / "other.sh").exists()
+
+
+def test_a_calls_arguments_are_checked_as_inspect_would_without_importing_it() -> None:
+    """ops.call checks the arguments from the function's code object: `import inspect` in
+    every forked call cost a host 14 ms of CPU."""
+    import inspect
+
+    def refusal(fn: Any, kwargs: dict[str, Any]) -> str | None:
+        try:
+            inspect.signature(fn).bind(**kwargs)
+        except TypeError:
+            return "refused"
+        return None
+
+    cases: list[dict[str, Any]] = [{}, {"root": "/d"}, {"root": "/d", "release": "r"},
+                                   {"root": "/d", "nope": 1}, {"root": "/d", "grace": 1.0}]
+    for fn in ops.ACTIONS.values():
+        for kwargs in cases:
+            said = ops.misfit(fn, kwargs)
+            assert (said and "refused") == refusal(fn, kwargs), (fn.__name__, kwargs, said)
+    assert ops.misfit(ops.point_current, {"root": "/d"}) == (
+        "missing a required argument: 'release'")
+    assert "unexpected keyword argument 'rm'" in str(ops.misfit(ops.hold, {"root": "/d",
+                                                                          "rm": "-rf /"}))
