@@ -168,3 +168,16 @@ def test_no_agent_when_the_host_cannot_start_one() -> None:
     p = subprocess.Popen(["sh", "-c", "echo 'python3: not found' >&2; exit 127"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert HostAgent.start("here", PipeStream(p)) is None
+
+
+def test_after_its_first_answer_the_agent_has_the_modules_calls_import_loaded(
+    agent: HostAgent
+) -> None:
+    """The lock's take (the first request) forks without them; every later call forks with
+    http.client and the rest already imported (20 ms of a host's CPU per call otherwise)."""
+    from rollout.host.scripts.agent import WARM
+
+    source = f"import sys\nprint(sorted(m for m in {list(WARM)!r} if m in sys.modules))\n"
+    agent.script(source, [], 30)  # whatever the fixture's agent answered before, a second
+    loaded = agent.script(source, [], 30).stdout
+    assert loaded.strip() == repr(sorted(WARM))
