@@ -3,6 +3,7 @@ host first and then the rest at once, as the default playbook batches them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -57,6 +58,17 @@ def staged(release: Release, work: Path) -> Path:
     return folder
 
 
+@functools.cache
+def lab_work() -> tuple[str, str, str]:
+    """The lab playbook's cordon and uncordon commands and its work.settle, which rollout
+    runs around each host's stop: the floor runs them too (the same steps, the user's own
+    commands costing both sides alike)."""
+    from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+
+    work = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(())).work
+    return str(work.cordon or ""), str(work.uncordon or ""), f"{float(work.settle):g}"
+
+
 def _run(argv: list[str], stdin: str | None, what: str) -> str:
     r = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -70,7 +82,7 @@ def floor_host(host: SshHost, release: Release, folder: Path) -> str:
     _run(["scp", "-q", "-r", "-P", str(host.port), *host.options(), str(folder), dest],
          None, f"scp to {host.name}")  # fmt: skip
     sums = "".join(f"{a.sha256}  {a.name}\n" for a in release.artifacts)
-    args = [ROOT, release.id, STATUS_URL, VALIDATE_ADDR, C1, sums]
+    args = [ROOT, release.id, STATUS_URL, VALIDATE_ADDR, C1, sums, *lab_work()]
     remote = "sh -s -- " + " ".join(shlex.quote(a) for a in args)
     out = _run(["ssh", "-p", str(host.port), *host.options(), f"root@{host.address}", remote],
                floor_script(), f"ssh on {host.name}")  # fmt: skip

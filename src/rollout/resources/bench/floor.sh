@@ -2,15 +2,19 @@
 # The floor `inv bench` measures rollout against: the same steps on one host, in one shell
 # session, polling every 50 ms. The controller has already scp'd the release's files into
 # <root>/releases/.floor-<release id>/ with its RELEASE.json (one scp); this is the one ssh:
-#   sh -s -- ROOT RELEASE_ID STATUS_URL VALIDATE_ADDR C1 SHA256SUMS < floor.sh
+#   sh -s -- ROOT RELEASE_ID STATUS_URL VALIDATE_ADDR C1 SHA256SUMS [CORDON UNCORDON SETTLE] < floor.sh
 # Steps: check the files' sha256 and put the release in place, evict it from the page
-# cache; set the supervisor's hold and SIGTERM the daemon its pidfile names; wait until
+# cache; run the playbook's cordon command (if any) and wait its settle (the bench's hosts
+# are quiet: nothing is in flight to read from /status);
+# set the supervisor's hold and SIGTERM the daemon its pidfile names; wait until
 # that process is gone and the working set is back under the new budget; switch current;
 # release the hold and wait until the supervisor runs the new release; wait for the status
-# port; validate with cuzk-bench and read its result line; prune to the 3 newest releases.
+# port; validate with cuzk-bench and read its result line; prune to the 3 newest releases;
+# run the uncordon command.
 # Prints "floor: validated RELEASE_ID" and exits 0 only when the proof COMPLETED.
 set -eu
 root=$1 rid=$2 status_url=$3 addr=$4 c1=$5 sums=$6
+cordon=${7:-} uncordon=${8:-} settle=${9:-0}
 rel="$root/releases/$rid" partial="$root/releases/.floor-$rid" state="$root/rollout"
 poll() { sleep 0.05; }
 fail() { echo "floor: $*" >&2; exit 1; }
@@ -22,6 +26,7 @@ for f in $names; do chmod 0755 -- "$f" && dd if="$f" iflag=nocache count=0 statu
 cd "$root"
 rm -rf -- "$rel" && mv -T -- "$partial" "$rel"
 
+if [ -n "$cordon" ]; then sh -c "$cordon" >/dev/null || fail "cordon failed"; sleep "$settle"; fi
 touch -- "$state/hold"
 pid=$(cut -d' ' -f1 "$state/daemon.pid")
 kill -TERM "$pid" 2>/dev/null || true
@@ -70,4 +75,5 @@ printf '%s\n' "$out" | grep -q '^status:[[:space:]]*COMPLETED' || fail "validati
 ls -1t "$root/releases" | grep -vxF -- "$rid" | tail -n +3 | while read -r old; do
   rm -rf -- "${root:?}/releases/$old"
 done
+[ -z "$uncordon" ] || sh -c "$uncordon" >/dev/null || fail "uncordon failed"
 echo "floor: validated $rid"
