@@ -464,3 +464,24 @@ def test_a_calls_arguments_are_checked_as_inspect_would_without_importing_it() -
         "missing a required argument: 'release'")
     assert "unexpected keyword argument 'rm'" in str(ops.misfit(ops.hold, {"root": "/d",
                                                                           "rm": "-rf /"}))
+
+
+def test_a_holder_gone_before_it_is_described_holds_no_port(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of the daemon on its way to closing its descriptors holds the listening
+    socket a moment (the lab stand-in's pool keeper did, once failing a start on a loaded
+    machine as "held by pid 2738 (?, up Nones)"): seen in the fd scan, gone when described,
+    it is no holder. One still there that is not the daemon's is named, its age said."""
+    from rollout.host.scripts import common
+    from rollout.steps.identity import identity_problem
+
+    gone = 2**22 + 12345  # above any pid_max: no such process
+    monkeypatch.setattr(common, "listening_inodes", lambda proc, ports: {9820: [111]})
+    monkeypatch.setattr(common, "socket_holders",
+                        lambda proc, inodes: {111: [os.getpid(), gone]})
+    owners = common.ports_owners("/proc", [9820])[9820]
+    assert [o["pid"] for o in owners] == [os.getpid()]
+    stranger = {"pid": 7, "ancestors": [1], "cmdline": "", "age_secs": None}
+    said = identity_problem(9820, [stranger], 5, 3.0, None)
+    assert said is not None and "(?, age unknown)" in said and "Nones" not in said

@@ -25,6 +25,11 @@ def _owner_is(owner: dict[str, Any], pid: int) -> bool:
     return owner.get("pid") == pid or pid in (owner.get("ancestors") or [])
 
 
+def _age(owner: dict[str, Any]) -> str:
+    age = owner.get("age_secs")
+    return f"up {age:g}s" if isinstance(age, (int, float)) else "age unknown"
+
+
 def _who(owner: dict[str, Any]) -> str:
     return f"pid {owner.get('pid')}"
 
@@ -43,7 +48,7 @@ def identity_problem(
     if strangers:
         o = strangers[0]
         return (f"port answered by {_who(o)} (not the started daemon): port {port} is held "
-                f"by pid {o.get('pid')} ({o.get('cmdline') or '?'}, up {o.get('age_secs')}s), "
+                f"by pid {o.get('pid')} ({o.get('cmdline') or '?'}, {_age(o)}), "
                 f"the started daemon is pid {pid}")
     if not owners:
         return (f"port answered by pid ? (not the started daemon): no process this host can "

@@ -649,9 +649,17 @@ def ports_owners(proc: str, ports: Iterable[int]) -> dict[int, list[dict[str, An
     described; /proc read once for all the ports."""
     by_port = listening_inodes(proc, ports)
     holders = socket_holders(proc, {i for inodes in by_port.values() for i in inodes})
-    return {port: [process_brief(proc, pid)
-                   for pid in sorted({p for i in inodes for p in holders.get(i, [])})]
+    return {port: [brief for brief in (
+                process_brief(proc, pid)
+                for pid in sorted({p for i in inodes for p in holders.get(i, [])}))
+                   if _still_there(proc, brief)]
             for port, inodes in by_port.items()}
+
+
+def _still_there(proc: str, brief: dict[str, Any]) -> bool:
+    """A holder gone before it could be described held the socket only for a moment (a
+    fork of the daemon on its way to closing its descriptors and exec): it holds nothing."""
+    return brief.get("age_secs") is not None or os.path.isdir(f"{proc}/{brief.get('pid')}")
 
 
 def port_owners(proc: str, port: int) -> list[dict[str, Any]]:
