@@ -106,8 +106,10 @@ def test_active_page_cache_the_old_daemon_left_is_not_waited_for(
         assert drain["status"] == "ok" and drain["data"]["drained_by"] == "budget", drain
         data: dict[str, Any] = drain["data"]
         mem, budget = data["memory"], data["budget"]
-        assert data["page_cache"] >= CACHE_MIB * MIB, data  # counted out, active or not
-        assert mem["active_file"] >= CACHE_MIB * MIB - 16 * MIB, mem  # still active then
+        # Counted out, active or not, and more than the drain could wait past. The kernel may
+        # have reclaimed some of the 160 MiB meanwhile (a loaded CI machine once left 141).
+        assert data["page_cache"] + budget > mem["limit"], data
+        assert mem["active_file"] + budget > mem["limit"], mem  # still active then
         assert data["working_set"] + budget <= mem["limit"]
         # counting only the inactive list (as the drain did before) would not have fitted
         assert mem["usage"] - mem["inactive_file"] + budget > mem["limit"], mem
