@@ -4,6 +4,8 @@ playbook rendered for it (the settings a step reads), instead of None or a names
 from __future__ import annotations
 
 import atexit
+import shlex
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
@@ -58,6 +60,8 @@ def _local_agent() -> HostAgent:
     started as an SSH host's is (python3 -c BOOTSTRAP), ended when the process ends."""
     with _agent_lock:
         command, stdin = agent_command()
+        cache = tempfile.mkdtemp(prefix="rollout-agent-cache-")  # not the user's ~/.cache
+        command = f"XDG_CACHE_HOME={shlex.quote(cache)} {command}"
         agent = HostAgent.start("local", LocalTransport().open_stream(command, stdin))
         assert agent is not None, "the local host agent did not start"
         atexit.register(agent.close)

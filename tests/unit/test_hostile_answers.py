@@ -5,7 +5,6 @@ shows such a host as unknown, never a crash (exit 70)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 from fakehost import CannedStream, FakeHost
 from test_engine import Fleet
-from test_hostside_agent import PipeStream
+from test_hostside_agent import start_agent
 
 from rollout.commands import status
 from rollout.commands.diagnose import HostEvidence
@@ -22,7 +21,7 @@ from rollout.engine.locks import FoundLock
 from rollout.errors import HostAnswerError
 from rollout.host.facts import HostFacts
 from rollout.transport import channel
-from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command
+from rollout.transport.agent import HostAgent
 
 
 @pytest.fixture(autouse=True)
@@ -121,15 +120,8 @@ def test_a_command_output_over_the_cap_stops_the_read(which: str) -> None:
 
 
 @pytest.fixture
-def real_agent() -> Iterator[HostAgent]:
-    _, stdin = agent_command()
-    p = subprocess.Popen([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE)
-    assert p.stdin is not None
-    p.stdin.write(stdin)
-    p.stdin.flush()
-    started = HostAgent.start("big", PipeStream(p))
-    assert started is not None
+def real_agent(tmp_path: Path) -> Iterator[HostAgent]:
+    started, _ = start_agent(tmp_path / "cache")
     yield started
     started.close()
 

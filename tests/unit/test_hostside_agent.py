@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import select
 import subprocess
@@ -17,8 +18,12 @@ import pytest
 
 from rollout.errors import TransportError
 from rollout.host.scripts import script_text
-from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command
+from rollout.host.scripts.agent import prune_cache
+from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command, source_sha256
 from rollout.transport.base import Stream
+
+OPS = script_text("ops")
+OPS_SHA = source_sha256(OPS)
 
 
 class PipeStream(Stream):
@@ -62,20 +67,45 @@ class PipeStream(Stream):
         self.p.wait(timeout=30)
 
 
-@pytest.fixture
-def agent() -> Iterator[HostAgent]:
+def start_agent(cache: Path) -> tuple[HostAgent, subprocess.Popen[bytes]]:
+    """agent.py as a host starts it, its code cache in `cache` (XDG_CACHE_HOME)."""
     command, stdin = agent_command()
     assert BOOTSTRAP in command
     p = subprocess.Popen([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE)
+                         stdout=subprocess.PIPE, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert p.stdin is not None
     p.stdin.write(stdin)
     p.stdin.flush()
     started = HostAgent.start("here", PipeStream(p))
     assert started is not None
+    return started, p
+
+
+@pytest.fixture
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostAgent]:
+    started, p = start_agent(tmp_path_factory.mktemp("agent") / "cache")
     yield started
     started.close()
     assert p.returncode == 0  # stdin closed: the agent ends
+
+
+class Counting(PipeStream):
+    """A PipeStream that keeps the requests written to it."""
+
+    sent: list[dict[str, object]]
+
+    def write(self, text: str) -> bool:
+        self.sent.append(json.loads(text))
+        return super().write(text)
+
+
+def counted(agent: HostAgent) -> list[dict[str, object]]:
+    """Every request the agent is sent from now on."""
+    assert isinstance(agent.stream, PipeStream)
+    agent.stream.__class__ = Counting
+    sent: list[dict[str, object]] = []
+    agent.stream.sent = sent  # type: ignore[attr-defined]
+    return sent
 
 
 def test_shell_command_with_stdin_and_exit_status(agent: HostAgent) -> None:
@@ -108,14 +138,53 @@ def test_each_script_runs_in_a_fresh_child(agent: HostAgent) -> None:
     assert first[0] == second[0] == "1" and first[1] != second[1]
 
 
-def test_source_is_sent_once_per_agent(agent: HostAgent) -> None:
+def test_source_is_sent_once_per_script_and_host(tmp_path: Path) -> None:
+    """By sha256 alone; the source only when the agent asks for it (neither compiled on
+    this connection nor in the host's code cache), so a second connection sends none."""
     source = "print('hello')"
-    assert agent.script(source, [], 30).stdout == "hello\n"
-    assert agent._known  # the agent compiled it: the next call sends the sha alone
-    assert agent.script(source, [], 30).stdout == "hello\n"
-    agent._known.clear()
-    agent._known.add(hashlib.sha256(b"print('new')").hexdigest())
-    assert agent.script("print('new')", [], 30).stdout == "new\n"  # unknown there: resent
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    for connection in range(2):
+        agent, p = start_agent(tmp_path / "cache")
+        sent = counted(agent)
+        assert agent.script(source, [], 30).stdout == "hello\n"
+        assert "bad-call" in agent.call(OPS, "ops.no_such_action", {}, 30).stdout
+        assert agent.script(source, [], 30).stdout == "hello\n"
+        with_source = [r["sha"] for r in sent if "source" in r]
+        assert with_source == ([sha, OPS_SHA] if connection == 0 else []), with_source
+        agent.close()
+    cached = sorted(f.name.split(".")[0] for f in (tmp_path / "cache/rollout/code").iterdir())
+    assert cached == sorted([sha, OPS_SHA])
+
+
+def test_a_cached_code_file_that_is_not_the_agents_own_is_compiled_again(
+    tmp_path: Path,
+) -> None:
+    """A cache file that is a link, or not readable back, is no cache: the agent asks for
+    the source and compiles it; a cache folder others may write is not used at all."""
+    source = "print('mine')"
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    agent, p = start_agent(tmp_path / "cache")
+    assert agent.script(source, [], 30).stdout == "mine\n"
+    agent.close()
+    folder = tmp_path / "cache/rollout/code"
+    (cached,) = folder.iterdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(cached.read_bytes())
+    for spoilt in ("link", "garbage", "open folder"):
+        cached.unlink()
+        if spoilt == "link":
+            cached.symlink_to(elsewhere)
+        elif spoilt == "garbage":
+            cached.write_bytes(b"\xe3not marshal")
+        else:
+            cached.write_bytes(elsewhere.read_bytes())
+            folder.chmod(0o777)
+        agent, p = start_agent(tmp_path / "cache")
+        sent = counted(agent)
+        assert agent.script(source, [], 30).stdout == "mine\n", spoilt
+        assert [r["sha"] for r in sent if "source" in r] == [sha], spoilt
+        agent.close()
+    folder.chmod(0o700)
 
 
 def test_before_runs_first_and_gates_the_script(agent: HostAgent, tmp_path: Path) -> None:
@@ -181,3 +250,23 @@ def test_after_its_first_answer_the_agent_has_the_modules_calls_import_loaded(
     agent.script(source, [], 30)  # whatever the fixture's agent answered before, a second
     loaded = agent.script(source, [], 30).stdout
     assert loaded.strip() == repr(sorted(WARM))
+
+
+def test_the_code_cache_keeps_the_newest_files_only(tmp_path: Path) -> None:
+    """Past CACHE_KEEP code files the oldest go: a host rolled by many releases of rollout
+    keeps a few megabytes, not one set of scripts per release forever."""
+    agent, p = start_agent(tmp_path / "cache")
+    folder = tmp_path / "cache/rollout/code"
+    for i in range(3):
+        assert agent.script(f"print({i})", [], 30).stdout == f"{i}\n"
+        old = time.time() - 100 + i
+        for f in folder.iterdir():
+            if f.name.startswith(hashlib.sha256(f"print({i})".encode()).hexdigest()):
+                os.utime(f, (old, old))
+    (folder / "not-ours").write_text("kept")
+    prune_cache(str(folder), keep=2)
+    left = {f.name.split(".")[0] for f in folder.iterdir()}
+    assert left == {"not-ours", *(hashlib.sha256(f"print({i})".encode()).hexdigest()
+                                  for i in (1, 2))}
+    agent.close()
+

@@ -49,7 +49,6 @@ class HostAgent:
         self.stream = stream
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._known: set[str] = set()  # scripts this agent has compiled, by sha256
 
     @classmethod
     def start(cls, name: str, stream: Stream | None) -> HostAgent | None:
@@ -78,13 +77,7 @@ class HostAgent:
                                    "before": before, "timeout": timeout}
         if stdin is not None:
             request["stdin"] = stdin
-        if sha not in self._known:
-            request["source"] = source
-        answer = self._call(request, timeout)
-        if "unknown" in answer:  # a new agent on a new connection: send the source
-            answer = self._call({**request, "source": source}, timeout)
-        self._known.add(sha)
-        return self._result(script_command(args, before), answer)
+        return self._result(script_command(args, before), self._compiled(request, source))
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None) -> RunResult:
@@ -92,13 +85,16 @@ class HostAgent:
         sha = source_sha256(source)
         request: dict[str, Any] = {"call": call, "kwargs": dict(kwargs), "sha": sha,
                                    "timeout": timeout}
-        if sha not in self._known:
-            request["source"] = source
-        answer = self._call(request, timeout)
+        return self._result(f"call {call}", self._compiled(request, source))
+
+    def _compiled(self, request: dict[str, Any], source: str) -> dict[str, Any]:
+        """The answer to a request that names its script by sha256 alone; the source goes
+        only where the agent asks for it ("unknown": neither compiled on this connection
+        nor in the host's code cache), once per script and host."""
+        answer = self._call(request, request.get("timeout"))
         if "unknown" in answer:
-            answer = self._call({**request, "source": source}, timeout)
-        self._known.add(sha)
-        return self._result(f"call {call}", answer)
+            answer = self._call({**request, "source": source}, request.get("timeout"))
+        return answer
 
     def _call(self, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         with self._lock:

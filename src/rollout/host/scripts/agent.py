@@ -17,13 +17,21 @@ this process, as `python3 - ARGS` with the script on its stdin would: sys.argv i
 ["-", *args], stdin is "stdin" (else empty), __name__ is "__main__", its exit status is its
 answer's (a script that reads its stdin, files.py, otherwise ran as a python3 of its own). The
 child skips what each `python3 -` paid for again: the interpreter's start, compiling the
-script (compiled once per connection, by its sha256; "source" is sent only the first time)
+script (compiled once per connection, by its sha256; "source" is sent only when asked for)
 and importing the standard modules most scripts use (imported here, once). "before" is a
 shell command run first; the script runs only when it exits 0, as `before && python3 -`.
 A call runs one function of a host module (ops.py, rollout's host API) in a forked child:
 the module (compiled once per connection, by its sha256, like a script) is run as a module
 of that name, the function called with the keyword arguments; its report, one JSON line, is
 the answer's stdout.
+
+What it compiles it keeps in a code cache on the host ($XDG_CACHE_HOME, else ~/.cache, then
+rollout/code/SHA256.TAG: the interpreter's bytecode, marshalled, for this python3 only), so
+a later connection needs neither the source nor the compiling (about 80 ms of a host's CPU
+per rollout): a request names its script by sha256 alone, and "unknown" (not compiled here,
+nor cached) asks the controller for the source. The cache is used only as a directory of
+this user's own, not writable by others; its files are opened without following links, and
+one that cannot be read back is compiled again.
 
 Each command is a process group of its own; at its timeout the group is killed and the
 answer says so (exit 124, "timed_out"). The agent ends when its stdin does: the
@@ -38,10 +46,12 @@ import contextlib
 import fcntl  # noqa: F401 - for the forked scripts (lock, guard): each finds it loaded
 import hashlib
 import json
+import marshal
 import os
-import re  # noqa: F401 - for the forked scripts
+import re
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -251,6 +261,84 @@ def _forked(child: Any, timeout: float | None, feed: bytes = b"",
     return _done(_wait(pid, timed_out), out, err, timed_out, over)
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+CACHE_CAP = 16 << 20  # bytes of one cached code file: past it, compiled again
+CACHE_KEEP = 64  # code files kept (about 11 per release of rollout): the oldest go first
+
+
+def cache_dir() -> str | None:
+    """rollout's code cache (made 0700 if missing); None unless it is a directory of this
+    user's own that no one else may write (a link to one is followed, as for any folder)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "rollout", "code")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    return path if mine and not st.st_mode & 0o022 else None
+
+
+def _cache_path(sha: str) -> str | None:
+    folder = cache_dir() if SHA256.fullmatch(sha) else None
+    tag = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    return None if folder is None else os.path.join(folder, f"{sha}.{tag}")
+
+
+def load_code(sha: str) -> types.CodeType | None:
+    """The cached code of the script `sha`, or None (not cached, or not readable back)."""
+    path = _cache_path(sha)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > CACHE_CAP:
+            return None
+        try:
+            code = marshal.loads(f.read(CACHE_CAP + 1))
+        except (ValueError, EOFError, TypeError):
+            return None
+    return code if isinstance(code, types.CodeType) else None
+
+
+def store_code(sha: str, code: types.CodeType) -> None:
+    """Keep `code` in the cache (written aside, then renamed: never half a file); a cache
+    that cannot be written is no cache."""
+    path = _cache_path(sha)
+    if path is None:
+        return
+    aside = f"{path}.{os.getpid()}.new"
+    try:
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(marshal.dumps(code))
+        os.replace(aside, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        return
+    prune_cache(os.path.dirname(path))
+
+
+def prune_cache(folder: str, keep: int = CACHE_KEEP) -> None:
+    """Remove the oldest code files past `keep` (files only, never through a link)."""
+    try:
+        names = [n for n in os.listdir(folder) if SHA256.fullmatch(n.split(".")[0])]
+        if len(names) <= keep:
+            return
+        ages = {n: os.lstat(os.path.join(folder, n)).st_mtime for n in names}
+    except OSError:
+        return
+    for name in sorted(ages, key=ages.__getitem__)[: len(names) - keep]:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+
+
 def warm() -> None:
     """Import WARM (a module the host lacks is left to the script that needs it)."""
     for name in WARM:
@@ -307,11 +395,16 @@ class Agent:
             return code
         source = req.get("source")
         if not isinstance(source, str):
-            return {"unknown": sha}
+            code = load_code(sha)
+            if code is None:
+                return {"unknown": sha}
+            self.compiled[sha] = code
+            return code
         if hashlib.sha256(source.encode()).hexdigest() != sha:
             return {"exit": 2, "stdout": b"", "stderr": b"agent: script sha256 mismatch\n",
                     "timed_out": False}
         code = self.compiled[sha] = compile(source, "<stdin>", "exec", dont_inherit=True)
+        store_code(sha, code)
         return code
 
 
