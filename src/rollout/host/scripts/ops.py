@@ -602,22 +602,26 @@ def _count(value: Any) -> int | None:
 
 
 def _job(entry: Any) -> dict[str, Any] | None:
-    """One /status pipelines entry as plain, bounded data, its id under the key ops.work
-    names it with; None when it is not one."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("job_id"), str):
+    """One /status pipelines entry as plain, bounded data (hostile: every field's type
+    checked), the one reader of cuzk's pipelines for the proof's watch and the work-aware
+    stop: its id (job_id, a string or a number) and kind, its age (started_secs_ago), its
+    partitions by state, and whether it has ended (cuzk keeps an ended pipeline in /status:
+    every partition done, or one failed). An id of another type reads "?". None when it is
+    not an object."""
+    if not isinstance(entry, dict):
         return None
     parts = entry.get("partitions")
     states = [p.get("state") for p in parts[:4096] if isinstance(p, dict)] if isinstance(
         parts, list) else []
-    age = entry.get("started_secs_ago")
-    if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < 1e9:
-        age = None
-    kind = entry.get("proof_kind")
-    return {"id": entry["job_id"][:80], "kind": kind[:40] if isinstance(kind, str) else "?",
-            "age": None if age is None else round(float(age), 1),
+    total: Any = entry.get("total_partitions")
+    done: Any = entry.get("partitions_done")
+    finished = _number(total) and _number(done) and 0 < total <= done
+    return {"id": _job_id(entry["job_id"]), "kind": _job_id(entry.get("proof_kind")),
+            "age": _age(entry.get("started_secs_ago")),
             "pending": sum(1 for s in states if s == "pending"),
             "active": sum(1 for s in states if s in ACTIVE),
-            "done": sum(1 for s in states if s == "done"), "total": len(states)}
+            "done": sum(1 for s in states if s == "done"), "total": len(states),
+            "ended": bool(finished) or "failed" in states}
 
 
 def _jobs(doc: Any) -> list[dict[str, Any]]:
@@ -1405,17 +1409,6 @@ def _job_id(value: Any) -> str:
     return str(value)[:128] if ok else "?"
 
 
-def _pipeline_ended(p: dict[str, Any]) -> bool:
-    """A pipeline cuzk keeps in /status after its end: every partition done, or one failed."""
-    total: Any = p.get("total_partitions")
-    done: Any = p.get("partitions_done")
-    parts: Any = p.get("partitions")
-    failed = any(isinstance(x, dict) and x.get("state") == "failed"
-                 for x in (parts if isinstance(parts, list) else []))
-    finished = _number(total) and _number(done) and 0 < total <= done
-    return bool(finished or failed)
-
-
 def jobs_in_flight(doc: Any) -> dict[str, Any]:
     """The work cuzk's /status shows (hostile data, read with its types checked): each job
     in flight, {"kind", "id", "age"} (seconds), from `pipelines` (a pipeline whose
@@ -1431,12 +1424,8 @@ def jobs_in_flight(doc: Any) -> dict[str, Any]:
     if not isinstance(pipelines, list) and not isinstance(workers, list) and queue is None:
         return _report("unknown", "/status shows no pipelines, gpu_workers or queue_depth",
                        jobs=[], queue_depth=None)
-    jobs: dict[str, dict[str, Any]] = {}
-    for p in pipelines if isinstance(pipelines, list) else []:
-        if isinstance(p, dict) and not _pipeline_ended(p):
-            job = _job_id(p.get("job_id"))
-            jobs[job] = {"id": job, "kind": _job_id(p.get("proof_kind")),
-                         "age": _age(p.get("started_secs_ago"))}
+    jobs = {j["id"]: {k: j[k] for k in ("id", "kind", "age")}
+            for j in _jobs(doc) if not j["ended"]}
     for w in workers if isinstance(workers, list) else []:
         current = w.get("current_job") if isinstance(w, dict) else None
         if current is not None and _job_id(current) not in jobs:
