@@ -77,6 +77,9 @@ def test_hostile_fields_are_read_by_their_type_never_trusted() -> None:
         {"job_id": "x" * 5000, "started_secs_ago": float("inf")},
         "not a pipeline", None,
     ]
+    # no job_id at all: still a pipeline in flight, its id unknown
+    alone = ops.jobs_in_flight(status([{"partitions": [{"state": "gpu"}]}]))
+    assert alone["outcome"] == "busy" and [j["id"] for j in alone["jobs"]] == ["?"]
     workers = [None, "w", {"current_job": {"a": 1}, "busy_secs": "long"}]
     out = ops.jobs_in_flight({"pipelines": hostile + [RUNNING] * 3, "gpu_workers": workers,
                               "counters": {"queue_depth": -3}})

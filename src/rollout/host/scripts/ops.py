@@ -616,7 +616,7 @@ def _job(entry: Any) -> dict[str, Any] | None:
     total: Any = entry.get("total_partitions")
     done: Any = entry.get("partitions_done")
     finished = _number(total) and _number(done) and 0 < total <= done
-    return {"id": _job_id(entry["job_id"]), "kind": _job_id(entry.get("proof_kind")),
+    return {"id": _job_id(entry.get("job_id")), "kind": _job_id(entry.get("proof_kind")),
             "age": _age(entry.get("started_secs_ago")),
             "pending": sum(1 for s in states if s == "pending"),
             "active": sum(1 for s in states if s in ACTIVE),
