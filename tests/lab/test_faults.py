@@ -362,10 +362,11 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         first = deploy(work, fleet, "small-disk", "--limit", "lab-3")
         assert first.code == 0, first.stderr[-3000:]
         pid = daemon_pid("lab-3")
-        sh(
-            "lab-3",
-            "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) /data/filler",
-        )
+        # All but 256 KiB, read again and tried again where the host wrote to /data between
+        # the df and the fallocate (a CI run once saw ENOSPC there).
+        sh("lab-3", "for i in $(seq 20); do rm -f /data/filler; "
+                    "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) "
+                    "/data/filler && exit 0; sleep 0.1; done; exit 1")
         run = deploy(work, fleet, "no-room", "--limit", "lab-3")
         assert run.code == 1
         end = run.host_end("lab-3")
