@@ -144,6 +144,16 @@ def host_snapshot(host: str) -> str:
     )
 
 
+def host_story(host: str) -> str:
+    """What a failed assertion shows besides the run's output: the supervisor's state and
+    log, the daemon's log and the host's processes, as they are now."""
+    return sh(host, "for f in supervisor.json daemon.pid; do echo \"== $f\"; "
+                    "cat /data/rollout/$f; done; echo '== supervisor.log'; "
+                    "tail -n 40 /data/rollout/supervisor.log; echo '== daemon.log'; "
+                    "tail -n 20 /data/rollout/daemon.log; echo '== ps'; "
+                    "ps -eo pid,ppid,stat,etimes,args 2>/dev/null || true")
+
+
 def status_json(host: str) -> dict[str, Any]:
     return json.loads(sh(host, "curl -fsS http://127.0.0.1:9821/status"))
 

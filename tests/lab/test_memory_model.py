@@ -21,6 +21,7 @@ from .rollout_helpers import (
     assert_serving,
     daemon_pid,
     fresh_fleet,
+    host_story,
     reset_host,
     rollout_args,
     run_cli,
@@ -101,7 +102,7 @@ def test_active_page_cache_the_old_daemon_left_is_not_waited_for(
         stat = memory_stat(host)
         assert stat["active_file"] >= CACHE_MIB * MIB, stat  # on the active list, mapped
         run = deploy(tmp_path / "new", fleet, "mapped-new", *launcher)
-        assert run.code == 0, run.stderr[-3000:]
+        assert run.code == 0, run.stderr[-3000:] + host_story(host)
         drain = run.steps(host)["drain"]
         assert drain["status"] == "ok" and drain["data"]["drained_by"] == "budget", drain
         data: dict[str, Any] = drain["data"]

@@ -40,6 +40,11 @@ if behavior[0] == "zombie-leader":  # the main thread ends, another lives on unt
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=linger).start()
     ctypes.CDLL(None).syscall(int(behavior[1]), 0)  # SYS_exit: this thread only
+if behavior[0] == "fork":  # a child of its own, same program (the stand-in's pool keeper)
+    if os.fork() == 0:
+        while not os.path.exists(os.path.join(root, "test-over")):
+            time.sleep(0.05)
+        os._exit(0)
 end = time.time() + 60
 while time.time() < end and not os.path.exists(os.path.join(root, "test-over")):
     time.sleep(0.05)
@@ -408,6 +413,23 @@ def test_launcher_daemon_found_by_cmdline_and_exit_from_launcher(host: Host) -> 
     assert ex["signal"] == "SIGKILL" and ex["status_from"] == "launcher"
     assert killed <= ex["time"] <= reaped <= ex["recorded"]  # died, reaped, then recorded
     host.daemon(not_pid=pid)
+
+
+def test_a_launcher_that_execs_is_the_daemon_never_a_fork_of_the_daemon(host: Host) -> None:
+    """`sh launcher: helper &; exec "$@"` (the lab's mapper launcher): the launcher's own pid
+    runs the daemon once it execs; neither its helper nor a child the daemon forks (same
+    program, same command line) is taken for the daemon, however long discovery lasts."""
+    launcher = host.root / "exec-launcher"
+    launcher.write_text('#!/bin/sh\nsleep 30 &\nexec "$@"\n')
+    launcher.chmod(0o755)
+    (host.root / "behavior").write_text("fork")
+    host.start("--launcher", str(launcher), "--discover-timeout", "30")
+    start = wait_for(host.starts)[0]
+    pid = start["pid"]
+    assert "launcher_pid" not in start and "note" not in start, start
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == bytes(host.exe)
+    wait_for(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().split())  # forked
+    assert host.daemon()[0] == pid and len(host.starts()) == 1
 
 
 def test_config_file_and_flags_win(host: Host) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 # script_text() replaces the next line with common.py: it stays one line
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cgroup_memory, port_owners, read_int, distrust_daemon, distrust_supervisor, proc_cmdline, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, safe_append, safe_open, safe_remove, safe_write, working_memory  # inlined on hosts
+from rollout.host.scripts.common import cgroup_memory, port_owners, read_int, distrust_daemon, distrust_supervisor, proc_program, proc_start_epoch, proc_starttime, proc_stat, proc_state, read_pidfile, read_text, safe_append, safe_open, safe_remove, safe_write, working_memory  # inlined on hosts
 # isort: on
 
 DEFAULTS: dict[str, Any] = {
@@ -346,22 +346,22 @@ class Supervisor:
             self.found(child.pid)
 
     def discover(self) -> None:
-        """With a launcher: the daemon is the descendant whose cmdline names the executable."""
+        """With a launcher: the daemon is the nearest process that runs the executable, the
+        launcher itself once it execs it (`exec "$@"`), else its nearest descendant. Breadth
+        first, so a fork of the daemon's own (same program, one level down) is never taken
+        for it; an argument that merely names the executable (the launcher's) is no match."""
         d = self.daemon
         if d is None or d.child is None or d.pid is not None:
             return
-        names = {d.exe, self.daemon_path()}
         kids = children_map(self.proc)
-        todo, seen = list(kids.get(d.child, [])), set()
-        while todo:
-            pid = todo.pop(0)
-            if pid in seen:
-                continue
-            seen.add(pid)
-            if any(n in a for a in proc_cmdline(self.proc, pid) for n in names):
-                self.found(pid)
-                return
-            todo.extend(kids.get(pid, []))
+        level, seen = [d.child], {d.child}
+        while level:
+            for pid in level:
+                if proc_program(self.proc, pid) == d.exe:
+                    self.found(pid)
+                    return
+            level = [k for pid in level for k in kids.get(pid, []) if k not in seen]
+            seen.update(level)
         if now() >= d.discover_until:
             self.log("daemon process not found under the launcher: tracking the launcher")
             d.launcher_note = "daemon not found under launcher; pid is the launcher's"
