@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rollout import lab
+from rollout.steps.preflight import SPACE_MARGIN
 
 from .conftest import LabFleet
 from .rollout_helpers import (
@@ -362,10 +363,13 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         first = deploy(work, fleet, "small-disk", "--limit", "lab-3")
         assert first.code == 0, first.stderr[-3000:]
         pid = daemon_pid("lab-3")
-        # All but 256 KiB, read again and tried again where the host wrote to /data between
-        # the df and the fallocate (a CI run once saw ENOSPC there).
+        # All but 4 MiB: under preflight's margin (SPACE_MARGIN, 8 MiB) with room left for
+        # what the busy host and the run's lock write meanwhile (with 256 KiB left, a CI run
+        # saw the lock's own write fail). Read again and tried again where the host wrote to
+        # /data between the df and the fallocate.
+        left = SPACE_MARGIN // 2
         sh("lab-3", "for i in $(seq 20); do rm -f /data/filler; "
-                    "fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - 262144 )) "
+                    f"fallocate -l $(( $(df --output=avail -B1 /data | tail -1) - {left} )) "
                     "/data/filler && exit 0; sleep 0.1; done; exit 1")
         run = deploy(work, fleet, "no-room", "--limit", "lab-3")
         assert run.code == 1

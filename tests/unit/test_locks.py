@@ -6,6 +6,7 @@ its flock and its atomic writes run exactly as they do on a host.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -125,6 +126,19 @@ def test_break_removes_only_the_lock_that_was_judged(tmp_path: Path) -> None:
     now = hostlock.found(path)
     out = hostlock.act("break", path, {"run_id": "a"}, now["sha256"])  # type: ignore[index]
     assert out["ok"] and json.loads(Path(path).read_text())["run_id"] == "a"
+
+
+def test_a_full_data_is_refused_in_plain_words_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(hostlock.os, "fsync", full)
+    assert hostlock.main(["--root", str(tmp_path), "take", "--holder", '{"run_id": "a"}']) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and "No space left on device" in out["refused"], out
+    assert os.listdir(tmp_path / "rollout") == ["lock.guard"], "no lock, no temporary file"
 
 
 # ---- the controller's reading of a lock

@@ -91,11 +91,11 @@ def write_whole(path: str, holder: dict[str, Any], replace: bool) -> bool:
     tmp = f"{path}.tmp.{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a leftover (or a link) of a dead pid: never written through
-    with os.fdopen(safe_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
     try:
+        with os.fdopen(safe_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         if replace:
             os.replace(tmp, path)
         else:
@@ -203,6 +203,9 @@ def main(argv: list[str]) -> int:
             result.update(identify(state_dir))
     except UnsafePath as e:  # a link in place of the state folder or the guard: refused
         result = {"ok": False, "refused": str(e)}
+    except OSError as e:  # a full or read-only /data: said plainly, never a traceback
+        result = {"ok": False, "refused": f"{state_dir}: the deploy lock cannot be written "
+                                          f"there: {e.strerror or e}"}
     print(json.dumps(result, sort_keys=True))
     return 0
 
