@@ -104,8 +104,11 @@ class PreflightParams(_Strict):
 class SuperviseParams(_Strict):
     launcher: str = Field(
         default="",
-        description="Command words put before the daemon, from the playbook (its vars or "
-        "--set): an inventory var may not set it (refused at load).",
+        description="Command words put before the daemon (`numactl -N 0 --`, or a script "
+        "that ends in `exec \"$@\"`), from the playbook (its vars or --set): an inventory var "
+        "may not set it (refused at load). The supervisor tracks the process that runs the "
+        "daemon's executable: the launcher itself once it execs it, else its nearest "
+        "descendant that does.",
     )
 
 
