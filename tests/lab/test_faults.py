@@ -363,6 +363,12 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         first = deploy(work, fleet, "small-disk", "--limit", "lab-3")
         assert first.code == 0, first.stderr[-3000:]
         pid = daemon_pid("lab-3")
+        # The daemon writes its PCE file (26 MiB here) after the first PoRep of its life, in
+        # the background and once its budget allows (CI saw it fill /data after the fill below,
+        # and the run's own lock write fail): wait until it is saved, then fill.
+        pce = "/data/zk/params/pce-porep-32g"
+        sh("lab-3", f"for i in $(seq 600); do [ -e {pce}.bin ] && [ ! -e {pce}.tmp ] && exit 0; "
+                    "sleep 0.1; done; exit 1")
         # All but 4 MiB: under preflight's margin (SPACE_MARGIN, 8 MiB) with room left for
         # what the busy host and the run's lock write meanwhile (with 256 KiB left, a CI run
         # saw the lock's own write fail). Read again and tried again where the host wrote to
