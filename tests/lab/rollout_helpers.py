@@ -100,6 +100,11 @@ def sh(host: str, command: str) -> str:
     return out
 
 
+def poll(host: str, test: str, tries: int = 600) -> None:
+    """Wait (bounded: tries x 0.1 s) until the shell test holds on the host."""
+    sh(host, f"for i in $(seq {tries}); do {test} && exit 0; sleep 0.1; done; exit 1")
+
+
 def reset_host(host: str) -> None:
     """Back to an empty rented host: no supervisor, no daemon, nothing under /data."""
     # [x]yz patterns: pkill -f must not match the shell that runs this very command.

@@ -25,6 +25,7 @@ from .rollout_helpers import (
     daemon_pid,
     fresh_fleet,
     inventory_with,
+    poll,
     rollout_args,
     run_cli,
     sh,
@@ -367,8 +368,7 @@ def test_data_full_fails_preflight_before_any_stop(fleet: LabFleet, work: Path) 
         # the background and once its budget allows (CI saw it fill /data after the fill below,
         # and the run's own lock write fail): wait until it is saved, then fill.
         pce = "/data/zk/params/pce-porep-32g"
-        sh("lab-3", f"for i in $(seq 600); do [ -e {pce}.bin ] && [ ! -e {pce}.tmp ] && exit 0; "
-                    "sleep 0.1; done; exit 1")
+        poll("lab-3", f"[ -e {pce}.bin ] && [ ! -e {pce}.tmp ]")
         # All but 4 MiB: under preflight's margin (SPACE_MARGIN, 8 MiB) with room left for
         # what the busy host and the run's lock write meanwhile (with 256 KiB left, a CI run
         # saw the lock's own write fail). Read again and tried again where the host wrote to

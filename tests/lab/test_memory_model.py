@@ -22,6 +22,7 @@ from .rollout_helpers import (
     daemon_pid,
     fresh_fleet,
     host_story,
+    poll,
     reset_host,
     rollout_args,
     run_cli,
@@ -75,11 +76,6 @@ def memory_stat(host: str) -> dict[str, int]:
                     "cat /sys/fs/cgroup/memory.stat")
     stat = {k: int(v) for k, v in (line.split() for line in text.splitlines())}
     return {k.removeprefix("total_"): v for k, v in stat.items()}
-
-
-def poll(host: str, test: str, tries: int = 600) -> None:
-    """Wait (bounded: tries x 0.1 s) until the shell test holds on the host."""
-    sh(host, f"for i in $(seq {tries}); do {test} && exit 0; sleep 0.1; done; exit 1")
 
 
 def test_active_page_cache_the_old_daemon_left_is_not_waited_for(
