@@ -125,12 +125,26 @@ def raw_word(word: Word) -> bool:
     return bool(raw)
 
 
-def _render_word(word: Word, context: Mapping[str, Any]) -> str:
-    if not word.has_tag:
-        return word.source
-    if raw_word(word):
-        return _template(word.source).render(context)
-    return shlex.quote(_template(word.template).render(context))
+@functools.lru_cache(maxsize=1024)
+def _shell_parts(template: str) -> tuple[tuple[str, bool | None], ...]:
+    """The command template split into words once per process, not once per host and
+    render: (text, how) pairs, `how` None for text kept as written (blanks, operators, a
+    word without a placeholder), True for a `| raw` word (rendered as it is), False for a
+    word rendered and then quoted as one word."""
+    parts: list[tuple[str, bool | None]] = []
+    for piece in split_words(template):
+        if isinstance(piece, str) or not piece.has_tag:
+            parts.append((piece if isinstance(piece, str) else piece.source, None))
+        elif raw_word(piece):
+            parts.append((piece.source, True))
+        else:
+            parts.append((piece.template, False))
+    return tuple(parts)
+
+
+def _render_part(text: str, raw: bool, context: Mapping[str, Any]) -> str:
+    rendered = _template(text).render(context)
+    return rendered if raw else shlex.quote(rendered)
 
 
 def render_shell(
@@ -141,8 +155,8 @@ def render_shell(
     `x; touch /tmp/pwned` stays inert. `{{ value | raw }}` opts out."""
     try:
         return "".join(
-            piece if isinstance(piece, str) else _render_word(piece, context)
-            for piece in split_words(template)
+            text if raw is None else _render_part(text, raw, context)
+            for text, raw in _shell_parts(template)
         )
     except Exception as exc:
         raise template_error(exc, where) from exc
