@@ -9,6 +9,7 @@ import os
 import shlex
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,7 +30,7 @@ from rollout.steps.decision import Action
 from rollout.steps.install import identities_of
 from rollout.steps.release import switch, upload
 from rollout.transport.base import RunResult, script_command
-from rollout.transport.channel import _stream
+from rollout.transport.channel import ChannelOutput, _collect, _stream
 from rollout.transport.local import LocalTransport
 from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport
 
@@ -52,6 +53,47 @@ def test_stream_sends_every_byte_once_in_pieces_no_larger_than_a_packet() -> Non
     _stream(channel, [data[i : i + UPLOAD_CHUNK] for i in range(0, len(data), UPLOAD_CHUNK)])  # type: ignore[arg-type]
     assert b"".join(channel.sent) == data
     assert max(len(p) for p in channel.sent) <= Channel.out_max_packet_size - 64
+
+
+class EndedChannel:
+    """A command's channel after its EOF, its exit status still to come: paramiko then
+    keeps the channel's pipe readable for good (set_forever)."""
+
+    def __init__(self) -> None:
+        self.eof_received, self.closed = True, False
+        self.status_event = threading.Event()
+        self.reads = 0
+        self._read, write = os.pipe()
+        os.write(write, b"x")  # readable, and never drained: as paramiko's pipe after EOF
+        os.close(write)
+
+    def fileno(self) -> int:
+        return self._read
+
+    def recv_ready(self) -> bool:
+        self.reads += 1
+        return False
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def exit_status_ready(self) -> bool:
+        return self.status_event.is_set()
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+
+def test_output_is_not_polled_in_a_busy_loop_between_eof_and_the_exit_status() -> None:
+    channel = EndedChannel()
+    threading.Timer(0.3, channel.status_event.set).start()  # the exit status comes later
+    out = ChannelOutput()
+    try:
+        _collect(channel, out, None)  # type: ignore[arg-type]
+    finally:
+        os.close(channel._read)
+    assert out.exit_code == 0
+    assert channel.reads < 10  # one look before the wait and one after: no spinning
 
 
 def ssh_transport(name: str) -> tuple[SshTransport, SimpleNamespace]:

@@ -70,6 +70,16 @@ def _drain(channel: paramiko.Channel, out: ChannelOutput) -> bool:
     return not got and channel.exit_status_ready() and said_all
 
 
+def _wait(channel: paramiko.Channel, seconds: float) -> None:
+    """Until more output, the exit status or `seconds`. After the command's EOF the channel
+    reads as ready for good (paramiko sets its pipe forever): a select would return at once,
+    and the loop would spin until the exit status came. Then the status is waited for."""
+    if channel.eof_received:
+        channel.status_event.wait(seconds)
+    else:
+        select.select([channel], [], [], seconds)
+
+
 def _collect(channel: paramiko.Channel, out: ChannelOutput, deadline: float | None) -> None:
     """Read the command's output until it exits, or mark it timed out at `deadline`, or
     oversized (then the channel is left unread: its closing ends the command)."""
@@ -78,7 +88,7 @@ def _collect(channel: paramiko.Channel, out: ChannelOutput, deadline: float | No
         if left is not None and left <= 0:
             out.timed_out = True
             return
-        select.select([channel], [], [], min(left or 1.0, 1.0))
+        _wait(channel, min(left or 1.0, 1.0))
     if out.oversized:
         del out.stdout[OUTPUT_CAP:], out.stderr[OUTPUT_CAP:]
         return
