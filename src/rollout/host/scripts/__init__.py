@@ -9,6 +9,7 @@ is still one self-contained file.
 from __future__ import annotations
 
 import functools
+import threading
 from importlib import resources
 
 SCRIPTS = (
@@ -18,6 +19,7 @@ SCRIPTS = (
 COMMON_IMPORT = "from rollout.host.scripts.common import "
 INLINED_MARK = "# inlined on hosts"
 FUTURE = "from __future__ import annotations"
+_BUILDING = threading.Lock()
 
 
 def _source(base: str) -> str:
@@ -44,18 +46,23 @@ def _is_common_import(line: str) -> bool:
     return line.startswith(COMMON_IMPORT) and line.rstrip().endswith(INLINED_MARK)
 
 
-@functools.cache
 def script_text(name: str) -> str:
     """Source of the host script ``name`` ("drain" or "drain.py"), ready to send (put
-    together once per process: every host gets the same text).
+    together once per process: every host gets the same text; the hosts' threads that
+    ask at once wait for the one that builds it).
 
     Self-contained: the script's docstring, the __future__ import, common.py's helpers,
     then the rest of the script without its ``from rollout.host.scripts.common import``
     line and its own __future__ import.
     """
-    base = name[:-3] if name.endswith(".py") else name
+    with _BUILDING:
+        return _script_text(name[:-3] if name.endswith(".py") else name)
+
+
+@functools.cache
+def _script_text(base: str) -> str:
     if base not in SCRIPTS:
-        raise ValueError(f"unknown host script {name!r} (known: {', '.join(SCRIPTS)})")
+        raise ValueError(f"unknown host script {base!r} (known: {', '.join(SCRIPTS)})")
     doc, rest = _split_docstring(_source(base))
     _, common = _split_docstring(_source("common"))
     imports = sum(1 for ln in rest if _is_common_import(ln))
