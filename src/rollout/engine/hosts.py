@@ -60,9 +60,11 @@ class Hosts:
     def where(self, spec: StepSpec) -> Location | None:
         """Where a step is in the playbook: its `when`, named by file:line when it fails."""
         steps = self.plan.playbook.steps
-        if spec not in steps:
-            return None
-        return self.plan.playbook.location("steps", steps.index(spec), "when")
+        # the playbook's own step object first: models compare field by field, slowly
+        index = next((i for i, step in enumerate(steps) if step is spec), None)
+        if index is None and spec in steps:  # a step made alike (a single step's)
+            index = steps.index(spec)
+        return None if index is None else self.plan.playbook.location("steps", index, "when")
 
     def _note(self, host: str, message: str) -> None:
         self.bus.emit("note", host=host, reason=message)
