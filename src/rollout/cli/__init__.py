@@ -38,6 +38,7 @@ program = RolloutProgram(namespace=namespace, version=__version__, name="rollout
 
 
 def main() -> None:
+    collect_less_often()
     try:
         program.run()
     except BrokenPipeError:  # `rollout status | head`: the reader left; say nothing more
@@ -45,6 +46,14 @@ def main() -> None:
         sys.exit(141)  # as a shell reports a pipe's writer killed by SIGPIPE
     finally:
         exit_without_collecting()
+
+
+def collect_less_often() -> None:
+    """A young-object pass of the cycle collector every 10,000 new objects, not every 700:
+    most of what a command makes lives until it exits (modules, classes, the plan), and at
+    the default pace the collector walked it over and over, 0.04 CPU-seconds of an 8-host
+    rollout's 0.8 (gc.callbacks), half of it saved so. Cycles are still collected."""
+    gc.set_threshold(10_000, 10, 10)
 
 
 def exit_without_collecting() -> None:
