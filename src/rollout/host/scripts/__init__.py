@@ -42,6 +42,14 @@ def _split_docstring(src: str) -> tuple[str, list[str]]:
     return src[: end + len(quote)] + "\n", tail.splitlines(keepends=True)
 
 
+@functools.cache
+def _common_text() -> str:
+    """common.py as the scripts inline it (after its docstring, without its __future__
+    import), read once for all of them."""
+    lines = _split_docstring(_source("common"))[1]
+    return "".join(ln for ln in lines if ln.strip() != FUTURE).strip("\n")
+
+
 def _is_common_import(line: str) -> bool:
     return line.startswith(COMMON_IMPORT) and line.rstrip().endswith(INLINED_MARK)
 
@@ -64,17 +72,15 @@ def _script_text(base: str) -> str:
     if base not in SCRIPTS:
         raise ValueError(f"unknown host script {base!r} (known: {', '.join(SCRIPTS)})")
     doc, rest = _split_docstring(_source(base))
-    _, common = _split_docstring(_source("common"))
     imports = sum(1 for ln in rest if _is_common_import(ln))
     if imports > 1:
         raise RuntimeError(f"{base}.py: more than one '{COMMON_IMPORT}...' line")
     script = [ln for ln in rest if not _is_common_import(ln) and ln.strip() != FUTURE]
     if not imports:  # a script that uses none of the helpers goes without them
         return f"{doc}\n{FUTURE}\n\n" + "".join(script).lstrip("\n")
-    common = [ln for ln in common if ln.strip() != FUTURE]
     return (
         f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/host/scripts/common.py\n\n"
-        + "".join(common).strip("\n")
+        + _common_text()
         + f"\n\n\n# ---- {base}.py\n\n"
         + "".join(script).lstrip("\n")
     )
