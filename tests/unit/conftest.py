@@ -48,7 +48,8 @@ def exit_code(stop: SystemExit) -> int:
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     """`rollout ARGV` run in this process (from `cwd`, with `env` set), as the installed
-    command runs it: rollout.cli.main() reading sys.argv."""
+    command runs it: rollout.cli.run() reading sys.argv (main() less its settings of the
+    collector, which are the process's and would outlive the command here)."""
 
     def run(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
         capsys.readouterr()  # what the test printed before is not the command's
@@ -59,7 +60,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
             for name, value in (env or {}).items():
                 scoped.setenv(name, value)
             try:
-                rollout.cli.main()
+                rollout.cli.run()
                 code = 0
             except SystemExit as stop:
                 code = exit_code(stop)

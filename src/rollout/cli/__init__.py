@@ -38,14 +38,22 @@ program = RolloutProgram(namespace=namespace, version=__version__, name="rollout
 
 
 def main() -> None:
+    """The `rollout` command's process (the console script, `python -m rollout`): the
+    collector's settings for a process that ends with its command, then the command."""
     collect_less_often()
+    try:
+        run()
+    finally:
+        exit_without_collecting()
+
+
+def run() -> None:
+    """The command that sys.argv names, with the exit status it calls for (SystemExit)."""
     try:
         program.run()
     except BrokenPipeError:  # `rollout status | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)  # as a shell reports a pipe's writer killed by SIGPIPE
-    finally:
-        exit_without_collecting()
 
 
 def collect_less_often() -> None:
