@@ -128,7 +128,7 @@ def raw_word(word: Word) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _shell_parts(template: str) -> tuple[tuple[str, bool | None], ...]:
     """The command template split into words once per process, not once per host and
-    render: (text, how) pairs, `how` None for text kept as written (blanks, operators, a
+    render: (text, raw) pairs, `raw` None for text kept as written (blanks, operators, a
     word without a placeholder), True for a `| raw` word (rendered as it is), False for a
     word rendered and then quoted as one word."""
     parts: list[tuple[str, bool | None]] = []
