@@ -18,6 +18,7 @@ from rollout.bundle.local import open_bundle, read_manifest
 from rollout.bundle.manifest import MANIFEST, Manifest
 from rollout.bundle.s3 import upload_bundle
 from rollout.errors import EnvironmentProblem, UserError
+from rollout.readfile import open_regular
 
 AUTH_ENV = "ROLLOUT_PUBLISH_AUTHORIZATION"
 TIMEOUT = 60.0
@@ -47,7 +48,8 @@ def _copy_all(folder: Path, manifest: Manifest, dest: Path) -> None:
     (dest / MANIFEST).unlink(missing_ok=True)
     for name in _files(manifest):
         tmp = dest / f".{name}.partial"
-        shutil.copyfile(folder / name, tmp)
+        with open_regular(folder / name, "bundle file") as src, tmp.open("wb") as out:
+            shutil.copyfileobj(src, out)
         tmp.replace(dest / name)
 
 
@@ -63,7 +65,7 @@ def _put_all(folder: Path, manifest: Manifest, base: str) -> None:
         for name in _files(manifest):
             url = base.rstrip("/") + "/" + name
             try:
-                with (folder / name).open("rb") as body:
+                with open_regular(folder / name, "bundle file") as body:
                     response = session.put(url, data=body, headers=headers, timeout=TIMEOUT)
             except requests.RequestException as e:
                 raise EnvironmentProblem(f"PUT {url}: {e}") from e

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rollout.errors import ConfigError, Location
+from rollout.readfile import read_text
 
 from .ansible import Parsed, Value, finish, split_port
 
@@ -138,10 +138,4 @@ def _child_line(parsed: Parsed, group: str, line: str, number: int,
 
 
 def read_ini(path: Path) -> Parsed:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("inventory file not found", Location(str(path))) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read inventory file: {exc}", Location(str(path))) from None
-    return parse_ini(path, text)
+    return parse_ini(path, read_text(path, "inventory file"))

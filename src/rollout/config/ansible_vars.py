@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from rollout.errors import ConfigError, Location
+from rollout.readfile import open_regular
 
 from .ansible import Parsed, Value
 from .ansible_detect import YAML_SUFFIXES, looks_like_ansible
@@ -74,19 +75,18 @@ def _vars_of(parsed: Parsed, folder: Path, name: str) -> dict[str, Value]:
                           Location(str(parsed.file), None, name))  # fmt: skip
     merged: dict[str, Value] = {}
     for path in find_vars_files(folder, name):
-        merged.update(_read(path))
+        merged.update(_read(path, folder.parent))
     return merged
 
 
-def _read(path: Path) -> dict[str, Value]:
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[: len(VAULT_HEADER)]
-    except OSError as exc:
-        raise ConfigError(f"cannot read vars file: {exc}", Location(str(path))) from None
+def _read(path: Path, inventory_folder: Path) -> dict[str, Value]:
+    """The vars of one file, which (links followed) must lie in the inventory's folder."""
+    with open_regular(path, "vars file", inside=inventory_folder) as f:
+        head = f.read(len(VAULT_HEADER)).decode("utf-8", errors="replace")
     if head == VAULT_HEADER:
         raise ConfigError("Vault-encrypted vars files are not supported: give the plain "
                           "values", Location(str(path), 1))  # fmt: skip
-    doc = load_yaml(path, "vars", quotes=True)
+    doc = load_yaml(path, "vars", quotes=True, inside=inventory_folder)
     return vars_file(doc)
 
 

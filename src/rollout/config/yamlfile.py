@@ -4,8 +4,9 @@ the file, the line and the dotted key (`fleet.yaml:7: hosts[1].port: ...`)."""
 from __future__ import annotations
 
 import difflib
+import re
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -17,6 +18,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from rollout.errors import ConfigError, Location
+from rollout.readfile import read_text
 
 from .yamldepth import MAX_VALUE_DEPTH, too_deep
 
@@ -41,7 +43,7 @@ class YamlDoc:
         node, line = self.root, None
         for seg in path:
             if isinstance(node, CommentedMap) and seg in node:
-                line = node.lc.key(seg)[0]
+                line = _key_line(node, seg)
             elif isinstance(node, CommentedSeq) and isinstance(seg, int) and 0 <= seg < len(node):
                 line = node.lc.item(seg)[0]
             else:
@@ -53,16 +55,25 @@ class YamlDoc:
         return Location(str(self.path), self.line_of(path), dotted_key(path) or None)
 
 
-def load_yaml(path: Path | str, what: str, quotes: bool = False) -> YamlDoc:
-    """Parse `path`; a missing file or bad YAML raises ConfigError (with the line).
-    `quotes`: a quoted string stays a ruamel ScalarString, a plain one a str."""
+def _key_line(node: CommentedMap, key: Any) -> int:
+    """0-based line of `key` in `node`; a key that a merge (`<<: *base`) brought in has the
+    line where the merged mapping wrote it."""
+    if key in node.lc.data:
+        return int(node.lc.key(key)[0])
+    merged = (m for m in getattr(node, "merge", ()) if isinstance(m, CommentedMap) and key in m)
+    source = next(merged, None)
+    return node.lc.line if source is None else _key_line(source, key)
+
+
+def load_yaml(path: Path | str, what: str, quotes: bool = False,
+              inside: Path | None = None) -> YamlDoc:
+    """Parse `path` (read by rollout.readfile: a regular file, bounded; `inside`: a file
+    found by walking that folder must resolve within it). A file that cannot be read, bad
+    YAML, or more than MAX_VALUE_NODES values (aliases expanded) raises ConfigError with
+    the line, never quoting the file. `quotes`: a quoted string stays a ruamel
+    ScalarString, a plain one a str."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file not found", Location(str(file))) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {what} file: {exc}", Location(str(file))) from None
+    text = read_text(file, f"{what} file", inside=inside)
     deep = too_deep(text)  # before ruamel, whose scanner spends seconds on such a file
     if deep is not None:
         raise ConfigError(f"invalid YAML: nested deeper than {MAX_VALUE_DEPTH} levels",
@@ -72,15 +83,88 @@ def load_yaml(path: Path | str, what: str, quotes: bool = False) -> YamlDoc:
         yaml.preserve_quotes = quotes
         root = yaml.load(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "syntax error"
-        raise ConfigError(f"invalid YAML: {problem}", Location(str(file), line)) from None
-    except YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", Location(str(file))) from None
+        raise ConfigError(f"invalid YAML: {_problem(exc)}", Location(str(file), _line(exc))) \
+            from None
+    except YAMLError:
+        raise ConfigError("invalid YAML", Location(str(file))) from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", Location(str(file))) from None
-    return YamlDoc(file, CommentedMap() if root is None else root)
+    doc = YamlDoc(file, CommentedMap() if root is None else root)
+    _check_size(doc)
+    return doc
+
+
+def _line(exc: MarkedYAMLError) -> int | None:
+    mark = exc.problem_mark or exc.context_mark
+    return mark.line + 1 if mark is not None else None
+
+
+def _problem(exc: MarkedYAMLError) -> str:
+    """ruamel's words for the problem without the file's text: what it quotes is shown as
+    '...' (a lone punctuation mark, as in `expected ':'`, is kept); an unmatched quote or
+    a line break ends it."""
+    problem = str(exc.problem or exc.context or "syntax error")
+    out, at = "", 0
+    for m in _QUOTED.finditer(problem):
+        out += problem[at:m.start()]
+        if m[1] is None:
+            break
+        out += m[0] if _PUNCTUATION.fullmatch(m[2]) else f"{m[1]}...{m[1]}"
+        at = m.end()
+    else:
+        out += problem[at:]
+    return out.strip() or "syntax error"
+
+
+_QUOTED = re.compile(r"""(['"])(.*?)\1|['"\n]""", re.DOTALL)
+_PUNCTUATION = re.compile(r"[^\w\s]")
+
+
+MAX_VALUE_NODES = 100_000
+"""How many values (at any depth, YAML aliases expanded) a YAML file, a --set value or a
+vars file may hold: a few aliases to aliases (a "billion laughs") name billions."""
+
+
+def _check_size(doc: YamlDoc) -> None:
+    """ConfigError when `doc`, its aliases expanded, holds more than MAX_VALUE_NODES values
+    or nests deeper than MAX_VALUE_DEPTH (a node that held itself would). Each node is
+    counted once, not once per alias, so a bomb is refused in the time its text takes."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height)
+
+    def size(node: Any, depth: int) -> tuple[int, int]:
+        if depth > MAX_VALUE_DEPTH:
+            raise _refused(doc, node, f"nested deeper than {MAX_VALUE_DEPTH} levels")
+        if not isinstance(node, Mapping | list):
+            return 1, 0
+        known = sizes.get(id(node))
+        if known is None:
+            known = _sum(size(child, depth + 1) for child in _children(node))
+            sizes[id(node)] = known
+        if known[0] > MAX_VALUE_NODES:
+            raise _refused(doc, node, f"more than {MAX_VALUE_NODES:,} values")
+        if depth + known[1] > MAX_VALUE_DEPTH:
+            raise _refused(doc, node, f"nested deeper than {MAX_VALUE_DEPTH} levels")
+        return known
+
+    size(doc.root, 0)
+
+
+def _children(node: Mapping[Any, Any] | list[Any]) -> list[Any]:
+    return list(node.values()) if isinstance(node, Mapping) else list(node)
+
+
+def _sum(children: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    values, height = 1, 0
+    for child_values, child_height in children:
+        values, height = values + child_values, max(height, child_height + 1)
+    return values, height
+
+
+def _refused(doc: YamlDoc, node: Any, why: str) -> ConfigError:
+    """The error for a node too large or too deep once its aliases are expanded, at the
+    line where the node starts."""
+    line = node.lc.line + 1 if isinstance(node, CommentedMap | CommentedSeq) else None
+    return ConfigError(f"invalid YAML: {why}, its aliases expanded", Location(str(doc.path), line))
 
 
 def check_unique_names(doc: YamlDoc, section: str, names: list[str], what: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rollout.errors import UserError
+from rollout.readfile import open_regular
 from rollout.secrets import redact
 
 
@@ -92,11 +94,12 @@ def open_private(path: Path, append: bool = False) -> IO[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_link(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
-    try:
-        fd = os.open(path, flags, 0o600)
+    try:  # O_NONBLOCK: a FIFO with no reader is refused (ENXIO), never waited on
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o600)
     except OSError as e:
         refuse_link(path)  # planted since the look above
         raise UserError(f"cannot write {path}: {e.strerror}") from e
+    os.set_blocking(fd, True)
     os.fchmod(fd, 0o600)
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
 
@@ -131,8 +134,11 @@ class EventBus:
         return event
 
 
-def _ends_mid_line(path: Path) -> bool:
-    with path.open("rb") as f:
+def _ends_mid_line(path: Path, stream: IO[str]) -> bool:
+    """Whether the journal at `path`, just opened as `stream`, ends with a line cut short."""
+    if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        return False
+    with open_regular(path, "journal") as f:
         if f.seek(0, os.SEEK_END) == 0:
             return False
         f.seek(-1, os.SEEK_END)
@@ -157,7 +163,7 @@ class JsonLinesSink:
     @classmethod
     def to_path(cls, path: Path, durable: bool = False) -> JsonLinesSink:
         stream = open_private(path, append=True)
-        if _ends_mid_line(path):  # a journal resumed after a crash: end the line cut short
+        if _ends_mid_line(path, stream):  # a journal resumed after a crash: end the line cut short
             stream.write("\n")
         return cls(stream, durable)
 

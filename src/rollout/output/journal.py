@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import UserError
+from rollout.readfile import read_lines
+
+from .resume import MAX_JOURNAL, MAX_LINE
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -27,23 +30,25 @@ def journal_path(runs: Path, run_id: str) -> Path:
 
 
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(the events, one warning per line that is not a whole event: where and why)."""
+    """(the events, one warning per line that is not a whole event: where and why). Read as
+    `resume` reads a journal: bounded, a line past MAX_LINE skipped, never quoted."""
     events: list[dict[str, Any]] = []
     warnings: list[str] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if isinstance(event, dict) and isinstance(event.get("kind"), str):
+    lines = list(read_lines(path, "journal", max_line=MAX_LINE, limit=MAX_JOURNAL))
+    for number, line in lines:
+        event = _event(line)
+        if event is not None:
             events.append(event)
-            continue
-        where = "its last line" if number == len(lines) else f"line {number}"
-        warnings.append(
-            f"{path}:{number}: {where} is not a whole event (cut short when the controller "
-            f"died?): skipped: {line[:80]!r}"
-        )
+        elif line is None or line.strip():
+            where = "its last line" if number == len(lines) else f"line {number}"
+            warnings.append(f"{path}:{number}: {where} is not a whole event (cut short when "
+                            "the controller died?): skipped")
     return events, warnings
+
+
+def _event(line: bytes | None) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line.decode("utf-8", "replace")) if line is not None else None
+    except (ValueError, RecursionError):
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("kind"), str) else None

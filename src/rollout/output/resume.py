@@ -2,8 +2,9 @@
 from it (the request its run_start recorded, the hosts it validated) and the events `rollout
 report` renders. The journal is a file anyone with the runs folder may
 have edited: every field is checked for its type, and one that is wrong (or missing) is a
-UserError naming the journal's file and line (exit 2), never a crash. Reading is bounded:
-a line longer than MAX_LINE is skipped with a warning, as a cut line is."""
+UserError naming the journal's file and line (exit 2), never a crash. Reading is bounded
+(rollout.readfile.read_lines): a regular file of at most MAX_JOURNAL bytes, and a line
+longer than MAX_LINE is skipped with a warning, as a cut line is, never held whole."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import Location, UserError
+from rollout.readfile import read_lines
 
 MAX_LINE = 1 << 20  # bytes of one journal line; a longer one is not an event rollout wrote
+MAX_JOURNAL = 256 << 20  # bytes of a journal, whose events are all held in memory
 # The request's fields (commands.app.RolloutRequest.replayable) and the types they must have.
 REQUEST: dict[str, tuple[type, ...]] = {
     "hosts": (str,),
@@ -79,20 +82,19 @@ def _check(path: Path, line: int, doc: dict[str, Any], types: dict[str, tuple[ty
 
 def _events(path: Path, warnings: list[str]) -> list[tuple[int, dict[str, Any]]]:
     out: list[tuple[int, dict[str, Any]]] = []
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, 1):
-            if len(raw) > MAX_LINE:
-                warnings.append(f"{path}:{number}: a line of {len(raw)} bytes: skipped")
-                continue
-            try:
-                event = json.loads(raw.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
-                event = None
-            if isinstance(event, dict) and isinstance(event.get("kind"), str):
-                out.append((number, event))
-            elif raw.strip():
-                warnings.append(f"{path}:{number}: not a whole event (cut short when the "
-                                f"controller died?): skipped")
+    for number, raw in read_lines(path, "journal", max_line=MAX_LINE, limit=MAX_JOURNAL):
+        if raw is None:
+            warnings.append(f"{path}:{number}: a line of more than {MAX_LINE} bytes: skipped")
+            continue
+        try:
+            event = json.loads(raw.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            event = None
+        if isinstance(event, dict) and isinstance(event.get("kind"), str):
+            out.append((number, event))
+        elif raw.strip():
+            warnings.append(f"{path}:{number}: not a whole event (cut short when the "
+                            f"controller died?): skipped")
     return out
 
 

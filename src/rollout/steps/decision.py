@@ -24,6 +24,7 @@ from rollout.config.render import render_runtime
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.jsontypes import JSON, JSONObject
+from rollout.readfile import read_text
 
 T = TypeVar("T")
 D = DefaultedTypeVar("D", covariant=True, default=object)
@@ -57,7 +58,7 @@ class Target:
             text = (resources.files("rollout") / "resources" / "templates" / builtin).read_text()
             where = None
         else:
-            text = Path(path).read_text()
+            text = read_text(path, "config template")
             where = self.settings.location("daemon", "config_template")
         return render_runtime(text, self.template_context(**extra), where)
 

@@ -14,6 +14,7 @@ import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
 from rollout.errors import HostKeyError
+from rollout.readfile import UnreadableFile, read_bytes
 
 _warned: set[tuple[str, int]] = set()  # each skipped line is told once per process
 _lock = threading.Lock()
@@ -23,9 +24,9 @@ def load_known_hosts(keys: paramiko.HostKeys, path: Path) -> list[str]:
     """Add the host keys of `path` to `keys`; the warnings for the lines skipped (each also
     printed once to stderr). HostKeyError for a file that cannot be read or a @revoked line."""
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise HostKeyError(f"cannot read known_hosts {path}: {e.strerror}") from e
+        data = read_bytes(path, "known_hosts")
+    except UnreadableFile as e:
+        raise HostKeyError(f"cannot read known_hosts {path}: {e.why}") from e
     warnings = []
     for number, raw in enumerate(data.splitlines(), 1):
         line = raw.decode("utf-8", errors="replace").strip()
