@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+from pydantic import ValidationError
 
 from rollout.errors import ConfigError, Location, UserError
 
@@ -157,12 +158,18 @@ def _from_vastai(ref: str) -> Inventory:
 def _vast_hosts(source: VastaiSource, where: Location, defaults: InventoryDefaults,
                 base_dir: Path, ssh: SshConfigFile) -> tuple[list[Host], tuple[str, ...]]:
     fleet = load_vast_fleet(source, where)
-    entries = [HostEntry(name=h.name, address=h.address, port=h.port, groups=list(h.groups),
-                         vars=dict(h.vars)) for h in fleet.hosts]
+    entries, skipped = [], list(fleet.skipped)
+    for h in fleet.hosts:
+        try:
+            entries.append(HostEntry(name=h.name, address=h.address, port=h.port,
+                                     groups=list(h.groups), vars=dict(h.vars)))
+        except ValidationError as e:  # an address or port outside the grammar: that host only
+            why = str(e.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
+            skipped.append(f"{h.name}: {why}")
     hosts = [_resolve(entry, defaults, base_dir, ssh) for entry in entries]
     if hosts and hosts[0].known_hosts.is_dir():
         raise ConfigError(f"known_hosts {hosts[0].known_hosts} is a folder, not a file", where)
-    return hosts, tuple(fleet.skipped)
+    return hosts, tuple(skipped)
 
 
 def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:

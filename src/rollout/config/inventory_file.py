@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from .durations import Seconds
-from .sshconfig import check_proxy_jump
+from .sshconfig import check_address, check_proxy_jump, check_user
 from .vastai import VastaiSource
 
 HostKeyPolicy = Literal["strict", "accept-new"]
@@ -33,6 +33,8 @@ def _not_bool(value: Any) -> Any:
 
 Port = Annotated[int, BeforeValidator(_not_bool)]
 ProxyJump = Annotated[str, AfterValidator(check_proxy_jump)]
+Address = Annotated[str, AfterValidator(check_address)]
+User = Annotated[str, AfterValidator(check_user)]
 _PROXY_JUMP_HELP = (
     "Jump host(s) to reach this host through, as `ssh -J`: `[user@]host[:port]`, comma "
     "separated, first hop first; `none`: connect directly, whatever ssh_config says. A hop "
@@ -49,7 +51,7 @@ class _Strict(BaseModel):
 class InventoryDefaults(_Strict):
     """Fleet-wide defaults; every one can be overridden per host."""
 
-    user: str = Field(default="root", description="SSH user.")
+    user: User = Field(default="root", description="SSH user.")
     port: Port = Field(default=22, ge=1, le=65535, description="SSH port.")
     key_file: str | None = Field(
         default=None,
@@ -87,9 +89,9 @@ class HostEntry(_Strict):
     """One host of the fleet. Unset connection keys fall back to `defaults`."""
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique host name ([A-Za-z0-9._-]+).")
-    address: str = Field(min_length=1, description="Address or DNS name to connect to.")
+    address: Address = Field(description="Address or DNS name to connect to.")
     port: Port | None = Field(default=None, ge=1, le=65535, description="SSH port.")
-    user: str | None = Field(default=None, description="SSH user.")
+    user: User | None = Field(default=None, description="SSH user.")
     key_file: str | None = Field(default=None, description="Private key file.")
     known_hosts: str | None = Field(default=None, description="known_hosts file.")
     host_key_policy: HostKeyPolicy | None = Field(default=None, description="Host key policy.")
