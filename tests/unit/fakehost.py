@@ -19,12 +19,11 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rollout.host.scripts import ops
 from rollout.host.scripts.common import proof_verdict
-from rollout.transport.base import RunResult, Stream, Transport
+from rollout.transport.base import LocalFile, RunResult, Stream, Transport, opened
 
 ROOT = "/data"
 CURRENT = f"{ROOT}/current"
@@ -105,10 +104,11 @@ class FakeHost(Transport):
         report = bad_call(action, kwargs) or getattr(self, f"_op_{action}")(**kwargs)
         return RunResult(f"call {call}", 0, json.dumps(report) + "\n", "")
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False,
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Any = None) -> None:
         self.sent.append(f"put {remote_path}")
-        self.uploads[remote_path] = self.files[remote_path] = sha(Path(local_path).read_bytes())
+        with opened(local_path) as f:
+            self.uploads[remote_path] = self.files[remote_path] = sha(f.read())
 
     def get(self, remote_path: str, local_path: str) -> None:
         raise NotImplementedError

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import paramiko
 import pytest
 from fabric import Connection
 
@@ -165,10 +166,13 @@ def test_no_key_file_offers_the_agent_and_default_keys() -> None:
     assert "key_filename" not in conn.connect_kwargs
 
 
-def test_a_key_file_is_the_only_key_offered() -> None:
-    target = host(Path("/k/id"))
-    conn = SshTransport(target)._checked(target, False)
-    assert conn.connect_kwargs["key_filename"] == ["/k/id"]
+def test_a_key_file_is_the_only_key_offered(tmp_path: Path) -> None:
+    key = paramiko.ECDSAKey.generate()
+    key.write_private_key_file(str(tmp_path / "id"))
+    target = host(tmp_path / "id")
+    conn = SshTransport(target)._checked(target, False)  # read by rollout, given as a key
+    assert conn.connect_kwargs["pkey"].get_base64() == key.get_base64()
+    assert "key_filename" not in conn.connect_kwargs
     assert conn.connect_kwargs["allow_agent"] is False
     assert conn.connect_kwargs["look_for_keys"] is False
 

@@ -29,7 +29,7 @@ from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
 from rollout.steps.install import identities_of
 from rollout.steps.release import switch, upload
-from rollout.transport.base import RunResult, script_command
+from rollout.transport.base import LocalFile, Progress, RunResult, opened, script_command
 from rollout.transport.channel import ChannelOutput, _collect, _stream
 from rollout.transport.local import LocalTransport
 from rollout.transport.ssh import _WRITE_AND_HASH, UPLOAD_CHUNK, SshTransport
@@ -147,8 +147,10 @@ def test_drop_failpoint_closes_the_socket_half_way(
 class CorruptingTransport(AgentTransport):
     """A local 'host' whose uploads arrive with one byte flipped."""
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False) -> None:
-        data = bytearray(Path(local_path).read_bytes())
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
+            progress: Progress | None = None) -> None:
+        with opened(local_path) as f:
+            data = bytearray(f.read())
         data[len(data) // 2] ^= 0xFF
         Path(remote_path).write_bytes(bytes(data))
 

@@ -12,6 +12,7 @@ from rollout.errors import Location, UserError
 from rollout.host.layout import EXECUTABLE_NAME
 
 MANIFEST = "manifest.json"
+MAX_MANIFEST = 1 << 20  # bytes; a manifest is a few KiB
 FORMAT: Literal["rollout-release/1"] = "rollout-release/1"
 
 Name = Annotated[str, StringConstraints(pattern=EXECUTABLE_NAME)]

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING
 
 from rollout.bundle import s3
 from rollout.bundle.local import bundle_problems
-from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
+from rollout.bundle.manifest import MANIFEST, MAX_MANIFEST, Executable, Manifest, parse_manifest
 from rollout.bundle.release import Release
 from rollout.errors import EnvironmentProblem, UserError
 from rollout.host.scripts.fetch import FetchFailed, fetch_file
 
 TIMEOUT = 30.0  # seconds per connect and per read
 MANIFEST_DEADLINE = 60.0  # seconds for the whole manifest, however slowly it trickles
-MAX_MANIFEST = 1 << 20
 
 if TYPE_CHECKING:
     import urllib3

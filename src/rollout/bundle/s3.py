@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rollout.bundle.manifest import MANIFEST, Manifest, parse_manifest
+from rollout.bundle.manifest import MANIFEST, MAX_MANIFEST, Manifest, parse_manifest
 from rollout.bundle.release import Release
 from rollout.errors import EnvironmentProblem, UserError
 
@@ -52,9 +52,12 @@ def read_manifest(url: str) -> Manifest:
     bucket, prefix = split(url)
     client = _client()
     try:
-        body = client.get_object(Bucket=bucket, Key=_key(prefix, MANIFEST))["Body"].read()
+        body = client.get_object(Bucket=bucket, Key=_key(prefix, MANIFEST))["Body"].read(
+            MAX_MANIFEST + 1)
     except _errors() as e:
         raise EnvironmentProblem(f"cannot read {url}/{MANIFEST}: {e}") from e
+    if len(body) > MAX_MANIFEST:
+        raise UserError(f"--release {url}: its {MANIFEST} is too large for a manifest")
     return parse_manifest(body.decode("utf-8", "replace"), f"{url.rstrip('/')}/{MANIFEST}")
 
 

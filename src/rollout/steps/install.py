@@ -10,13 +10,19 @@ ahead (engine.staging) and the check of a release found on a host (steps.manifes
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
 
+from rollout.bundle.local import open_executable, sha256_of
 from rollout.errors import StepFailed
 from rollout.host.reports import FilesReport
 from rollout.jsontypes import JSON
 from rollout.output.progress import tracker_for
+from rollout.readfile import UnreadableFile
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Release, Verified
+from rollout.steps.decision import Artifact, Release, Verified
 
 
 def file_sums(ctx: HostContext, directory: str, names: list[str],
@@ -90,22 +96,43 @@ def push_into(ctx: HostContext, release: Release, partial: str, what: str = "pus
               step: str = "upload") -> int:
     """Copy the executables from the controller into the host's partial folder (created
     there), each one's sha256 read back on the host in the same round trip as its bytes.
-    Reports `progress` events (`what`: push or stage) as the bytes go."""
+    What is sent is what was hashed: each file is opened once (never through a link), found
+    to be the release's, then sent from that same descriptor. Reports `progress` events
+    (`what`: push or stage) as the bytes go."""
     total = sum(a.size for a in release.artifacts)
     tracker = tracker_for(ctx.emit, step, what, total)
     before = 0
     if tracker is not None:
         tracker.update(0)
     for artifact in release.artifacts:
-        found = ctx.transport.put_and_digest(
-            artifact.local_path, f"{partial}/{artifact.name}", mode=0o755,
-            progress=None if tracker is None else tracker.offset(before),
-        )
+        with verified_executable(artifact) as src:
+            found = ctx.transport.put_and_digest(
+                src, f"{partial}/{artifact.name}", mode=0o755,
+                progress=None if tracker is None else tracker.offset(before),
+            )
         before += artifact.size
         if found != artifact.sha256:
             raise StepFailed(f"sha256 mismatch on host after upload: {artifact.name} "
                              f"(sent {artifact.sha256[:12]}, host has {found[:12] or 'nothing'})")
     return sum(a.size for a in release.artifacts)
+
+
+@contextmanager
+def verified_executable(artifact: Artifact) -> Iterator[BinaryIO]:
+    """The controller's copy of `artifact`, open and rewound, once its bytes were found to
+    be the release's. A link, anything but a regular file, or a file that is no longer the
+    one checked is refused before a byte is sent (StepFailed, not retried)."""
+    try:
+        src = open_executable(Path(artifact.local_path))
+    except UnreadableFile as e:
+        raise StepFailed(f"{artifact.name} not sent: {e}", retryable=False) from None
+    with src:
+        if sha256_of(src) != artifact.sha256:
+            raise StepFailed(f"{artifact.name} not sent: the controller's copy is no longer "
+                             f"the release's (sha256 {artifact.sha256[:12]}): it changed since "
+                             "it was checked", retryable=False)
+        src.seek(0)
+        yield src
 
 
 def install_partial(

@@ -6,14 +6,31 @@ import json
 import os
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from rollout.errors import CommandFailed
 from rollout.host.scripts import bootstrap, sized
 from rollout.jsontypes import JSON
 
 Progress = Callable[[int], None]  # bytes sent so far
+LocalFile = str | BinaryIO
+"""A controller file to send: its path, or a file the caller opened (sent from its start,
+left open): the bytes the caller checked are the bytes sent."""
+
+
+@contextmanager
+def opened(local: LocalFile) -> Iterator[BinaryIO]:
+    """`local` open for reading, at its start; a path is opened here and closed after."""
+    with open(local, "rb") if isinstance(local, str) else nullcontext(local) as f:
+        f.seek(0)
+        yield f
+
+
+def local_size(local: LocalFile) -> int:
+    return os.path.getsize(local) if isinstance(local, str) else os.fstat(local.fileno()).st_size
 
 
 @dataclass(frozen=True)
@@ -100,12 +117,12 @@ class Transport(ABC):
         return self.run(command, timeout=timeout, stdin=feed)
 
     @abstractmethod
-    def put(self, local_path: str, remote_path: str, resume: bool = False,
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
         """Copy a local file to the host. `resume`: append to what a partial copy left.
         `progress`: told the bytes of the file on the host so far, as they go."""
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+    def put_and_digest(self, local_path: LocalFile, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:
         """Copy a local file to the host, creating its folder and setting its mode, and return
         the sha256 the host computed of the bytes it wrote there. Raises CommandFailed when the
@@ -116,7 +133,7 @@ class Transport(ABC):
         self.run(f"mkdir -p -- {folder}").check()
         self.put(local_path, remote_path)
         if progress is not None:
-            progress(os.path.getsize(local_path))
+            progress(local_size(local_path))
         self.run(f"chmod {mode:o} -- {path}").check()
         return self.run(f"sha256sum -- {path}").check().stdout.split(" ", 1)[0]
 

@@ -3,14 +3,13 @@ the files it puts (the payload; SSH's own framing is not counted)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from rollout.jsontypes import JSON
 from rollout.transport.agent import source_sha256
-from rollout.transport.base import Progress, RunResult, Stream, Transport
+from rollout.transport.base import LocalFile, Progress, RunResult, Stream, Transport, local_size
 
 
 class SentBytes:
@@ -73,16 +72,16 @@ class CountingTransport(Transport):
         self._sent_source(source)
         return result
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False,
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
-        self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
+        self.sent.add(self.name, local_size(local_path) + len(remote_path.encode()))
         if progress is None:
             return self.inner.put(local_path, remote_path, resume)
         return self.inner.put(local_path, remote_path, resume, progress)
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+    def put_and_digest(self, local_path: LocalFile, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:
-        self.sent.add(self.name, os.path.getsize(local_path) + len(remote_path.encode()))
+        self.sent.add(self.name, local_size(local_path) + len(remote_path.encode()))
         return self.inner.put_and_digest(local_path, remote_path, mode, progress)
 
     def get(self, remote_path: str, local_path: str) -> None:

@@ -8,14 +8,22 @@ import shutil
 import subprocess
 import time
 
-from rollout.transport.base import Progress, RunResult, Stream, Transport
+from rollout.transport.base import (
+    LocalFile,
+    Progress,
+    RunResult,
+    Stream,
+    Transport,
+    local_size,
+    opened,
+)
 
 
-def resume_offset(local_path: str, remote_path: str, resume: bool) -> int:
+def resume_offset(local_path: LocalFile, remote_path: str, resume: bool) -> int:
     if not resume or not os.path.exists(remote_path):
         return 0
     have = os.path.getsize(remote_path)
-    return have if have <= os.path.getsize(local_path) else 0
+    return have if have <= local_size(local_path) else 0
 
 
 class ProcessStream(Stream):
@@ -83,10 +91,10 @@ class LocalTransport(Transport):
             return RunResult(command, 124, out, "(timed out)")
         return RunResult(command, p.returncode, p.stdout, p.stderr)
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False,
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
         start = resume_offset(local_path, remote_path, resume)
-        with open(local_path, "rb") as src, open(remote_path, "ab" if start else "wb") as dst:
+        with opened(local_path) as src, open(remote_path, "ab" if start else "wb") as dst:
             src.seek(start)
             if progress is None:
                 return shutil.copyfileobj(src, dst, 1 << 20)

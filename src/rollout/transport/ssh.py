@@ -12,6 +12,7 @@ ssh_config was read when the inventory was loaded; fabric reads none of it again
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import posixpath
 import shlex
@@ -26,9 +27,18 @@ from fabric import Config, Connection
 from rollout import failpoints
 from rollout.errors import HostAnswerError, HostKeyError, TransportError
 from rollout.jsontypes import JSON
+from rollout.readfile import UnreadableFile, read_text
 from rollout.secrets import head
 from rollout.transport.agent import HostAgent, agent_command
-from rollout.transport.base import Progress, RunResult, Stream, Transport
+from rollout.transport.base import (
+    LocalFile,
+    Progress,
+    RunResult,
+    Stream,
+    Transport,
+    local_size,
+    opened,
+)
 from rollout.transport.channel import (
     OUTPUT_CAP,
     ChannelOutput,
@@ -143,6 +153,36 @@ def _aead_first(sock: Any, disabled_algorithms: dict[str, Any] | None = None) ->
     return transport
 
 
+KEY_LIMIT = 1 << 20  # bytes: an RSA key of 16,384 bits is under 13 KiB
+_KEY_TYPES = (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key)
+
+
+def load_private_key(path: Path) -> paramiko.PKey:
+    """The key_file's private key, read by rollout.readfile (a regular file, bounded; a
+    link is followed: operators link their dotfiles), with its `-cert.pub` certificate
+    where one lies beside it, as paramiko's own key_filename does. UnreadableFile naming
+    the path, never the key's bytes, when it cannot be read or is not a key."""
+    text = read_text(path, "key_file", limit=KEY_LIMIT)
+    for key_type in _KEY_TYPES:
+        try:
+            key: paramiko.PKey = key_type.from_private_key(io.StringIO(text))
+        except paramiko.PasswordRequiredException:
+            raise UnreadableFile(path, "key_file", "is passphrase-protected: rollout asks for "
+                                 "no passphrase (leave key_file out to use ssh-agent)") from None
+        except Exception:  # noqa: BLE001 - paramiko raises many types for another key type
+            continue
+        cert = Path(f"{path}-cert.pub")
+        if cert.exists():
+            try:
+                key.load_certificate(read_text(cert, "key_file certificate", limit=KEY_LIMIT))
+            except (ValueError, paramiko.SSHException):
+                raise UnreadableFile(cert, "key_file certificate", "is not a certificate "
+                                     "of the key") from None
+        return key
+    raise UnreadableFile(path, "key_file", "is not a private key rollout can read (RSA, ECDSA "
+                         "or Ed25519, in PEM or OpenSSH format)")
+
+
 def _counted(chunks: Iterator[bytes], progress: Progress | None) -> Iterator[bytes]:
     """The chunks, `progress` told the running total after each one is sent."""
     sent = 0
@@ -165,6 +205,7 @@ class SshTransport(Transport):
         self._conn: Connection | None = None
         self._agent: HostAgent | None = None
         self._agentless = False  # the host could not start one: plain exec channels
+        self._pkey: paramiko.PKey | None = None  # the key_file's key, read once
 
     def open(self) -> None:
         """Connect and log in now (TransportError, HostKeyError), with no command: the
@@ -214,7 +255,7 @@ class SshTransport(Transport):
         if t.key_file is None:
             kwargs |= {"look_for_keys": True, "allow_agent": True}
         else:
-            kwargs |= {"key_filename": str(t.key_file), "look_for_keys": False,
+            kwargs |= {"pkey": self._private_key(t.key_file), "look_for_keys": False,
                        "allow_agent": False}
         conn = Connection(
             host=to.address, user=to.user, port=to.port, gateway=gateway,
@@ -226,6 +267,11 @@ class SshTransport(Transport):
         policy_cls = _AcceptNew if t.host_key_policy == "accept-new" else _Refuse
         conn.client.set_missing_host_key_policy(policy_cls(t.known_hosts))
         return conn
+
+    def _private_key(self, path: Path) -> paramiko.PKey:
+        if self._pkey is None:
+            self._pkey = load_private_key(path)
+        return self._pkey
 
     def run(
         self, command: str, timeout: float | None = None, stdin: str | None = None
@@ -306,10 +352,10 @@ class SshTransport(Transport):
             self._drop()
             raise TransportError(f"{self.name}: connection lost: {e}") from e
 
-    def put(self, local_path: str, remote_path: str, resume: bool = False,
+    def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
         start = self._remote_size(remote_path) if resume else 0
-        if start > os.path.getsize(local_path):
+        if start > local_size(local_path):
             start = 0
         redirect = ">>" if start else ">"
         folder = shlex.quote(posixpath.dirname(remote_path) or "/")
@@ -317,7 +363,7 @@ class SshTransport(Transport):
         self._upload(local_path, start, f"mkdir -p -- {folder} && cat {redirect} "
                                         f"{shlex.quote(remote_path)}", told).check()
 
-    def put_and_digest(self, local_path: str, remote_path: str, mode: int = 0o644,
+    def put_and_digest(self, local_path: LocalFile, remote_path: str, mode: int = 0o644,
                        progress: Progress | None = None) -> str:
         """One round trip: the host writes the bytes and hashes them as they arrive (python3's
         hashlib: a third of sha256sum's CPU, and no second read). A file under
@@ -325,7 +371,7 @@ class SshTransport(Transport):
         the page cache (a python3 that starts costs the host more than that read)."""
         path, folder = shlex.quote(remote_path), shlex.quote(posixpath.dirname(remote_path) or "/")
         plain = f"cat > {path} && chmod {mode:o} -- {path} && sha256sum < {path}"
-        if os.path.getsize(local_path) < SMALL_UPLOAD:
+        if local_size(local_path) < SMALL_UPLOAD:
             command = f"mkdir -p -- {folder} && {plain}"
         else:
             command = (f"mkdir -p -- {folder} && if command -v python3 >/dev/null; then "
@@ -338,7 +384,7 @@ class SshTransport(Transport):
         r = self.run(f"stat -c %s -- {shlex.quote(remote_path)} 2>/dev/null || echo 0")
         return int(r.stdout.strip() or 0) if r.stdout.strip().isdigit() else 0
 
-    def _upload(self, local_path: str, start: int, command: str,
+    def _upload(self, local_path: LocalFile, start: int, command: str,
                 progress: Progress | None = None) -> RunResult:
         """Run `command` with the file's bytes from `start` as its stdin; `progress` is told
         the bytes handed to the channel so far."""
@@ -346,7 +392,7 @@ class SshTransport(Transport):
         try:
             if transport is None:
                 raise paramiko.SSHException("no SSH transport")
-            with open(local_path, "rb") as src:
+            with opened(local_path) as src:
                 src.seek(start)
                 chunks = _counted(self._chunks(src), progress)
                 out = stream_to_channel(transport, command, chunks, UPLOAD_STALL)
@@ -354,7 +400,8 @@ class SshTransport(Transport):
                 raise EOFError("the connection closed before the command's exit status came")
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: upload of {local_path} failed: {e}") from e
+            raise TransportError(f"{self.name}: upload of {_named(local_path)} failed: {e}"
+                                 ) from e
         _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         return RunResult(command, out.exit_code, stdout, stderr)
@@ -414,6 +461,10 @@ def _close_all(conn: Connection) -> None:
     for each in _chain(conn):
         with contextlib.suppress(Exception):
             each.close()
+
+
+def _named(local: LocalFile) -> str:
+    return local if isinstance(local, str) else "an open file"
 
 
 def _via(target: SshTarget) -> str:
