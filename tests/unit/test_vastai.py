@@ -5,6 +5,7 @@ real vastai package is installed its HTTP session is answered from the same file
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -176,12 +177,9 @@ def test_bad_vastai_keys_name_the_line_and_key(tmp_path: Path, body: str, key: s
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
-        ((200, fixture("instances_malformed")), "instances[0].ssh_port: Input should be"),
         ((200, b"<html>maintenance</html>"), "not JSON"),
         ((200, b'[{"id": 1}]'), "a JSON list, not an object"),
         ((200, b'{"instances": {"id": 1}}'), "instances: Input should be a valid list"),
-        ((200, b'{"instances": [{"id": true}]}'), "instances[0].id"),
-        ((200, b'{"instances": [{"label": "x"}]}'), "instances[0].id: Field required"),
         ((200, b"[" * 100_000 + b"]" * 100_000), "not JSON"),
         ((200, b" " * (vastai.MAX_PAGE_BYTES + 1)), "larger than"),
         ((503, b"upstream \x1b[31mdown\n"), "HTTP 503: 'upstream \\x1b[31mdown\\n'"),
@@ -234,12 +232,13 @@ def test_hostile_instances_are_skipped_or_made_safe(api: Callable[..., list[str]
     skipped = "\n".join(inventory.skipped)
     assert "evil-rm--rf-id (instance 31000001): no usable proxy SSH address " \
            "('-oProxyCommand=touch /tmp/pwned')" in skipped
-    assert "31mred (instance 31000004): no usable proxy SSH port (99999)" in skipped
+    assert "31mred (instance 31000004): its row does not validate (label: holds a control " \
+           "character)" in skipped  # its label holds ESC
     assert inventory.get("twin-31000002").vars["vast_label"] == "twin"
     api(pages((200, fixture("instances_hostile"))))
     direct = load_inventory(fleet_yaml(tmp_path, "vastai: {label: '*', address: direct}\n"))
     assert [(h.name, h.address, h.port) for h in direct.hosts] == [
-        ("evil-rm--rf-id", "203.0.113.66", 40066), ("31mred", "203.0.113.69", 40069)]
+        ("evil-rm--rf-id", "203.0.113.66", 40066)]
 
 
 def test_names_are_safe_and_unique() -> None:
@@ -293,6 +292,9 @@ def test_a_key_file_that_holds_no_key(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     (tmp_path / ".vast_api_key").write_bytes(b"\xff" * 10_000)
+    with pytest.raises(UserError, match="larger than its 4,096-byte cap"):
+        vastai.api_key()
+    (tmp_path / ".vast_api_key").write_bytes(b"\xff" * 10)
     with pytest.raises(UserError, match="does not hold a key"):
         vastai.api_key()
 
@@ -309,6 +311,7 @@ def test_the_real_package_asks_the_instances_endpoint(monkeypatch: pytest.Monkey
     """vastai 1.9.1's own client, its HTTP session answered from the recordings."""
     pytest.importorskip("vastai")
     import requests
+    import urllib3
 
     sent: list[requests.PreparedRequest] = []
     bodies = [fixture("instances_page1"), fixture("instances_page2")]
@@ -317,7 +320,8 @@ def test_the_real_package_asks_the_instances_endpoint(monkeypatch: pytest.Monkey
              **kwargs: Any) -> requests.Response:
         sent.append(prep)
         response = requests.Response()
-        response.status_code, response._content = 200, bodies.pop(0)
+        response.status_code = 200
+        response.raw = urllib3.HTTPResponse(body=io.BytesIO(bodies.pop(0)), preload_content=False)
         response.url = str(prep.url)
         return response
 

@@ -6,9 +6,11 @@ instances whose label is LABEL (or matches it as a glob); the others are listed 
 skipped, each with its reason. An instance's SSH address changes when vast.ai recreates
 it, so it is read at every load, never written down.
 
-Everything the API answers is hostile data: each page is bounded in size, validated with
-pydantic, and a host's name, address and port are checked before they are used; text
-from the answer appears in messages only escaped and cut short.
+Everything the API answers is hostile data: the whole listing has a deadline, each page
+is bounded in size, each instance is validated on its own (one that does not validate,
+or holds a control character in any text, is skipped with its reason: the others are
+hosts), and a host's name, address and port are checked before they are used; text from
+the answer appears in messages only escaped and cut short.
 """
 
 from __future__ import annotations
@@ -17,16 +19,34 @@ import ipaddress
 import json
 import os
 import re
+import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+)
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+)
 
 from rollout.errors import ConfigError, EnvironmentProblem, Location, UserError
+from rollout.readfile import UnreadableFile, read_bytes
 from rollout.secrets import redact, register
 
 PREFIX = "vastai:"
@@ -37,13 +57,28 @@ PAGE_LIMIT = 25  # rows per page, as the package's own show_instances asks
 MAX_PAGES = 200
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 4096
-REQUEST_TIMEOUT = 30.0
+REQUEST_TIMEOUT = 30.0  # seconds per connect and per read, within LIST_DEADLINE
+LIST_DEADLINE = 90.0  # seconds for the whole list (every page), however slowly it comes
+RETRIES = 3  # tries of one page on 429, 502-504 or a lost connection, as the package does
+RETRYABLE = frozenset({429, 502, 503, 504})
 NAME_MAX = 63
+
+if TYPE_CHECKING:
+    import urllib3
+
+
+def _no_control(text: str) -> str:
+    """Text from the API holds no control character (C0, DEL, C1; tab and newline too):
+    none may reach a template, a host var or the console."""
+    if any(unicodedata.category(c) == "Cc" for c in text):
+        raise ValueError("holds a control character")
+    return text
+
 
 AddressMode = Literal["proxy", "direct"]
 GroupName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$")]
-Text = Annotated[str, StringConstraints(max_length=1024)]
-ShortText = Annotated[str, StringConstraints(max_length=256)]
+Text = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_no_control)]
+ShortText = Annotated[str, StringConstraints(max_length=256), AfterValidator(_no_control)]
 
 
 class VastaiSource(BaseModel):
@@ -98,10 +133,22 @@ class Instance(BaseModel):
 
 
 class _Page(BaseModel):
+    """A page: its rows are validated one by one (`_row`), not here."""
+
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
-    instances: list[Instance] | None = Field(default=None, max_length=1000)
+    instances: list[Any] | None = Field(default=None, max_length=1000)
     next_token: ShortText | StrictInt | None = None
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row of the list that is no usable instance: its id and label where they are an
+    int and a str (the label only to match it, never shown raw), and what is wrong."""
+
+    id: int | None
+    label: str | None
+    problem: str
 
 
 @dataclass(frozen=True)
@@ -143,8 +190,9 @@ def is_ref(hosts: str) -> bool:
 
 def load_fleet(source: VastaiSource, where: Location) -> VastFleet:
     """The hosts of `source`, read from the API now. No key: UserError; no package, an
-    API that cannot be reached or answers nonsense: EnvironmentProblem; no running
-    instance matches: ConfigError at `where`."""
+    API that cannot be reached, answers nonsense or not within LIST_DEADLINE:
+    EnvironmentProblem; no running instance matches: ConfigError at `where`. An instance
+    that does not validate is skipped with its reason; the others are hosts."""
     rows = fetch_instances(open_api(api_key()))
     fleet = select(rows, source)
     if not fleet.hosts:
@@ -184,14 +232,13 @@ def api_key() -> str:
 
 
 def _read_key(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_KEY_BYTES + 1)
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return ""
-    except OSError as exc:
-        raise UserError(f"cannot read the vast.ai API key file {path}: {exc.strerror}") from None
-    if len(data) > MAX_KEY_BYTES or not data.strip():
+    try:
+        data = read_bytes(path, "the vast.ai API key file", limit=MAX_KEY_BYTES)
+    except UnreadableFile as exc:
+        raise UserError(f"cannot read the vast.ai API key file {path}: {exc.why}") from None
+    if not data.strip():
         raise UserError(f"the vast.ai API key file {path} does not hold a key")
     try:
         return data.decode("ascii").strip()
@@ -202,36 +249,105 @@ def _read_key(path: Path) -> str:
 # --- the API -----------------------------------------------------------------------
 
 
-def open_api(key: str) -> PageGetter:
-    """A page getter on the vastai package's HTTP client (its auth header, retries on
-    429/5xx, redirects kept within vast.ai). The package missing is an EnvironmentProblem."""
+def open_api(key: str, deadline: float | None = None) -> PageGetter:
+    """A page getter on the vastai package's HTTP client (its URLs, auth header and
+    redirects kept within vast.ai), each page streamed and cut at MAX_PAGE_BYTES; every
+    page it gets ends by `deadline` (a time.monotonic() value; default LIST_DEADLINE
+    seconds from now), however slowly the server sends. A page is tried again on 429,
+    502-504 or a lost connection. The package missing is an EnvironmentProblem."""
     try:
         from vastai import VastAI
+        from vastai.api.client import VastSession
     except ImportError:
         raise EnvironmentProblem(
             f"reading a vast.ai fleet needs the vastai package: {PIP_FIX}"
         ) from None
-    client = VastAI(api_key=key, retry=3).client
+    import requests
+
+    client = VastAI(api_key=key, retry=RETRIES).client
+    end = time.monotonic() + LIST_DEADLINE if deadline is None else deadline
+
+    def once(url: str) -> tuple[int, bytes, str | None]:
+        session = VastSession(client.server_url)
+        prep = session.prepare_request(
+            requests.Request("GET", url, headers=client._build_headers()))
+        wait = min(REQUEST_TIMEOUT, _left(end))
+        with session.send(prep, stream=True, timeout=(wait, wait)) as response:
+            body = _read_page(response.raw, end)
+            return int(response.status_code), body, response.headers.get("Retry-After")
 
     def get(query: dict[str, Any]) -> tuple[int, bytes]:
-        response = client.get(INSTANCES_PATH, query_args=query, timeout=REQUEST_TIMEOUT)
-        return int(response.status_code), bytes(response.content[: MAX_PAGE_BYTES + 1])
+        retrying = Retrying(
+            stop=stop_after_attempt(RETRIES),
+            wait=lambda state: min(_backoff(state), _left(end)),
+            retry=retry_if_exception_type((requests.ConnectionError, requests.Timeout))
+            | retry_if_result(lambda answer: answer[0] in RETRYABLE),
+            retry_error_callback=_last_answer,
+        )
+        status, body, _ = retrying(once, client._build_url(INSTANCES_PATH, query))
+        return status, body
 
     return get
 
 
-def fetch_instances(get: PageGetter) -> list[Instance]:
-    """Every instance of the account, page by page (at most MAX_PAGES), validated."""
+def _left(deadline: float) -> float:
+    """Seconds until `deadline`; none left is an EnvironmentProblem."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise EnvironmentProblem(
+            f"the vast.ai API did not list the instances within {LIST_DEADLINE:g} s (it "
+            "answers too slowly or not at all)")
+    return left
+
+
+def _read_page(raw: urllib3.BaseHTTPResponse, deadline: float) -> bytes:
+    """At most MAX_PAGE_BYTES + 1 bytes of a body, by `deadline`: a server that sends a
+    byte every few seconds never trips a per-read timeout, and is cut here."""
+    body = bytearray()
+    while len(body) <= MAX_PAGE_BYTES:
+        _left(deadline)
+        chunk = raw.read1(64 * 1024, decode_content=True)
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body[: MAX_PAGE_BYTES + 1])
+
+
+def _last_answer(state: RetryCallState) -> Any:
+    """After the last try: its answer, or its error raised, as the package gives them."""
+    assert state.outcome is not None
+    return state.outcome.result()
+
+
+def _backoff(state: RetryCallState) -> float:
+    """The wait before the next try: the server's Retry-After, else 0.15 s growing 1.5x."""
+    outcome = state.outcome
+    after = None if outcome is None or outcome.failed else outcome.result()[2]
+    return _retry_after(after, 0.15 * 1.5 ** (state.attempt_number - 1))
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    """The server's Retry-After in seconds, when it is a number of at most 60."""
+    try:
+        wait = float(value) if value is not None else default
+    except ValueError:
+        return default
+    return wait if 0 <= wait <= 60 else default
+
+
+def fetch_instances(get: PageGetter) -> list[Instance | BadRow]:
+    """Every row of the account's list, page by page (at most MAX_PAGES): an Instance, or
+    a BadRow for one that does not validate."""
     query: dict[str, Any] = {
         "select_filters": {},
         "order_by": [{"col": "id", "dir": "asc"}],
         "limit": PAGE_LIMIT,
     }
-    rows: list[Instance] = []
+    rows: list[Instance | BadRow] = []
     seen: set[str] = set()
     for _ in range(MAX_PAGES):
         page = _page(_get(get, query))
-        rows += page.instances or []
+        rows += [_row(raw) for raw in page.instances or []]
         token = page.next_token
         if token is None or token == "":
             return rows
@@ -280,10 +396,24 @@ def _page(body: bytes) -> _Page:
         raise _malformed(_first_problem(exc)) from None
 
 
+def _row(raw: Any) -> Instance | BadRow:
+    """One row of a page, validated on its own: a row that does not is a BadRow."""
+    try:
+        return Instance.model_validate(raw)
+    except ValidationError as exc:
+        fields = raw if isinstance(raw, dict) else {}
+        id_, label = fields.get("id"), fields.get("label")
+        return BadRow(id_ if type(id_) is int and id_ >= 0 else None,
+                      label if isinstance(label, str) else None, _first_problem(exc))
+
+
 def _first_problem(exc: ValidationError) -> str:
+    """The first error, its place escaped (a key of the answer is hostile text) and its
+    message; never the value itself."""
     err = exc.errors(include_url=False)[0]
     where = "".join(f"[{seg}]" if isinstance(seg, int) else f".{seg}" for seg in err["loc"])
-    return f"{where.lstrip('.')}: {err['msg']}"
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{_shown(where.lstrip('.'), 60).strip(chr(39))}: {message}"
 
 
 def _malformed(what: str) -> EnvironmentProblem:
@@ -293,18 +423,21 @@ def _malformed(what: str) -> EnvironmentProblem:
 # --- instances -> hosts ------------------------------------------------------------
 
 
-def select(rows: list[Instance], source: VastaiSource) -> VastFleet:
-    """The running instances whose label matches, as hosts; the other matching ones
-    skipped with a reason. Pure: no I/O."""
+def select(rows: list[Instance | BadRow], source: VastaiSource) -> VastFleet:
+    """The running instances whose label matches, as hosts; the other matching ones,
+    and the rows that do not validate, skipped with a reason. Pure: no I/O."""
     matching = [row for row in rows if label_matches(row.label, source.label)]
-    names = host_names(matching)
+    names = host_names([row for row in matching if row.id is not None])
     hosts: list[VastHost] = []
     skipped: list[str] = []
     for row in matching:
+        if row.id is None:
+            skipped.append(f"an instance without a usable id: {_why_not(row, source.address)[0]}")
+            continue
         reason, address, port = _why_not(row, source.address)
         if not reason and names[row.id] in {host.name for host in hosts}:
             reason = "another instance has its name"
-        if reason:
+        if reason or isinstance(row, BadRow):
             skipped.append(f"{names[row.id]} (instance {row.id}): {reason}")
             continue
         hosts.append(VastHost(names[row.id], address, port, tuple(source.groups), _vars(row)))
@@ -316,18 +449,19 @@ def label_matches(label: str | None, pattern: str) -> bool:
     return value == pattern or fnmatchcase(value, pattern)
 
 
-def host_names(rows: list[Instance]) -> dict[int, str]:
+def host_names(rows: list[Instance | BadRow]) -> dict[int, str]:
     """A name per instance from its label ([A-Za-z0-9._-], at most 63 characters); a
     label that is missing, or that two instances share, also gets the instance id."""
-    safe = {row.id: _safe_name(row.label or "") for row in rows}
+    ids = [row.id for row in rows if row.id is not None]
+    safe = {row.id: _safe_name(row.label or "") for row in rows if row.id is not None}
     counts = Counter(safe.values())
     out: dict[int, str] = {}
-    for row in rows:
-        base = safe[row.id]
+    for id_ in ids:
+        base = safe[id_]
         if base and counts[base] == 1:
-            out[row.id] = base
+            out[id_] = base
         else:
-            out[row.id] = f"{(base or 'vast')[: NAME_MAX - 12]}-{row.id}"
+            out[id_] = f"{(base or 'vast')[: NAME_MAX - 12]}-{id_}"
     taken = Counter(out.values())  # a label can spell another's name-id: then vast-ID
     return {id_: f"vast-{id_}" if taken[name] > 1 else name for id_, name in out.items()}
 
@@ -337,8 +471,10 @@ def _safe_name(label: str) -> str:
     return name[:NAME_MAX]
 
 
-def _why_not(row: Instance, mode: AddressMode) -> tuple[str, str, int]:
+def _why_not(row: Instance | BadRow, mode: AddressMode) -> tuple[str, str, int]:
     """(reason it is skipped, or ""; its SSH address; its SSH port)."""
+    if isinstance(row, BadRow):
+        return f"its row does not validate ({row.problem})", "", 0
     if row.actual_status != "running":
         return f"not running (actual_status {_shown(row.actual_status)})", "", 0
     address, port = _direct(row) if mode == "direct" else _proxy(row)

@@ -1,0 +1,69 @@
+"""One hostile vast.ai row fails only its host: the local stand-in of the API lists the lab
+hosts and one instance whose gpu_name holds an escape sequence; that instance is skipped
+with its reason (escaped), and the rest of the fleet is rolled (exit 0, as for any
+instance skipped at load)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import LabFleet
+from .rollout_helpers import FAST_KNOBS, assert_serving, reset_host, run_cli
+from .test_vastai_inventory import KEY, instance, vast_fleet_yaml
+
+pytestmark = pytest.mark.lab
+pytest.importorskip("vastai")
+HOSTILE_ID = 41000077
+
+
+@pytest.fixture
+def hostile_api(lab_fleet: LabFleet) -> Iterator[str]:
+    """A local API listing the lab hosts and, between them, one hostile row."""
+    rows = [instance(i, h.name, h.port) for i, h in enumerate(lab_fleet.hosts)]
+    hostile = instance(77, "lab-hostile", lab_fleet.hosts[0].port)
+    hostile["gpu_name"] = "RTX\x1b]0;owned\x07\x1b[2J 4090"
+    rows.insert(1, hostile)
+    body = json.dumps({"instances": rows, "next_token": None}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+def test_one_hostile_row_leaves_the_rest_of_the_fleet_rolled(
+        lab_fleet: LabFleet, tmp_path: Path, hostile_api: str) -> None:
+    env = {"VAST_URL": hostile_api, "VAST_API_KEY": KEY}
+    names = [h.name for h in lab_fleet.hosts]
+    for name in names:
+        reset_host(name)
+    run = run_cli(tmp_path, "rollout", "--hosts",
+                  str(vast_fleet_yaml(lab_fleet, tmp_path, "proxy")),
+                  "--set", "version=vast-hostile", "--set", f"lab_knobs={FAST_KNOBS}", env=env)
+    assert run.code == 0, run.stderr[-3000:]
+    assert (f"warning: skipped lab-hostile (instance {HOSTILE_ID}): its row does not validate "
+            "(gpu_name: holds a control character)") in run.stderr
+    assert "\x1b" not in run.stdout + run.stderr and "\x07" not in run.stdout + run.stderr
+    assert sorted({e["host"] for e in run.events if e["kind"] == "host_end"}) == sorted(names)
+    for name in names:
+        assert run.host_end(name)["status"] == "validated"
+        assert assert_serving(name) == "vast-hostile"
