@@ -116,9 +116,29 @@ def test_one_machine_under_two_names_is_refused_before_any_change(
     left = sh("lab-2", "ls -A /data /data/rollout")
     assert "releases" not in left and "current" not in left and "daemon.pid" not in left, left
     assert "lock\n" not in left + "\n", left  # its lock was given back
+    assert "lock" not in sh("lab-2", "ls -A /data/rollout").split(), "a lock stays"
     seen = run_cli(tmp_path, "status", "--hosts", str(inventory))
     assert seen.code != 70, seen.stderr[-2000:]
     assert "lab-2  same machine as lab-2-again" in seen.stdout, seen.stdout
+
+
+def test_two_machines_with_one_host_id_keep_no_lock(fleet: LabFleet, tmp_path: Path) -> None:
+    """lab-3's host id copied onto lab-2 (a cloned disk): two machines, one id. Both are
+    refused, and neither keeps a lock once the run is over (issue 28)."""
+    cloned = sh("lab-3", "cat /data/rollout/host-id").strip()
+    original = sh("lab-2", "cat /data/rollout/host-id 2>/dev/null; true").strip()
+    sh("lab-2", f"mkdir -p /data/rollout && echo {cloned} > /data/rollout/host-id")
+    try:
+        run = deploy(tmp_path, fleet.fleet_path, "cloned-id")
+        assert run.code == 1, run.stderr[-3000:]
+        for name in ("lab-2", "lab-3"):
+            assert "the same machine as inventory entry" in run.host_end(name)["reason"]
+            assert not run.steps(name, "step_start"), f"{name}: a step ran"
+            assert "lock" not in sh(name, "ls -A /data/rollout").split(), f"{name}: a lock stays"
+        assert run.host_end("lab-1")["status"] == "validated", run.host_end("lab-1")
+    finally:
+        restore = f"echo {original} >" if original else "rm -f"
+        sh("lab-2", f"{restore} /data/rollout/host-id")
 
 
 def test_a_single_step_whose_lock_cannot_be_taken_does_nothing(

@@ -243,6 +243,7 @@ def test_stop_keeps_the_daemon_of_the_release_to_keep(root: Path) -> None:
     d = subprocess.Popen([str(exe)])
     try:
         (root / "rollout" / "daemon.pid").write_text(f"{d.pid} {starttime(d.pid)} {exe}\n")
+        (root / "rollout" / "supervisor.json").write_text(json.dumps({"daemon_pid": d.pid}))
         out = call("stop", root=str(root), grace=5, keep_release=RELEASE)
         assert out["outcome"] == "kept" and d.poll() is None
         assert not (root / "rollout" / "hold").exists()

@@ -87,6 +87,7 @@ def host(tmp_path: Path) -> Iterator[Host]:
 def test_stop_signals_our_daemon(host: Host) -> None:
     pid = host.spawn(str(host.exe))
     host.pidfile("daemon.pid", f"{pid} {starttime(pid)} {host.exe}\n")
+    host.pidfile("supervisor.json", json.dumps({"daemon_pid": pid}))  # the supervisor's record
     out = host.stop()
     assert out["outcome"] == "stopped" and out["pid"] == pid
 

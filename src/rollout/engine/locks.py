@@ -6,8 +6,12 @@ all its hosts' locks before its first batch: the first host in a fixed order (by
 and port, the same from any inventory) alone, then the others; two runs of one fleet
 thus meet on that first host and exactly one goes on. A heartbeat rewrites each lock while
 the run lasts; a lock whose heartbeat is older than ``stale_after`` (measured on the host)
-is stale. A stale lock, or one that cannot be read as a holder (empty, cut, ``null``,
-ill-typed), is broken only when asked (``--break-lock``), and the break is reported.
+is stale. A lock dated more than ``FUTURE_SLACK`` seconds ahead of its host's clock (the
+clock stepped back, or a forged date) has an age nobody can measure, and a live holder's
+next heartbeat would have dated it now: it counts as stale too, so it can always be broken
+(a wait for it, ``--lock-wait``, ends at its deadline as any wait does). A stale lock, or
+one that cannot be read as a holder (empty, cut, ``null``, ill-typed), is broken only when
+asked (``--break-lock``), and the break is reported.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from rollout.jsontypes import JSON, JSONObject
 from rollout.steps.base import HostContext
 
 HEARTBEATS_PER_STALE = 6  # a live holder refreshes its locks this often within stale_after
+FUTURE_SLACK = 5.0  # seconds a lock's date may be ahead of its host's clock (a small step)
 
 
 @dataclass(frozen=True)
@@ -109,18 +114,27 @@ class FoundLock:
     holder: Holder | str  # str: why no holder could be read from it
     age: float  # seconds since its last heartbeat, on the host's clock
     sha256: str
+    ahead: float = 0.0  # seconds its date is ahead of the host's clock
 
     @classmethod
     def read(cls, host: str, raw: JSONObject) -> FoundLock:
         return cls(host, _holder_of(raw), _age(raw.get("age")),
-                   str(raw.get("sha256", ""))[:64])
+                   str(raw.get("sha256", ""))[:64], _age(raw.get("ahead")))
+
+    @property
+    def future(self) -> bool:
+        """Dated ahead of the host's clock: its age cannot be measured (stale, by rule)."""
+        return self.ahead > FUTURE_SLACK
 
     def breakable(self, stale_after: float) -> bool:
-        return isinstance(self.holder, str) or self.age > stale_after
+        return isinstance(self.holder, str) or self.future or self.age > stale_after
 
     def describe(self) -> str:
         if isinstance(self.holder, str):
             return f"an unknown holder ({self.holder})"
+        if self.future:
+            return (f"{self.holder.describe()}; its date is in the future ({self.ahead:.0f}s "
+                    "ahead of the host's clock): its age cannot be measured")
         return f"{self.holder.describe()}; last heartbeat {self.age:.0f}s ago"
 
 
@@ -150,7 +164,9 @@ def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> JSON
 
 
 def _refusal(found: FoundLock, policy: LockPolicy) -> LockHeld:
-    if found.breakable(policy.stale_after):
+    if found.future:
+        hint = " Its date is in the future, so it never ages: --break-lock breaks it."
+    elif found.breakable(policy.stale_after):
         hint = " It is stale or unreadable: --break-lock breaks it."
     else:
         hint = " Wait for it, or pass --lock-wait SECONDS."
@@ -270,19 +286,16 @@ class FleetLocks:
         self.events.taken(sorted(self.held))
 
     def _refuse_same_machines(self) -> None:
-        """One machine, one entry: entries that reached the same machine are all refused,
-        their lock (one lock, theirs) given back, before anything changes there."""
+        """One machine, one entry: entries that share a host id are all refused, before
+        anything changes there, and each one's lock given back through its own connection:
+        a host id copied onto another machine (a cloned disk) is two locks, not one, and a
+        release of a lock already given back is a no-op."""
         self.refused = same_machines({n: self.ids[n] for n in self.held})
-        if not self.refused:
-            return
-        given_back: set[str] = set()
         for name in sorted(self.refused):
             ctx = self.held.pop(name)
             try:
-                if self.ids[name] not in given_back:
-                    given_back.add(self.ids[name])
-                    with contextlib.suppress(RolloutError):
-                        release_host_lock(ctx, self.me)
+                with contextlib.suppress(RolloutError):
+                    release_host_lock(ctx, self.me)
             finally:
                 ctx.transport.close()
             self.events.unreachable(name, self.refused[name])

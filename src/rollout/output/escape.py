@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 _UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]"  # a lone surrogate (from JSON's \\ud800): no UTF-8 text can hold it
 )
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -42,6 +43,13 @@ def report_text(value: Any) -> str:
     """For a multi-line text report (JUnit, Markdown, diagnose): lines and tabs kept, every
     other control character escaped."""
     return control_escaped(value, keep="\n\t")
+
+
+def metric_label(value: Any) -> str:
+    """For a Prometheus label value: every control character escaped but the newline, which
+    the text format escapes itself with the backslash and the double quote
+    (prometheus_client's generate_latest), so none reaches the file raw."""
+    return control_escaped(value, keep="\n")
 
 
 def html_text(value: Any, quote: bool = True) -> str:

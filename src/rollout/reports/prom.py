@@ -2,7 +2,8 @@
 node_exporter's textfile collector (which reads *.prom files; the file is replaced
 atomically, so it never reads half of one). Every name starts with `rollout_`, carries its
 unit (`_seconds`, `_bytes`) and no timestamp; the counter ends in `_total`, the info
-metric in `_info`, as the collector and `promtool check metrics` expect."""
+metric in `_info`, as the collector and `promtool check metrics` expect. Every label value
+passes output.escape.metric_label: no control character from a host reaches the file raw."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from rollout.output.escape import metric_label
 from rollout.reports.output import write_atomic
 
 # Every state `rollout status` names (commands/status.py: daemon_state, and unreachable):
@@ -25,6 +27,11 @@ Family = GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _labels(*values: Any) -> list[str]:
+    """Label values, each from a host or an inventory (hostile): escaped (metric_label)."""
+    return [metric_label(v) for v in values]
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ("host",)) -> GaugeMetricFamily:
@@ -63,14 +70,14 @@ class StatusCollector(Collector):
                            "or unrecorded: then the supervisor's last heartbeat before it) and "
                            "the cause rollout names for that same exit", ("host", "cause", "how"))
         for row in self.rows:
-            host = str(row.get("host"))
+            host = metric_label(row.get("host"))
             up.add_metric([host], 0.0 if row.get("state") == "unreachable" else 1.0)
             serving.add_metric([host], 1.0 if row.get("serving") else 0.0)
             for name in _states(row):
-                state.add_metric([host, name], 1.0 if row.get("state") == name else 0.0)
+                state.add_metric(_labels(host, name), 1.0 if row.get("state") == name else 0.0)
             if row.get("release"):
-                info.add_metric([host], {"release": str(row["release"]),
-                                         "version": str(row.get("version") or "")})
+                info.add_metric([host], {"release": metric_label(row["release"]),
+                                         "version": metric_label(row.get("version") or "")})
             for family, key in ((restarts, "restarts_total"), (hour, "restarts_last_hour"),
                                 (uptime, "uptime_secs"), (used, "memory_used"),
                                 (limit, "memory_limit")):
@@ -86,8 +93,8 @@ class StatusCollector(Collector):
         when = _number((row.get("last_exit") or {}).get("time"))
         if not isinstance(row.get("last_exit"), dict) or when is None:
             return
-        family.add_metric([host, str(row.get("last_exit_cause") or "unknown"),
-                           str(row.get("last_exit_how") or "unknown")], when)
+        family.add_metric(_labels(host, row.get("last_exit_cause") or "unknown",
+                                  row.get("last_exit_how") or "unknown"), when)
 
     def _fleet(self) -> Iterator[GaugeMetricFamily]:
         hosts = GaugeMetricFamily("rollout_fleet_hosts", "hosts in the inventory selection")

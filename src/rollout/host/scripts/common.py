@@ -288,16 +288,54 @@ def distrust_pid(proc: str, pid: int, starttime: int | None, program_ok: Callabl
     return None
 
 
+def supervisor_record(root: str) -> dict[str, Any]:
+    """<root>/rollout/supervisor.json: the supervisor's own record of the daemon it started
+    (or adopted), rewritten from its memory at every heartbeat; {} when unreadable. Read
+    bounded, never through a link."""
+    try:
+        with os.fdopen(safe_open(os.path.join(root, "rollout", "supervisor.json"),
+                                 os.O_RDONLY), "rb") as f:
+            doc = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _unrecorded(record: dict[str, Any], pid: int, starttime: int | None,
+                program: str | None) -> str | None:
+    """Why the supervisor's record does not name this process; None when it does: its pid,
+    its start time and its executable (an older supervisor's record has its pid alone)."""
+    named = record.get("daemon_pid")
+    if isinstance(named, bool) or named != pid:
+        return (f"the supervisor's record (supervisor.json) names daemon pid "
+                f"{str(named)[:20]}, not {pid}: a process the supervisor did not start")
+    if "daemon_starttime" in record and record["daemon_starttime"] != starttime:
+        return (f"the supervisor's record gives pid {pid} the start time "
+                f"{str(record['daemon_starttime'])[:20]}, not {starttime}: another process")
+    recorded_exe = record.get("daemon_exe")
+    if "daemon_exe" in record and (not isinstance(recorded_exe, str)
+                                   or os.path.realpath(recorded_exe) != program):
+        return f"the supervisor's record gives pid {pid} another executable"
+    return None
+
+
 def distrust_daemon(proc: str, root: str, pid: int, starttime: int | None,
                     exe: str) -> str | None:
-    """None when the pid is our daemon: the recorded executable, under <root>/releases."""
+    """None when the pid is the daemon the supervisor started, by rule: the pid and its start
+    time (/proc/PID/stat field 22) and its executable (under <root>/releases) are those
+    daemon.pid names AND those of the supervisor's own record (supervisor.json). Living
+    under <root>/releases is never enough: a copy run by hand, or any process whose pid
+    was written to daemon.pid, is not the daemon."""
     releases = os.path.join(root, "releases")
     want = os.path.realpath(exe) if exe else None
 
     def ours(program: str) -> bool:
-        return _is_under(program, releases) and want in (None, program)
+        return _is_under(program, releases) and want == program
 
-    return distrust_pid(proc, pid, starttime, ours, f"a daemon under {releases}")
+    what = f"a daemon under {releases}" + (f" running {want}" if want else
+                                           ", as daemon.pid names no executable")
+    distrust = distrust_pid(proc, pid, starttime, ours, what)
+    return distrust or _unrecorded(supervisor_record(root), pid, starttime, want)
 
 
 def distrust_supervisor(proc: str, root: str, pid: int, starttime: int | None) -> str | None:

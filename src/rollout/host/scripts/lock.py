@@ -12,11 +12,13 @@ renamed into place): nobody reads half a lock.
 
 The holder's JSON gets a "heartbeat" (this host's clock) each time it is written; `refresh`
 rewrites it, and the lock's age is the time since that write, measured on this host, so
-the controller's clock never matters.
+the controller's clock never matters. A lock dated ahead of this host's clock (skew, or a
+forged mtime) has no age to measure: its "ahead" (seconds) says so, and the controller
+counts it stale (engine/locks.py), so that --break-lock always breaks it.
 
 Prints one JSON object: {"ok": true, ...} when ACTION was done; {"ok": false, "lock":
-{"text", "sha256", "age"}} when another holder's lock (its text as found, unparsed) stands
-in the way. `break` removes the lock only when its sha256 is still --expect.
+{"text", "sha256", "age", "ahead"}} when another holder's lock (its text as found,
+unparsed) stands in the way. `break` removes the lock only when its sha256 is still --expect.
 Standard library only; runs on python3 >= 3.9.
 """
 
@@ -52,7 +54,8 @@ def guarded(state_dir: str) -> Iterator[None]:
 
 
 def found(path: str) -> dict[str, Any] | None:
-    """The lock as it is: its text, sha256 and age in seconds; None when there is none.
+    """The lock as it is: its text, sha256, age and how far its date is ahead of this host's
+    clock ("ahead", 0 when not), in seconds; None when there is none.
     Never read through a link; text that is not JSON is never sent back, only its size
     ("problem": not rollout's lock)."""
     try:
@@ -68,7 +71,8 @@ def found(path: str) -> dict[str, Any] | None:
     except OSError as e:  # a directory, unreadable: still a lock someone must look at
         return {"text": f"<unreadable: {e.strerror}>", "sha256": "", "age": 0.0}
     lock = {"text": data[:MAX_TEXT].decode(errors="replace"),
-            "sha256": hashlib.sha256(data).hexdigest(), "age": round(max(0.0, age), 3)}
+            "sha256": hashlib.sha256(data).hexdigest(), "age": round(max(0.0, age), 3),
+            "ahead": round(max(0.0, -age), 3)}
     try:
         json.loads(data)
     except ValueError:

@@ -237,7 +237,9 @@ class Supervisor:
             "state": self.state,
             "since": self.since,
             "reason": self.reason,
-            "daemon_pid": d.pid if d is not None else None,
+            "daemon_pid": d.pid if d is not None else None,  # the record daemon.pid must match
+            "daemon_starttime": d.starttime if d is not None else None,
+            "daemon_exe": d.exe if d is not None else None,
             "release": d.release if d is not None else None,
             "restarts": self.restarts,
             "consecutive_failures": self.failures,
@@ -372,6 +374,7 @@ class Supervisor:
         assert d is not None
         d.pid = pid
         d.starttime = proc_starttime(self.proc, pid)
+        self.write_json()  # our own record first: daemon.pid is trusted only when it matches
         try:
             write_atomic(self.path("daemon.pid"), f"{pid} {d.starttime} {d.exe}\n")
         except OSError as e:
