@@ -158,7 +158,8 @@ def test_injection_in_host_vars_is_inert(fleet: LabFleet, work: Path) -> None:
     source = source.replace("../dockerfiles", str(REPO / "dockerfiles"))
     source = source.replace("source: files/c1.json", f"source: {REPO}/playbooks/files/c1.json")
     source = source.replace("params_source: files/", f"params_source: {REPO}/playbooks/files/")
-    source = source.replace('command: "{{', 'command: "echo job {{ job }}; {{', 1)
+    argv = 'command: [sh, -c, \'echo job "$1"; shift; exec "$@"\', _, "{{ job }}", "{{'
+    source = source.replace('command: ["{{', argv, 1)  # an inventory value: an argv item
     source = source.replace("  ready_timeout: 60 ", '  job: "none"\n  ready_timeout: 60 ')
     playbook.write_text(source)
     run = run_cli(

@@ -79,6 +79,7 @@ def test_the_same_value_inside_sh_c_is_refused_before_any_host_is_touched(
                   "--playbook", str(path), "--set", f"hostile={HOSTILE}")
     assert run.code == 2, run.stderr[-3000:]
     assert "read again by sh -c" in run.stderr and "env: {V:" in run.stderr, run.stderr
+    assert "hostile <- --set" in run.stderr, run.stderr  # an outside value (issue 28)
     assert f"{path}:" in run.stderr
     assert sh(HOST, "readlink /data/current || true") == before
     assert no_marks_anywhere() == []

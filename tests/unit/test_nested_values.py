@@ -45,10 +45,10 @@ def playbook(tmp_path: Path, command: str) -> Path:
     return path
 
 
-def refused(tmp_path: Path, command: str) -> ConfigError:
+def refused(tmp_path: Path, command: str, sets: dict[str, str] | None = None) -> ConfigError:
     path = playbook(tmp_path, command)
     with pytest.raises(ConfigError) as info:
-        load_playbook(path, builds=False)
+        load_playbook(path, sets, builds=False)
     assert info.value.location is not None and info.value.location.file == str(path)
     assert info.value.location.line == 6 and info.value.location.key == "validate.command"
     return info.value
@@ -81,14 +81,20 @@ NESTED = [
 def test_a_placeholder_a_nested_interpreter_reads_is_refused_at_load(
     tmp_path: Path, command: str
 ) -> None:
+    """An outside value there is refused (a shell string by the shell rule, an argv item
+    that is a script by the nested check); the playbook's own value gets advice (issue 28)."""
     quoted = command if command.startswith("[") else "'" + command.replace("'", "''") + "'"
-    err = refused(tmp_path, quoted)
-    assert "read again" in err.message and "env: {V: '{{ v }}'}" in err.message
+    err = refused(tmp_path, quoted, {"v": "x"})
+    assert "env: {V: '{{ v }}'}" in err.message and "v <- --set" in err.message
+    loaded = load_playbook(playbook(tmp_path, quoted), builds=False)
+    assert any("read again" in w and "env: {V: '{{ v }}'}" in w for w in loaded.warnings)
 
 
 def test_a_here_document_placeholder_is_refused_at_load(tmp_path: Path) -> None:
-    err = refused(tmp_path, '"cat <<EOF\\n{{ v }}\\nEOF"')
-    assert "here-document" in err.message
+    err = refused(tmp_path, '"cat <<EOF\\n{{ v }}\\nEOF"', {"v": "x"})
+    assert "shell command line uses `v`" in err.message
+    loaded = load_playbook(playbook(tmp_path, '"cat <<EOF\\n{{ v }}\\nEOF"'), builds=False)
+    assert any("here-document" in w for w in loaded.warnings)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +131,7 @@ def test_env_names_that_choose_code_are_refused(tmp_path: Path) -> None:
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         load_playbook(path, builds=False)
-    assert "PATH changes which code runs" in info.value.message
+    assert "PATH: a name that a program may read as code" in info.value.message
 
 
 def fleet(tmp_path: Path, vars_text: str, command: str = "'true'") -> str:
@@ -151,7 +157,7 @@ def test_an_inventory_var_in_a_commands_program_word_is_refused(tmp_path: Path) 
     with pytest.raises(ConfigError) as info:
         load_fleet(hosts, str(tmp_path / "play.yaml"))
     assert "'tool'" in info.value.message and "validate.command" in info.value.message
-    fleet(tmp_path, "tool: /tmp/evil", "'echo {{ tool }}'")  # an argument: data
+    fleet(tmp_path, "tool: /tmp/evil", "[echo, '{{ tool }}']")  # an argument: data
     assert load_fleet(hosts, str(tmp_path / "play.yaml")).hosts
 
 
@@ -242,7 +248,7 @@ def test_a_weak_secret_in_a_command_is_refused_at_load(
 
 
 def test_a_set_value_that_looks_like_a_secret_warns(tmp_path: Path) -> None:
-    path = playbook(tmp_path, "'echo {{ api_token }} {{ v }}'")
+    path = playbook(tmp_path, "[echo, '{{ api_token }}', '{{ v }}']")
     loaded = load_playbook(path, {"api_token": "ghp_8fK2mQ9xZ4"}, builds=False)
     assert any("looks like a secret" in w and "secret('API_TOKEN')" in w
                for w in loaded.warnings)
@@ -287,7 +293,7 @@ def test_an_ansible_ini_var_that_sets_the_launcher_exits_2_naming_its_line(
 
 
 def test_host_in_a_programs_word_is_refused(tmp_path: Path) -> None:
-    hosts = fleet(tmp_path, "tool: /tmp/evil", "'{{ host.vars.tool }} --check'")
+    hosts = fleet(tmp_path, "tool: /tmp/evil", "['{{ host.vars.tool }}', --check]")
     with pytest.raises(ConfigError, match="`host`") as info:
         load_fleet(hosts, str(tmp_path / "play.yaml"))
     assert info.value.location is not None and info.value.location.line == 6
@@ -304,3 +310,17 @@ def test_a_weak_secret_in_the_config_template_is_refused_at_load(
     with pytest.raises(ConfigError, match="too weak") as info:
         load_playbook(path, builds=False)
     assert info.value.location is not None and info.value.location.key == "daemon.config_template"
+
+
+def test_an_inventory_var_guarded_by_default_in_a_program_word_is_refused(
+        tmp_path: Path) -> None:
+    """`{{ tool | default('x') }}` reads `tool` all the same: an inventory var there is
+    refused like an unguarded one."""
+    playbook = tmp_path / "playbook.yaml"
+    playbook.write_text(PLAYBOOK.replace(
+        "COMMAND", "[\"{{ tool | default('cuzk-bench') }}\", --help]"))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET.replace("VARS", "tool: /tmp/evil"))
+    (tmp_path / "known_hosts").write_text("")
+    with pytest.raises(ConfigError, match="inventory var 'tool'"):
+        load_fleet(str(fleet), str(playbook))

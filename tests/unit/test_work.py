@@ -216,7 +216,7 @@ def test_a_hostile_value_reaches_the_cordon_command_as_one_quoted_word() -> None
     ctx, _, _ = scripted_context([])
     ctx.settings = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(
         ("params_files=[]", "pce_bytes=0", "node=x; touch /tmp/h10-pwned $(id)")),
-        settings={"work.cordon": "curio cordon --node {{ node }}",
+        settings={"work.cordon": ["curio", "cordon", "--node", "{{ node }}"],  # issue 28
                   "work.uncordon": "curio uncordon"})
     how = work_how(ctx.target, "")
     assert how.cordon == "curio cordon --node 'x; touch /tmp/h10-pwned $(id)'"

@@ -20,7 +20,7 @@ from rollout.errors import ConfigError, Location
 from .nested import simple_commands
 from .render import is_template
 from .shellwords import ShellSyntaxError, Word, split_words
-from .template_check import names_used, strings_in
+from .template_check import paths_used, strings_in
 from .yamlfile import KeyPath, YamlDoc, to_plain
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -101,6 +101,11 @@ def code_fields(root: Any) -> Iterator[tuple[str, KeyPath]]:
             yield word, ("steps", index, "params", "command")
 
 
+def _names(text: str) -> set[str]:
+    """Every name a template reads, guarded or not (`x | default(..)` too)."""
+    return {str(path[0]) for path in paths_used(text, "template")}
+
+
 def _closure(names: set[str], playbook_vars: Mapping[str, Any]) -> set[str]:
     """The names, and every name a playbook var among them uses, transitively."""
     seen: set[str] = set()
@@ -111,7 +116,7 @@ def _closure(names: set[str], playbook_vars: Mapping[str, Any]) -> set[str]:
             continue
         seen.add(name)
         for text in strings_in(playbook_vars.get(name)):
-            todo.extend(names_used(text))
+            todo.extend(_names(text))
     return seen
 
 
@@ -133,7 +138,7 @@ def check_host_vars(doc: YamlDoc, host_vars: Mapping[str, Any], overrides: Mappi
     raw_vars = to_plain(root.get("vars")) if isinstance(root, Mapping) else None
     playbook_vars = raw_vars if isinstance(raw_vars, Mapping) else {}
     for text, path in code_fields(root):
-        used = _closure(names_used(text), playbook_vars)
+        used = _closure(_names(text), playbook_vars)
         if "host" in used:
             raise ConfigError(
                 "`host` (the inventory's values: host.vars, host.name, ...) in what is "

@@ -1,12 +1,13 @@
-"""Placeholders that a nested interpreter would read again: refused at load.
+"""Placeholders that a nested interpreter would read again: advice at load.
 
-Word-wise quoting (`render.render_shell`) makes a value ONE word of the command rollout
-runs. That protects one level of parsing only: a word that is itself a program for another
-interpreter (`sh -c '...'`, `bash -c`, `python3 -c`, `perl -e`, `eval`, here-documents,
-backticks, `$(...)`, `ssh host CMD`, ...) is parsed again, and a value inside it would run
-as code. So a placeholder in such a word is refused when the playbook loads, naming the
-safe spelling: the value in an environment variable (`env:`), used as `"$NAME"`, or passed
-as a positional argument after the script (`sh -c '... "$1"' _ '{{ v }}'`).
+Safety does not rest on this list: a value from outside the playbook never reaches a shell
+string at all (`shell_rule`). What the list still does: name, as a warning, a playbook's
+own value in a word that another interpreter parses again (`sh -c '...'`, `bash -c`,
+`python3 -c`, `perl -e`, `eval`, here-documents, backticks, `$(...)`, `ssh host CMD`, ...),
+where an outside value would be refused; and refuse an outside value in such an item of an
+argv list (`["sh", "-c", "echo {{ v }}"]`), where the item is a script. The spelling to
+use: the value in an environment variable (`env:`), used as `"$NAME"`, or an argv item
+after the script (`["sh", "-c", "... \"$1\"", "_", "{{ v }}"]`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ REST_IS_CODE = re.compile(r"^(?:eval|ssh|watch|source|\.)$")
 
 SAFE_SPELLING = (
     "pass the value as an environment variable: env: {V: '{{ v }}'} next to the command, "
-    'and use "$V" inside the script (or give it after the script as an argument: '
-    "sh -c 'echo \"$1\"' _ '{{ v }}'), or write the command as an argv list"
+    'and use "$V" inside the script, or write the command as an argv list and give the '
+    "value after the script: [sh, -c, 'echo \"$1\"', _, '{{ v }}']"
 )
 
 
@@ -54,6 +55,13 @@ class Nested:
         return (
             f"the placeholder in {self.word!r} is read again by {self.reader}: a value "
             f"there would run as code. Instead, {SAFE_SPELLING}"
+        )
+
+    def advice(self) -> str:
+        return (
+            f"the placeholder in {self.word!r} is read again by {self.reader}: fine for the "
+            "playbook's own value, refused once a value from outside (--set, the inventory) "
+            f"takes its place. Safer: {SAFE_SPELLING}"
         )
 
 

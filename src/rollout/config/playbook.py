@@ -32,6 +32,7 @@ from .playbook_checks import (
     check_files,
     check_runtime_templates,
     config_template_text,
+    nested_advice,
     secret_like_overrides,
     unused_overrides,
 )
@@ -41,6 +42,7 @@ from .retired import retire_keys
 from .steps import PARAMS, step_order_problem
 from .yamldepth import MAX_VALUE_DEPTH
 from .yamlfile import (
+    MAX_VALUE_NODES,
     KeyPath,
     YamlDoc,
     check_unique_names,
@@ -112,7 +114,8 @@ class PlaybookSource:
             template = config_template_text(playbook, self.doc)
             unused = unused_overrides(self.doc, self.overrides, template)
             secrets = secret_like_overrides(self.overrides)
-            playbook._warnings = [*self.retired, *unused, *secrets]
+            advice = nested_advice(playbook, self.doc)
+            playbook._warnings = [*self.retired, *unused, *secrets, *advice]
         return playbook
 
     def _render(self, fixed_vars: Mapping[str, Any], for_host: bool = False) -> Playbook:
@@ -133,7 +136,8 @@ class PlaybookSource:
         playbook = validate(Playbook, data, self.doc, base_dir=self.doc.base_dir)
         _check_playbook(playbook, self.doc, self.builds)
         known = {*variables, *RESERVED_NAMES} if for_host else None
-        check_runtime_templates(playbook, self.doc, known)
+        outside = {n: "--set" if n in self.overrides else "the inventory" for n in fixed_vars}
+        check_runtime_templates(playbook, self.doc, known, outside)
         return playbook
 
     def _raw_vars(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -173,10 +177,6 @@ def apply_settings(data: dict[str, Any], settings: Mapping[str, Any]) -> None:
             node[key] = child = dict(child) if isinstance(child, Mapping) else {}
             node = child
         node[last] = value
-
-
-MAX_VALUE_NODES = 100_000
-"""How many values (at any depth) a --set value or a vars file may hold."""
 
 
 def parse_set_options(options: Iterable[str]) -> dict[str, Any]:
@@ -269,20 +269,32 @@ def plain_value(value: Any, what: str) -> Any:
 
 
 def load_vars_file(path: str) -> dict[str, Any]:
-    """`--set @vars.yaml`: a YAML (or JSON) mapping of variable names to values."""
+    """`--set @vars.yaml`: a YAML (or JSON) mapping of variable names to values. The file
+    may be any file, so no error quotes its text: not a value, nor a key that is not a
+    variable name (its line is given)."""
     doc = load_yaml(path, "vars")
     if not isinstance(doc.root, Mapping):
         raise ConfigError("a vars file must be a mapping of names to values", doc.location(()))
     out = {}
     for name, value in doc.root.items():
-        where = doc.location((str(name),))
-        _check_var_name(str(name), where)
+        where = _var_location(doc, name)
+        _check_var_name(name, where)
         try:
-            out[str(name)] = plain_value(value, str(where))
-            _check_controls(out[str(name)], str(where))
+            out[name] = plain_value(value, str(where))
+            _check_controls(out[name], str(where))
         except UserError as exc:
             raise ConfigError(exc.message.removeprefix(f"{where}: "), where) from None
     return out
+
+
+def _var_location(doc: YamlDoc, name: Any) -> Location:
+    """Where a vars file sets `name`; ConfigError, at its line and not naming it, when the
+    key is not a variable name."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        line = doc.line_of((name,)) if isinstance(name, str | int) else None
+        raise ConfigError("a key that is not an identifier (a variable name: letters, digits "
+                          "and _, not first a digit)", Location(str(doc.path), line))
+    return doc.location((name,))
 
 
 def _check_controls(value: Any, what: str) -> None:

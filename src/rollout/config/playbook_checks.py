@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import ConfigError, Location, UserError
+from rollout.readfile import UnreadableFile, read_text
 from rollout.secrets import secret
 
 from .nested import nested_placeholder
 from .playbook_model import Playbook
-from .render import as_condition, expression_value, strip_braces
+from .render import as_condition, expression_value, option_problem, render_runtime, strip_braces
+from .shell_rule import Origins, refusal
 from .shellwords import ShellSyntaxError
 from .template_check import (
     Kind,
@@ -77,24 +79,77 @@ def check_when_values(playbook: Playbook, doc: YamlDoc) -> None:
             raise ConfigError(str(exc), doc.location(("steps", index, "when"))) from None
 
 
-def check_nested(playbook: Playbook, doc: YamlDoc) -> None:
-    """No placeholder in a word that a nested interpreter reads again (`nested`)."""
+def check_shell_rule(playbook: Playbook, doc: YamlDoc, origins: Origins) -> None:
+    """No value from outside the playbook in a shell-string command (`shell_rule`), and
+    none inside an argv item that an interpreter named in the list reads as code."""
+    for command, path in commands(playbook):
+        key = ".".join(str(p) for p in path)
+        if isinstance(command, str):
+            why = origins.first(command, "shell")
+            if why is not None:
+                message = refusal(command, key, why, env=path[0] != "work")
+                raise ConfigError(message, doc.location(path))
+            continue
+        found = nested_placeholder(command)
+        why = None if found is None else origins.first(found.word, "template")
+        if found is not None and why is not None:
+            raise ConfigError(f"{found.message()} (the value: {why})", doc.location(path))
+
+
+def check_options(playbook: Playbook, doc: YamlDoc, origins: Origins) -> None:
+    """An argv item or env value whose value is known at load and would start with `-`
+    is refused now unless declared (`{{ v | option }}`); the rest when rendered."""
+    context = playbook.template_context()
+    for text, path in _arguments(playbook):
+        try:
+            rendered = render_runtime(text, context)
+        except ConfigError:
+            continue  # it needs a name known only at run time: checked when rendered
+        problem = option_problem(text, rendered)
+        if problem is not None:
+            why = origins.first(text, "template")
+            raise ConfigError(problem + (f" (the value: {why})" if why else ""),
+                              doc.location(path))
+
+
+def _arguments(playbook: Playbook) -> Iterator[tuple[str, KeyPath]]:
+    """Each argv item and env value of the playbook's commands, with its key path."""
+    for command, path in commands(playbook):
+        if isinstance(command, list):
+            for index, item in enumerate(command):
+                yield str(item), (*path, index)
+    for name, value in playbook.validation.env.items():
+        yield value, ("validate", "env", name)
+
+
+def nested_advice(playbook: Playbook, doc: YamlDoc) -> list[str]:
+    """Advice, not a refusal: a placeholder (the playbook's own value: an outside one is
+    refused) in a word that a nested interpreter parses again (`nested`)."""
+    advice = []
     for command, path in commands(playbook):
         try:
             found = nested_placeholder(command)
         except ShellSyntaxError:
             continue  # check_syntax names it
         if found is not None:
-            raise ConfigError(found.message(), doc.location(path))
+            advice.append(f"{doc.location(path)}: {found.advice()}")
+    return advice
 
 
-def check_runtime_templates(playbook: Playbook, doc: YamlDoc, known: Iterable[str] | None) -> None:
-    """Syntax always; names too when `known` (the names of a host's run) is given."""
+def check_runtime_templates(
+    playbook: Playbook, doc: YamlDoc, known: Iterable[str] | None,
+    outside: Mapping[str, str] | None = None,
+) -> None:
+    """Syntax always; names too when `known` (the names of a host's run) is given. The vars
+    that `outside` names (what set them: --set, the inventory) are values from outside the
+    playbook (`shell_rule`)."""
     for text, kind, path in runtime_templates(playbook):
         check_syntax(text, doc.location(path), kind)
         if known is not None:
             check_names(text, kind, known, doc.location(path))
-    check_nested(playbook, doc)
+    origins = Origins(to_plain(doc.root) if isinstance(doc.root, Mapping) else {}, outside or {})
+    check_shell_rule(playbook, doc, origins)
+    check_options(playbook, doc, origins)
     check_when_values(playbook, doc)
     check_secrets(playbook, doc)
     template = config_template_text(playbook, doc)
@@ -127,14 +182,10 @@ def config_template_text(playbook: Playbook, doc: YamlDoc) -> str | None:
     if path is None:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_text(path, "config template")
+    except UnreadableFile as exc:
         where = doc.location(("daemon", "config_template"))
-        raise ConfigError(f"cannot read config template {path}: {_why(exc)}", where) from None
-
-
-def _why(exc: Exception) -> str:
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"config template {path} {exc.why}", where) from None
 
 
 def _named_files(playbook: Playbook) -> Iterator[tuple[Path | None, bool, KeyPath]]:

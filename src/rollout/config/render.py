@@ -48,6 +48,7 @@ ENV = ImmutableSandboxedEnvironment(
 )
 ENV.globals["secret"] = secret
 ENV.filters["raw"] = ShellRaw
+ENV.filters["option"] = lambda value: value  # declares an argv item that may be an option
 ENV.filters["toml_key"] = toml_key  # a key or table name written into a TOML file
 _TEMPLATE_MARK = re.compile(r"{{|{%|{#")
 _ONE_EXPRESSION = re.compile(r"^{{((?:(?!}}|{{).)*)}}$", re.DOTALL)
@@ -174,16 +175,58 @@ def render_command(
 ) -> str:
     """The command line to run: `export NAME='value'; ` for each `env` entry (its value a
     template, rendered and quoted: the command reads it as "$NAME", never as text of its
-    own), then the command (an argv list becomes one quoted word per item)."""
+    own), then the command (an argv list becomes one quoted word per item). An argv item or
+    env value that a placeholder makes start with `-` is refused unless it is declared
+    (`{{ v | option }}`): a value is never an option by accident."""
     if isinstance(command, str):
         line = render_shell(command, context, where)
     else:
-        line = shlex.join(render_runtime(item, context, where) for item in command)
+        line = shlex.join(render_argument(item, context, where) for item in command)
     exports = "".join(
-        f"export {name}={shlex.quote(render_runtime(value, context, where))}; "
+        f"export {name}={shlex.quote(render_argument(value, context, where))}; "
         for name, value in env.items()
     )
     return exports + line
+
+
+def render_argument(template: str, context: Mapping[str, Any], where: Location | None) -> str:
+    """One argv item or env value, refused when a value made it an option by accident."""
+    text = render_runtime(template, context, where)
+    problem = option_problem(template, text)
+    if problem is not None:
+        raise ConfigError(problem, where)
+    return text
+
+
+def option_problem(template: str, text: str) -> str | None:
+    """Why `text`, the rendering of `template`, may not be used: it starts with `-` that a
+    value put there (not the playbook's own text) and the template declares no option."""
+    if not text.startswith("-") or template.startswith("-") or declares_option(template):
+        return None
+    return (
+        f"{template!r} gave {text[:60]!r}, which starts with '-': a program would read it as "
+        "an option. A value is never an option by accident: if this argument takes an "
+        "option, declare it in the playbook ('{{ v | option }}'); else give the value "
+        "joined to its flag (`--flag={{ v }}`)"
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def declares_option(template: str) -> bool:
+    """Whether the template starts with a placeholder filtered by `option`."""
+    try:
+        body = ENV.parse(template).body
+    except TemplateError:
+        return False
+    first = body[0] if body else None
+    if not isinstance(first, nodes.Output) or not first.nodes:
+        return False
+    node: nodes.Expr | None = first.nodes[0]
+    while isinstance(node, nodes.Filter):
+        if node.name == "option":
+            return True
+        node = node.node
+    return False
 
 
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})

@@ -91,22 +91,54 @@ def _check_regex(text: str) -> str:
     return text
 
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PROGRAM_ENV = frozenset(
-    {"PATH", "IFS", "ENV", "BASH_ENV", "CDPATH", "SHELLOPTS", "BASHOPTS", "GLOBIGNORE", "PS4",
-     "PROMPT_COMMAND", "HOME", "SHELL", "NODE_OPTIONS", "RUBYOPT", "JAVA_TOOL_OPTIONS"}
+ENV_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+"""An `env:` name: written in the playbook itself (never a value), an identifier that does
+not start with `_` (`_JAVA_OPTIONS`)."""
+CODE_NAMESPACES = (
+    "LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE", "NPM_", "LUA", "JAVA", "JDK_", "GIT_",
+    "SSH_", "BASH", "ZSH", "KSH", "GCONV", "MALLOC_", "GLIBC_", "OPENSSL", "SSL_", "LESS",
+    "GEM_", "BUNDLE", "PHP", "TCL", "GUILE", "DOTNET_", "CORECLR_", "CARGO_", "RUSTC",
+    "PIP_", "CONDA", "VIRTUAL_ENV", "XDG_", "SUDO_", "TERMINFO", "NLSPATH", "LOCPATH",
+    "HOSTALIASES", "RES_OPTIONS",
 )
-_PROGRAM_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "BASH_FUNC", "GCONV", "MALLOC_")
+"""Prefixes of the names a runtime reads for itself (the loader, interpreters, git, ssh,
+less, OpenSSL, ...): the whole family, so that a name not seen before is covered too."""
+CODE_WORD = re.compile(
+    r"PATH|LIB|INC|INIT|CONF|CFG|OPT|FLAGS|DIR|HOME|ROOT|PRELOAD|AUDIT|COMMAND|CMD|EXEC|"
+    r"SHELL|ENV|OPEN|PAGER|EDITOR|VISUAL|BROWSER|ASKPASS|HOOK|PLUGIN|MODULE|STARTUP|"
+    r"PROFILE|PROMPT|PS[0-9]|IFS$|RC$|FUNC|PROGRAM|LOADER|INTERP|GLOB|HIST"
+)
+CODE_WORD_END = re.compile(
+    r"(?:PATH|LIB|INIT|CONF|RC|OPTS?|FLAGS|DIR|HOME|ROOT|PRELOAD|COMMAND|CMD|SHELL|ENV|OPEN|"
+    r"PAGER|EDITOR|STARTUP|PROFILE|PROMPT)$"
+)
+"""Words of a name (split at `_`) that say it holds code or where code is found, at the
+word's start (`NODE_PATH`, `LUA_INIT`, `OPENSSL_CONF`, `GIT_SSH_COMMAND`, `PAGER`) or fused
+at its end (`RUBYLIB`, `LESSOPEN`, `ZDOTDIR`, `CDPATH`, `ZSHRC`)."""
+
+
+def code_name(name: str) -> bool:
+    """Whether a runtime may read this name as code or as a place to load code from."""
+    upper = name.upper()
+    words = [w for w in upper.split("_") if w]
+    return upper.startswith(CODE_NAMESPACES) or any(
+        CODE_WORD.match(w) or CODE_WORD_END.search(w) for w in words
+    )
 
 
 def _check_env_name(name: str) -> str:
-    """An `env:` name: an identifier, and none that chooses or changes which code runs
-    (PATH, LD_PRELOAD, BASH_ENV, PYTHONPATH, ...): a value there would be code."""
+    """An `env:` name by allowlist: a plain identifier written in the playbook, and none
+    that a common runtime reads as code or a code path (`_code_name`): a value there would be
+    code. Pick a name of your own (`V`, `SECTOR`, `CUZK_INPUT`)."""
     if not ENV_NAME.match(name):
-        raise ValueError(f"an environment variable name is an identifier, got {name!r}")
-    if name.upper() in _PROGRAM_ENV or name.upper().startswith(_PROGRAM_ENV_PREFIXES):
         raise ValueError(
-            f"{name} changes which code runs; a value there would be code: use another name"
+            f"an environment variable name is an identifier starting with a letter, got {name!r}"
+        )
+    if code_name(name):
+        raise ValueError(
+            f"{name}: a name that a program may read as code or as where code is (a path, a "
+            "library, an init file, options, a command, a pager, ...); a value there would "
+            "be code: name it after what it holds instead (like V or SECTOR_NUM)"
         )
     return name
 
@@ -145,13 +177,18 @@ CommandField = str | Argv
 """A user command: a shell command line (its words quoted one by one), or an argv list
 (each item one argument: no shell at all)."""
 COMMAND_HELP = (
-    " A string is a shell command line: a placeholder becomes one quoted word; a list is "
-    "an argv (no shell). A placeholder inside a word another interpreter reads again "
-    "(sh -c, eval, python3 -c, here-documents, $(...)) is refused: pass such values in env."
+    " A string is a shell command line for the playbook's own constants and rollout's paths "
+    "(`release_dir`): a value from outside the playbook (--set, the inventory, `host`) in it "
+    "is refused at load; give such a value as an item of an argv list (no shell) or in env. "
+    "A value that starts with `-` is refused where the playbook did not declare an option: "
+    "`{{ v | option }}`."
 )
 ENV_HELP = (
     "Environment variables for the command: name -> value (a runtime template). The "
-    'command reads them as "$NAME": the safe way to hand a value to sh -c or python3 -c.'
+    'command reads them as "$NAME": the way to hand a value from outside the playbook to a '
+    "shell (one that starts with `-` is refused unless declared: `{{ v | option }}`). "
+    "Names that a runtime reads as code or a code path (PATH, LD_*, PYTHON*, NODE_*, "
+    "LUA_INIT, GIT_*, *_OPTIONS, *LIB, *_CONF, PAGER, ...) are refused."
 )
 Signal = Literal["SIGTERM", "SIGINT", "SIGKILL", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"]
 
@@ -559,8 +596,9 @@ class ValidateSpec(Section):
         "command's -t must be its. null: none of these.",
     )
     command: CommandField = Field(
-        default="{{ release_dir }}/cuzk-bench -a http://{{ daemon.listen }} single -t porep "
-        "--c1 {{ validate.input.path }}",
+        default_factory=lambda: [
+            "{{ release_dir }}/cuzk-bench", "-a", "http://{{ daemon.listen }}", "single", "-t",
+            "porep", "--c1", "{{ validate.input.path }}"],
         description="Command run on the host (runtime template: `release_dir`, `host`, ...)."
         + COMMAND_HELP,
     )

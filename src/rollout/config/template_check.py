@@ -132,6 +132,48 @@ def names_used(text: str, expression: bool = False) -> set[str]:
         return set()
 
 
+Path = tuple[str | int, ...]
+"""A name and the constant attributes or keys read from it: `daemon.listen` is
+("daemon", "listen")."""
+
+
+def paths_used(text: str, kind: Kind) -> set[Path]:
+    """Every name a runtime template reads from its context, guarded or not (`x | default`
+    too), with the constant attributes read from it; empty when it does not parse."""
+    try:
+        trees = _parse(text, kind)
+    except (TemplateError, ShellSyntaxError):
+        return set()
+    found: set[Path] = set()
+    for tree in trees:
+        context = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
+        found |= {p for p in _paths(tree) if p[0] in context}
+    return found
+
+
+def _paths(node: nodes.Node) -> Iterator[Path]:
+    chain = _chain(node)
+    if chain is not None:
+        yield chain
+        return
+    for child in node.iter_child_nodes():
+        yield from _paths(child)
+
+
+def _chain(node: nodes.Node) -> Path | None:
+    """`a.b['c']` as ("a", "b", "c"); None for anything else (a call, a computed key)."""
+    if isinstance(node, nodes.Name) and node.ctx == "load":
+        return (node.name,)
+    if isinstance(node, nodes.Getattr):
+        base = _chain(node.node)
+        return None if base is None else (*base, node.attr)
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        key = node.arg.value
+        base = _chain(node.node)
+        return None if base is None or not isinstance(key, str | int) else (*base, key)
+    return None
+
+
 def strings_in(node: Any) -> Iterator[str]:
     """Every string at any depth of parsed YAML (keys excluded)."""
     if isinstance(node, str):
