@@ -190,6 +190,16 @@ def test_a_nul_in_an_inventory_var_is_refused_at_load(tmp_path: Path) -> None:
     assert info.value.location is not None and info.value.location.line == 7
 
 
+def test_a_lone_surrogate_in_an_inventory_var_is_refused_at_load(tmp_path: Path) -> None:
+    """YAML reads `"\\ud83d\\ude00"` (JSON's spelling of one character) as two halves, which
+    no UTF-8 text can hold: refused at the var's line, as control characters are."""
+    hosts = fleet(tmp_path, 'gpu: "\\ud83d\\ude00"')
+    with pytest.raises(ConfigError) as info:
+        load_fleet(hosts, str(tmp_path / "play.yaml"))
+    assert "ud83d" in info.value.message
+    assert info.value.location is not None and info.value.location.line == 7
+
+
 def test_a_control_character_in_an_inventory_var_name_is_refused(tmp_path: Path) -> None:
     hosts = fleet(tmp_path, '"a\\eb": 1')
     with pytest.raises(ConfigError, match="x1b"):

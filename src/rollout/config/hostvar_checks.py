@@ -23,8 +23,9 @@ from .shellwords import ShellSyntaxError, Word, split_words
 from .template_check import paths_used, strings_in
 from .yamlfile import KeyPath, YamlDoc, to_plain
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-"""Control characters a value may not hold (tab and newline are allowed)."""
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
+"""Control characters a value may not hold (tab and newline are allowed), and lone UTF-16
+surrogates (no text holds one: it cannot be written as UTF-8 to a host)."""
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
