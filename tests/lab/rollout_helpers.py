@@ -232,3 +232,22 @@ def inventory_with(work: Path, fleet_path: Path, host: str, extra_vars: str) -> 
     path = work / f"fleet-{host}.yaml"
     path.write_text(head + marker + tail)
     return path
+
+
+def lab_playbook_with_validate(work: Path, command_lines: str, name: str = "play.yaml",
+                               text: str | None = None) -> Path:
+    """The lab playbook (usable from `work`; or `text`) with `command_lines` in place of its
+    validate command line."""
+    lines = (text or lab_playbook_text()).splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("  command: "))
+    lines[at] = command_lines
+    path = work / name
+    path.write_text("".join(lines))
+    return path
+
+
+def marks_made(host: str, marks: Iterable[str]) -> list[str]:
+    """Which of these files exist, on the controller and on `host` (`host:path`)."""
+    found = [m for m in marks if Path(m).exists()]
+    listing = sh(host, f"ls -d {' '.join(marks)} 2>/dev/null || true").split()
+    return found + [f"{host}:{m}" for m in listing]

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from .conftest import LabFleet
-from .rollout_helpers import FAST_KNOBS, REPO, fresh_fleet, rollout_args, run_cli, sh
+from .rollout_helpers import (
+    FAST_KNOBS,
+    fresh_fleet,
+    lab_playbook_with_validate,
+    marks_made,
+    rollout_args,
+    run_cli,
+    sh,
+)
 
 pytestmark = pytest.mark.lab
 HOST = "lab-1"
@@ -31,15 +39,7 @@ COMMAND = (
 
 
 def playbook(work: Path) -> Path:
-    text = (REPO / "playbooks" / "lab.yaml").read_text()
-    text = text.replace("../dockerfiles", str(REPO / "dockerfiles"))
-    text = text.replace(" files/", f" {REPO}/playbooks/files/")
-    lines = text.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if line.startswith("  command: "))
-    lines[at] = COMMAND
-    path = work / "argv-env.yaml"
-    path.write_text("".join(lines))
-    return path
+    return lab_playbook_with_validate(work, COMMAND, "argv-env.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,7 @@ def fleet(lab_fleet: LabFleet) -> LabFleet:
 
 
 def no_marks_anywhere() -> list[str]:
-    found = [m for m in MARKS if Path(m).exists()]
-    listing = sh(HOST, f"ls -d {' '.join(MARKS)} 2>/dev/null || true").split()
-    return found + [f"{HOST}:{m}" for m in listing]
+    return marks_made(HOST, MARKS)
 
 
 def test_an_argv_list_and_env_values_carry_a_hostile_value_inert(

@@ -12,9 +12,11 @@ import pytest
 from .conftest import LabFleet
 from .rollout_helpers import (
     FAST_KNOBS,
-    REPO,
     fresh_fleet,
     inventory_with,
+    lab_playbook_text,
+    lab_playbook_with_validate,
+    marks_made,
     rollout_args,
     run_cli,
     sh,
@@ -43,16 +45,8 @@ ARGV_ENV = (f"  command: [sh, -c, '{SCRIPT}', _, '{{{{ v }}}}', {BENCH}]\n"
 
 def playbook(work: Path, command: str) -> Path:
     """The lab playbook (usable from `work`) with `command` as its validate command lines."""
-    text = (REPO / "playbooks" / "lab.yaml").read_text()
-    text = text.replace("../dockerfiles", str(REPO / "dockerfiles"))
-    text = text.replace(" files/", f" {REPO}/playbooks/files/")
-    text = text.replace("  version: v1\n", "  version: v1\n  v: plain\n")
-    lines = text.splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if line.startswith("  command: "))
-    lines[at] = command
-    path = work / "play.yaml"
-    path.write_text("".join(lines))
-    return path
+    text = lab_playbook_text().replace("  version: v1\n", "  version: v1\n  v: plain\n")
+    return lab_playbook_with_validate(work, command, text=text)
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +55,7 @@ def fleet(lab_fleet: LabFleet) -> LabFleet:
 
 
 def no_marks_anywhere() -> list[str]:
-    found = [m for m in MARKS if Path(m).exists()]
-    listing = sh(HOST, f"ls -d {' '.join(MARKS)} 2>/dev/null || true").split()
-    return found + [f"{HOST}:{m}" for m in listing]
+    return marks_made(HOST, MARKS)
 
 
 def hostile_inventory(work: Path, fleet: LabFleet) -> Path:

@@ -5,18 +5,14 @@ instance skipped at load)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .conftest import LabFleet
 from .rollout_helpers import FAST_KNOBS, assert_serving, reset_host, run_cli
-from .test_vastai_inventory import KEY, instance, vast_fleet_yaml
+from .test_vastai_inventory import KEY, instance, serve_api, vast_fleet_yaml
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("vastai")
@@ -30,24 +26,8 @@ def hostile_api(lab_fleet: LabFleet) -> Iterator[str]:
     hostile = instance(77, "lab-hostile", lab_fleet.hosts[0].port)
     hostile["gpu_name"] = "RTX\x1b]0;owned\x07\x1b[2J 4090"
     rows.insert(1, hostile)
-    body = json.dumps({"instances": rows, "next_token": None}).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    thread.join(timeout=10)
+    with serve_api(rows) as (url, _):
+        yield url
 
 
 def test_one_hostile_row_leaves_the_rest_of_the_fleet_rolled(

@@ -5,6 +5,7 @@ the direct 22/tcp mapping."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -37,12 +38,10 @@ def instance(index: int, name: str, port: int, status: str = "running") -> dict[
     }
 
 
-@pytest.fixture
-def vast_api(lab_fleet: LabFleet) -> Iterator[tuple[str, list[str]]]:
-    """A local API answering with the lab hosts as instances (and one stopped): its URL,
-    and the Authorization headers it was sent."""
-    rows = [instance(i, h.name, h.port) for i, h in enumerate(lab_fleet.hosts)]
-    rows.append(instance(99, "lab-stopped", 1, status="exited"))
+@contextlib.contextmanager
+def serve_api(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[str]]]:
+    """A local API answering GET /api/v1/instances/ with these rows: its URL, and the
+    Authorization headers it was sent."""
     body = json.dumps({"instances": rows, "next_token": None,
                        "total_instances": len(rows)}).encode()
     seen: list[str] = []
@@ -62,9 +61,20 @@ def vast_api(lab_fleet: LabFleet) -> Iterator[tuple[str, list[str]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def vast_api(lab_fleet: LabFleet) -> Iterator[tuple[str, list[str]]]:
+    """The lab hosts as instances (and one stopped)."""
+    rows = [instance(i, h.name, h.port) for i, h in enumerate(lab_fleet.hosts)]
+    rows.append(instance(99, "lab-stopped", 1, status="exited"))
+    with serve_api(rows) as api:
+        yield api
 
 
 def vast_fleet_yaml(lab_fleet: LabFleet, tmp_path: Path, address: str) -> Path:

@@ -4,6 +4,7 @@ other instances are hosts; the whole listing has a deadline, however slowly it c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -85,6 +86,20 @@ def test_a_control_character_in_a_row_never_reaches_a_host_var(
     assert inventory.get("prover-3").vars["gpu_model"] == "RTX 4090"
 
 
+@contextlib.contextmanager
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A loopback HTTP server with this handler, for the test's time: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
 @pytest.fixture
 def trickling() -> Iterator[str]:
     """A loopback API that answers 200 and then one byte of its body every 0.2 s."""
@@ -104,14 +119,9 @@ def trickling() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    stop.set()
-    server.shutdown()
-    thread.join(timeout=10)
+    with serve(Handler) as url:
+        yield url
+        stop.set()
 
 
 @pytest.mark.timeout(30)
@@ -146,12 +156,8 @@ def busy_once() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    thread.join(timeout=10)
+    with serve(Handler) as url:
+        yield url, seen
 
 
 @pytest.mark.timeout(30)
