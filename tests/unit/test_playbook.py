@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,14 @@ def test_step_param_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
                             "  - {name: upload, kind: upload,")
     err = error_of(tmp_path, text)
     assert where(err)[1] == "steps[1].params.grace", err
+
+
+def test_a_named_file_that_is_a_fifo_is_refused_at_load(tmp_path: Path) -> None:
+    """A FIFO (or a device) where the playbook names a file is refused when it loads, never
+    opened: reading one would hang the controller or never end."""
+    os.mkfifo(tmp_path / "c1.fifo")
+    text = PLAYBOOK.replace(
+        "validate:\n", f"validate:\n  input: {{path: /data/c1.json, source: {tmp_path}/c1.fifo}}\n")
+    err = error_of(tmp_path, text)
+    assert "not a file (a regular file" in err.message
+    assert where(err)[1] == "validate.input.source"

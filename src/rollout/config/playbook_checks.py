@@ -204,8 +204,9 @@ def check_files(playbook: Playbook, doc: YamlDoc) -> None:
         what = "folder" if folder else "file"
         if not path.exists():
             raise ConfigError(f"{what} not found: {path}", doc.location(key))
-        if path.is_dir() != folder:
-            raise ConfigError(f"not a {what}: {path}", doc.location(key))
+        if path.is_dir() != folder or not (folder or path.is_file()):
+            kind = "" if folder else " (a regular file: not a FIFO, a device or a socket)"
+            raise ConfigError(f"not a {what}{kind}: {path}", doc.location(key))
 
 
 def unused_overrides(

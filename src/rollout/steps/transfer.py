@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from rollout.host.layout import q
 from rollout.output.progress import tracker_for
+from rollout.readfile import open_regular
 from rollout.steps.base import HostContext
 from rollout.transport.base import Stream
 
@@ -43,12 +44,13 @@ def follow_lines(ctx: HostContext, stream: Stream, on_line: Callable[[str], T | 
 
 def put_file(ctx: HostContext, local: str, remote: str, what: str, step: str = "preflight"
              ) -> None:
-    """Copy `local` to `remote` on the host, resumed; progress events as the bytes go."""
-    tracker = tracker_for(ctx.emit, step, what, os.path.getsize(local))
-    if tracker is None:
-        ctx.transport.put(local, remote, resume=True)
-    else:
-        ctx.transport.put(local, remote, resume=True, progress=tracker.offset(0))
+    """Copy `local` to `remote` on the host, resumed; progress events as the bytes go. The
+    file is opened once, as a regular file (a FIFO or a device is refused, never read), and
+    sent from that descriptor."""
+    with open_regular(local, what) as f:
+        tracker = tracker_for(ctx.emit, step, what, os.fstat(f.fileno()).st_size)
+        progress = None if tracker is None else tracker.offset(0)
+        ctx.transport.put(f, remote, resume=True, progress=progress)
 
 
 def watched(command: str, path: str, every: float = WATCH_EVERY) -> str:
