@@ -1,7 +1,7 @@
 """One hostile vast.ai row fails only its host: the local stand-in of the API lists the lab
-hosts and one instance whose gpu_name holds an escape sequence; that instance is skipped
-with its reason (escaped), and the rest of the fleet is rolled (exit 0, as for any
-instance skipped at load)."""
+hosts and one instance whose gpu_name holds an escape sequence; that instance is refused
+with its reason (escaped) and ends failed, never contacted, and the rest of the fleet is
+rolled (exit 1: one host did not end validated)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,15 @@ def test_one_hostile_row_leaves_the_rest_of_the_fleet_rolled(
     run = run_cli(tmp_path, "rollout", "--hosts",
                   str(vast_fleet_yaml(lab_fleet, tmp_path, "proxy")),
                   "--set", "version=vast-hostile", "--set", f"lab_knobs={FAST_KNOBS}", env=env)
-    assert run.code == 0, run.stderr[-3000:]
-    assert (f"warning: skipped lab-hostile (instance {HOSTILE_ID}): its row does not validate "
-            "(gpu_name: holds a control character)") in run.stderr
+    assert run.code == 1, run.stderr[-3000:]  # one host did not end validated: its own
+    why = (f"vast.ai instance {HOSTILE_ID}: its row does not validate "
+           "(gpu_name: holds a control character)")
+    assert f"error: lab-hostile is refused, the other hosts go on: {why}" in run.stderr
     assert "\x1b" not in run.stdout + run.stderr and "\x07" not in run.stdout + run.stderr
-    assert sorted({e["host"] for e in run.events if e["kind"] == "host_end"}) == sorted(names)
+    ends = {e["host"] for e in run.events if e["kind"] == "host_end"}
+    assert sorted(ends) == sorted([*names, "lab-hostile"])
+    assert run.host_end("lab-hostile")["status"] == "failed"
+    assert run.host_end("lab-hostile")["reason"] == why
     for name in names:
         assert run.host_end(name)["status"] == "validated"
         assert assert_serving(name) == "vast-hostile"

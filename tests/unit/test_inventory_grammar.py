@@ -145,7 +145,7 @@ def test_good_addresses_load_from_every_format(tmp_path: Path) -> None:
     assert load_inventory(tmp_path / "hosts.ini").hosts[0].address == "fe80::1%eth0"
 
 
-def test_a_vast_instance_outside_the_grammar_is_skipped_alone(
+def test_a_vast_instance_outside_the_grammar_is_refused_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fleet = VastFleet([VastHost("bad", "fe80::1%$(id)", 22, (), {}),
@@ -153,4 +153,4 @@ def test_a_vast_instance_outside_the_grammar_is_skipped_alone(
     monkeypatch.setattr(inventory_module, "load_vast_fleet", lambda source, where: fleet)
     inv = inventory_module._from_vastai("vastai:gpu")
     assert [h.name for h in inv.hosts] == ["good"]
-    assert len(inv.skipped) == 1 and inv.skipped[0].startswith("bad: ")
+    assert list(inv.refused) == ["bad"] and not inv.skipped

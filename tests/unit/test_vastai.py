@@ -229,11 +229,12 @@ def test_hostile_instances_are_skipped_or_made_safe(api: Callable[..., list[str]
     api(pages((200, fixture("instances_hostile"))))
     inventory = load_inventory("vastai:*")
     assert names(inventory) == ["twin-31000002", "twin-31000003"]  # a shared label: + the id
-    skipped = "\n".join(inventory.skipped)
-    assert "evil-rm--rf-id (instance 31000001): no usable proxy SSH address " \
-           "('-oProxyCommand=touch /tmp/pwned')" in skipped
-    assert "31mred (instance 31000004): its row does not validate (label: holds a control " \
-           "character)" in skipped  # its label holds ESC
+    assert inventory.refused["evil-rm--rf-id"] == (
+        "vast.ai instance 31000001: no usable proxy SSH address "
+        "('-oProxyCommand=touch /tmp/pwned')")
+    assert inventory.refused["31mred"] == (
+        "vast.ai instance 31000004: its row does not validate (label: holds a control "
+        "character)")  # its label holds ESC
     assert inventory.get("twin-31000002").vars["vast_label"] == "twin"
     api(pages((200, fixture("instances_hostile"))))
     direct = load_inventory(fleet_yaml(tmp_path, "vastai: {label: '*', address: direct}\n"))

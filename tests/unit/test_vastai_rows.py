@@ -56,15 +56,15 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("bad, reason", HOSTILE)
-def test_a_hostile_row_is_skipped_with_its_reason_the_others_load(
+def test_a_hostile_row_is_refused_with_its_reason_the_others_load(
         answer: Callable[[list[Any]], None], bad: dict[str, Any], reason: str) -> None:
     answer([row(1), bad, row(3)])
     inventory = load_inventory("vastai:prover-*")
     assert [h.name for h in inventory.hosts] == ["prover-1", "prover-3"]
-    assert len(inventory.skipped) == 1
-    skipped = inventory.skipped[0]
-    assert skipped.startswith("prover-2 (instance 51000002): ") and reason in skipped
-    assert skipped.isprintable() and skipped.isascii()  # shown escaped, never raw
+    assert list(inventory.refused) == ["prover-2"] and not inventory.skipped
+    why = inventory.refused["prover-2"]
+    assert why.startswith("vast.ai instance 51000002: ") and reason in why
+    assert why.isprintable() and why.isascii()  # shown escaped, never raw
 
 
 def test_rows_that_are_no_instance_at_all_are_skipped(

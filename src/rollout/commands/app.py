@@ -120,6 +120,8 @@ def load_fleet(
     inventory = load_inventory(hosts_file)
     for skipped in inventory.skipped:
         print(f"warning: skipped {skipped}", file=sys.stderr)
+    for name, why in inventory.refused.items():
+        print(f"error: {name} is refused, the other hosts go on: {why}", file=sys.stderr)
     chosen = playbook or inventory.playbook or default_playbook()
     loaded = load_playbook(chosen, parse_set_options(sets), settings, builds)
     for warning in loaded.warnings:

@@ -90,7 +90,8 @@ def dry_run(
         print(f"  controller: release {given.id} from a bundle: nothing to build")
     unplanned = print_host_plans(plan, connect, given or known_release(plan, cache_dir))
     if unplanned:
-        print(f"not planned: {len(unplanned)} of {len(plan.host_names)} host(s): "
+        print(f"not planned: {len(unplanned)} of {len(plan.host_names) + len(plan.refused)} "
+              "host(s): "
               f"{', '.join(unplanned)}")
     return DryRun(plan.run_id, {}, dry_run=True, unplanned=unplanned)
 
@@ -101,6 +102,9 @@ def print_host_plans(
     """Each host's facts and plan; `release` None: a build would come first. Returns the
     hosts that could not be planned, with why."""
     unplanned: dict[str, str] = {}
+    for name, why in plan.refused.items():
+        print(f"  {name}: REFUSED: {why}")
+        unplanned[name] = f"refused: {why}"
     for name in plan.host_names:
         try:
             transport = connect(plan.host(name))

@@ -53,6 +53,8 @@ def describe(ref: str) -> View:
         _from_ansible(view, inventory, parsed)
     else:
         _from_fleet(view, inventory, None if is_ref(ref) else load_yaml(Path(ref), "inventory"))
+    view.notes.extend(f"{name}: refused, the other hosts go on: {why}"
+                      for name, why in inventory.refused.items())
     return view
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rollout.commands.app import cache_dir, connect, load_fleet, step_spec
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.run import Engine, EngineOptions
+from rollout.errors import UserError
 from rollout.output.console import ConsoleSink
 from rollout.output.events import EventBus, Status, StepResult
 
@@ -18,6 +19,8 @@ def run_steps(
 ) -> list[StepResult]:
     """`force`: the stop waits for no work in flight (StopParams.work false)."""
     plan = load_fleet(hosts_file, playbook, host)
+    if host in plan.refused:
+        raise UserError(f"host {host} is refused: {plan.refused[host]}")
     bus = EventBus(plan.run_id)
     bus.subscribe(ConsoleSink())
     holder = holder_for(plan.run_id, plan.operator, plan.controller, f"single:{'+'.join(kinds)}")

@@ -120,6 +120,9 @@ class Parsed:
     hosts: dict[str, HostDecl] = field(default_factory=dict)
     group_files: dict[str, dict[str, Value]] = field(default_factory=dict)
     host_files: dict[str, dict[str, Value]] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """`group_vars/NAME` or `host_vars/NAME` (by its folder and name) that could not be read:
+    why. Each such source fails only the hosts it gives vars to."""
 
     def group(self, name: str, line: int | None) -> Group:
         if name not in self.groups:
@@ -194,9 +197,18 @@ def merge(parsed: Parsed) -> list[Merged]:
     return out
 
 
-def host_entries(parsed: Parsed) -> list[HostEntry]:
-    """One validated fleet.yaml-style entry per host, in the order hosts were declared."""
-    return [_entry(parsed, host) for host in merge(parsed)]
+def host_entries(parsed: Parsed) -> tuple[list[HostEntry], dict[str, str]]:
+    """One validated fleet.yaml-style entry per host, in the order hosts were declared; and
+    the hosts refused because a vars file of theirs could not be read (host -> why)."""
+    entries, refused = [], {}
+    for host in merge(parsed):
+        sources = [f"host_vars/{host.name}", *(f"group_vars/{g}" for g in ("all", *host.groups))]
+        why = next((parsed.unreadable[s] for s in sources if s in parsed.unreadable), None)
+        if why is None:
+            entries.append(_entry(parsed, host))
+        else:
+            refused[host.name] = why
+    return entries, refused
 
 
 def _entry(parsed: Parsed, host: Merged) -> HostEntry:

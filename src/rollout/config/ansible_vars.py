@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from rollout.errors import ConfigError, Location
-from rollout.readfile import open_regular
+from rollout.readfile import UnreadableFile, open_regular
 
 from .ansible import Parsed, Value
 from .ansible_detect import YAML_SUFFIXES, looks_like_ansible
@@ -33,7 +33,11 @@ def with_vars_dirs(parsed: Parsed) -> Parsed:
         if not folder.is_dir():
             continue
         for name in names:
-            found = _vars_of(parsed, folder, name)
+            try:
+                found = _vars_of(parsed, folder, name)
+            except UnreadableFile as e:  # fails the hosts this file gives vars to, no others
+                parsed.unreadable[f"{kind}/{name}"] = str(e)
+                continue
             if found:
                 into[name] = found
     return parsed
@@ -47,7 +51,7 @@ def find_vars_files(folder: Path, name: str) -> list[Path]:
             return _files_in(path)
         if path.exists():
             if not path.is_file():  # a fifo or a device would block the read
-                raise ConfigError("not a file nor a folder", Location(str(path)))
+                raise UnreadableFile(path, "vars file", "is not a file nor a folder")
             return [path]
     return []
 

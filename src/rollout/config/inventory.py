@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,9 @@ class Inventory:
     hosts: list[Host]
     playbook: Path | None = None
     skipped: tuple[str, ...] = ()  # hosts a source listed but left out, each with why
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Hosts whose own source is hostile or unreadable (a host_vars file, a vast.ai row):
+    each fails alone with why, the rest of the fleet goes on."""
 
     @property
     def groups(self) -> dict[str, list[Host]]:
@@ -75,7 +78,17 @@ class Inventory:
         for host in self.hosts:
             if host.name == name:
                 return host
+        if name in self.refused:
+            raise UserError(f"host {name} is refused: {self.refused[name]}")
         raise UserError(f"unknown host {name!r}")
+
+    def refused_in(self, limit: str | None) -> dict[str, str]:
+        """The refused hosts that `limit` names (by name or glob: their groups are unknown);
+        all of them when it is None, "" or "all"."""
+        patterns = [p.strip() for p in (limit or "").split(",") if p.strip()]
+        return {name: why for name, why in self.refused.items()
+                if not patterns or "all" in patterns
+                or any(fnmatchcase(name, p) for p in patterns)}
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts matching `limit`: comma-separated host names, group names or globs
@@ -86,7 +99,7 @@ class Inventory:
         chosen: set[str] = set()
         for pattern in patterns:
             matched = [h.name for h in self.hosts if _matches(h, pattern)]
-            if not matched:
+            if not matched and not self.refused_in(pattern):
                 raise UserError(
                     f"--limit {pattern!r} matches no host or group "
                     f"(hosts: {', '.join(h.name for h in self.hosts)}; "
@@ -125,14 +138,11 @@ def load_inventory(path: Path | str) -> Inventory:
     playbook = None if spec.playbook is None else _local_path(spec.playbook, doc.base_dir)
     if spec.vastai is None and not hosts:
         raise ConfigError("the inventory has no hosts (nor `vastai`)", doc.location(("hosts",)))
+    inventory = Inventory(doc.path, hosts, playbook)
     if spec.vastai is None:
-        return Inventory(doc.path, hosts, playbook)
+        return inventory
     where = doc.location(("vastai", "label"))
-    fleet = _vast_hosts(spec.vastai, where, spec.defaults, doc.base_dir, ssh)
-    clash = {h.name for h in hosts} & {h.name for h in fleet[0]}
-    if clash:
-        raise ConfigError(f"vast.ai instances named like hosts: {', '.join(sorted(clash))}", where)
-    return Inventory(doc.path, hosts + fleet[0], playbook, fleet[1])
+    return _vast_hosts(inventory, spec.vastai, where, spec.defaults, doc.base_dir, ssh)
 
 
 def _from_ansible(file: Path, doc: YamlDoc | None) -> Inventory:
@@ -144,32 +154,42 @@ def _from_ansible(file: Path, doc: YamlDoc | None) -> Inventory:
     from .ansible_yaml import parse_yaml
 
     parsed = read_ini(file) if doc is None else parse_yaml(doc)
-    return _from_entries(file, host_entries(with_vars_dirs(parsed)))
+    entries, refused = host_entries(with_vars_dirs(parsed))
+    if not entries and refused:
+        name, why = next(iter(refused.items()))
+        raise ConfigError(f"no host left: {name} is refused: {why}", Location(str(file)))
+    return replace(_from_entries(file, entries), refused=refused)
 
 
 def _from_vastai(ref: str) -> Inventory:
     """`--hosts vastai:LABEL`: the instances, with rollout's defaults."""
     where, defaults, base = Location(ref), InventoryDefaults(), Path.cwd()
     ssh = _ssh_config(defaults, base, where)
-    hosts, skipped = _vast_hosts(parse_ref(ref), where, defaults, base, ssh)
-    return Inventory(Path(ref), hosts, None, skipped)
+    return _vast_hosts(Inventory(Path(ref), []), parse_ref(ref), where, defaults, base, ssh)
 
 
-def _vast_hosts(source: VastaiSource, where: Location, defaults: InventoryDefaults,
-                base_dir: Path, ssh: SshConfigFile) -> tuple[list[Host], tuple[str, ...]]:
+def _vast_hosts(inventory: Inventory, source: VastaiSource, where: Location,
+                defaults: InventoryDefaults, base_dir: Path, ssh: SshConfigFile) -> Inventory:
+    """`inventory` with the instances of `source` added: the hosts, the instances skipped
+    (not running), and those refused (hostile rows, an address outside the grammar)."""
     fleet = load_vast_fleet(source, where)
-    entries, skipped = [], list(fleet.skipped)
+    entries, refused = [], dict(fleet.refused)
     for h in fleet.hosts:
         try:
             entries.append(HostEntry(name=h.name, address=h.address, port=h.port,
                                      groups=list(h.groups), vars=dict(h.vars)))
         except ValidationError as e:  # an address or port outside the grammar: that host only
             why = str(e.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
-            skipped.append(f"{h.name}: {why}")
+            refused[h.name] = f"vast.ai instance: {why}"
     hosts = [_resolve(entry, defaults, base_dir, ssh) for entry in entries]
     if hosts and hosts[0].known_hosts.is_dir():
         raise ConfigError(f"known_hosts {hosts[0].known_hosts} is a folder, not a file", where)
-    return hosts, tuple(skipped)
+    clash = {h.name for h in inventory.hosts} & {*(h.name for h in hosts), *refused}
+    if clash:
+        raise ConfigError(f"vast.ai instances named like hosts: {', '.join(sorted(clash))}", where)
+    return replace(inventory, hosts=inventory.hosts + hosts,
+                   skipped=(*inventory.skipped, *fleet.skipped),
+                   refused={**inventory.refused, **refused})
 
 
 def _from_entries(file: Path, entries: list[HostEntry]) -> Inventory:

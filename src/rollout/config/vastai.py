@@ -166,6 +166,9 @@ class VastHost:
 class VastFleet:
     hosts: list[VastHost]
     skipped: list[str]  # one line per matching instance left out, with its reason
+    refused: dict[str, str] = field(default_factory=dict)
+    """Matching rows that do not validate (hostile or broken): host name -> why, each a
+    failed host of its own."""
 
 
 PageGetter = Callable[[dict[str, Any]], tuple[int, bytes]]
@@ -191,12 +194,14 @@ def is_ref(hosts: str) -> bool:
 def load_fleet(source: VastaiSource, where: Location) -> VastFleet:
     """The hosts of `source`, read from the API now. No key: UserError; no package, an
     API that cannot be reached, answers nonsense or not within LIST_DEADLINE:
-    EnvironmentProblem; no running instance matches: ConfigError at `where`. An instance
-    that does not validate is skipped with its reason; the others are hosts."""
+    EnvironmentProblem; no running instance matches: ConfigError at `where`. A matching
+    instance that does not validate is refused with its reason (that host fails alone);
+    the others are hosts."""
     rows = fetch_instances(open_api(api_key()))
     fleet = select(rows, source)
     if not fleet.hosts:
-        listed = "; ".join(fleet.skipped) or "none has that label"
+        left_out = [*fleet.skipped, *(f"{n}: {why}" for n, why in fleet.refused.items())]
+        listed = "; ".join(left_out) or "none has that label"
         raise ConfigError(
             f"no running vast.ai instance is labelled {_shown(source.label)} "
             f"({len(rows)} instances listed; {listed})",
@@ -430,18 +435,21 @@ def select(rows: list[Instance | BadRow], source: VastaiSource) -> VastFleet:
     names = host_names([row for row in matching if row.id is not None])
     hosts: list[VastHost] = []
     skipped: list[str] = []
+    refused: dict[str, str] = {}
     for row in matching:
         if row.id is None:
             skipped.append(f"an instance without a usable id: {_why_not(row, source.address)[0]}")
             continue
         reason, address, port = _why_not(row, source.address)
-        if not reason and names[row.id] in {host.name for host in hosts}:
-            reason = "another instance has its name"
-        if reason or isinstance(row, BadRow):
-            skipped.append(f"{names[row.id]} (instance {row.id}): {reason}")
-            continue
-        hosts.append(VastHost(names[row.id], address, port, tuple(source.groups), _vars(row)))
-    return VastFleet(hosts, skipped)
+        if reason and _hostile(row, address):
+            refused[names[row.id]] = f"vast.ai instance {row.id}: {reason}"
+        elif reason or names[row.id] in {host.name for host in hosts}:
+            why = reason or "another instance has its name"
+            skipped.append(f"{names[row.id]} (instance {row.id}): {why}")
+        elif isinstance(row, Instance):  # a BadRow always has a reason
+            hosts.append(VastHost(names[row.id], address, port, tuple(source.groups),
+                                  _vars(row)))
+    return VastFleet(hosts, skipped, refused)
 
 
 def label_matches(label: str | None, pattern: str) -> bool:
@@ -472,7 +480,9 @@ def _safe_name(label: str) -> str:
 
 
 def _why_not(row: Instance | BadRow, mode: AddressMode) -> tuple[str, str, int]:
-    """(reason it is skipped, or ""; its SSH address; its SSH port)."""
+    """(reason it is left out, or ""; its SSH address; its SSH port). An address that is
+    there but no host name or IP, or a port out of range, comes back with the reason (the
+    address given), for `_hostile`."""
     if isinstance(row, BadRow):
         return f"its row does not validate ({row.problem})", "", 0
     if row.actual_status != "running":
@@ -481,10 +491,17 @@ def _why_not(row: Instance | BadRow, mode: AddressMode) -> tuple[str, str, int]:
     if mode == "direct" and not port:
         return "no direct SSH port (no host port mapped to 22/tcp)", "", 0
     if not address or not _is_host(address):
-        return f"no usable {mode} SSH address ({_shown(address)})", "", 0
+        return f"no usable {mode} SSH address ({_shown(address)})", address or "", 0
     if not 1 <= port <= 65535:
-        return f"no usable {mode} SSH port ({port})", "", 0
+        return f"no usable {mode} SSH port ({port})", address, port
     return "", address, port
+
+
+def _hostile(row: Instance | BadRow, address: str) -> bool:
+    """A row left out for what it holds (it does not validate, its address is no host name
+    or IP, its port is out of range), not for its state (not running, no address or port
+    yet): that host is refused, a failure of its own, where one in such a state is skipped."""
+    return isinstance(row, BadRow) or bool(address)
 
 
 def _proxy(row: Instance) -> tuple[str | None, int]:

@@ -32,6 +32,9 @@ class Plan:
     batches: list[list[str]]
     operator: str = field(default_factory=lambda: os.environ.get("USER") or getpass.getuser())
     controller: str = field(default_factory=socket.gethostname)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Hosts the inventory names whose own source is hostile or unreadable: each ends
+    failed with why, never touched; the rest of the fleet goes on."""
     _per_host: dict[str, Playbook] = field(default_factory=dict, repr=False)
 
     @property
@@ -87,6 +90,7 @@ def make_plan(
         playbook,
         hosts,
         [[h.name for h in b] for b in batches(hosts, playbook.rolling.serial)],
+        refused=inventory.refused_in(limit),
     )
     for host in hosts:
         plan.settings_for(host.name)  # renders now: template errors surface before any change

@@ -81,6 +81,8 @@ class Engine:
             revert_done_hosts(self.hosts, summary, self.steps.run)
 
     def _run_end(self, summary: RunSummary) -> None:
+        for name, why in self.plan.refused.items():  # its inventory source: never touched
+            summary.outcomes[name] = host_end(self.bus, HostOutcome(name, "failed", why))
         refused = self.locks.refused
         for name in self.plan.host_names:  # one machine under two entries: why, even unreached
             if name in refused and name not in summary.outcomes:
