@@ -217,7 +217,7 @@ def test_missing_debootstrap_is_installed_with_apt(monkeypatch: pytest.MonkeyPat
 
     def run(argv: list[str], **_: object) -> object:
         ran.append(argv)
-        if argv[:2] == ["apt-get", "install"]:
+        if "install" in argv:
             installed.add("debootstrap")
         return type("Done", (), {"returncode": 0, "stderr": ""})()
 
@@ -225,4 +225,5 @@ def test_missing_debootstrap_is_installed_with_apt(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(apt.shutil, "which", lambda name: "/x" if name in installed else None)
     monkeypatch.setattr(apt.subprocess, "run", run)
     apt.ensure_command("debootstrap", "debootstrap")
-    assert ran == [["apt-get", "update"], ["apt-get", "install", "-y", "debootstrap"]]
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    assert ran == [["apt-get", *wait, "update"], ["apt-get", *wait, "install", "-y", "debootstrap"]]
