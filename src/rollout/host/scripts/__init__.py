@@ -2,13 +2,15 @@
 
 The controller sends them over SSH (``python3 - ARGS < script``) or uploads them
 (the supervisor goes to <root>/rollout/supervisor.py). Each is also importable for tests.
-The helpers they share live in common.py; script_text() inlines them, so what a host gets
+The helpers they share live in common.py (and any sibling module a script imports with a
+``# inlined on hosts`` line); script_text() inlines them, so what a host gets
 is still one self-contained file.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from importlib import resources
 
@@ -16,8 +18,9 @@ SCRIPTS = (
     "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "guard", "ops", "agent",
     "files",
 )
-COMMON_IMPORT = "from rollout.host.scripts.common import "
-INLINED_MARK = "# inlined on hosts"
+INLINED = re.compile(r"^from rollout\.host\.scripts\.(\w+) import .*# inlined on hosts\s*$")
+"""A line that imports helpers from a sibling module: script_text() puts that module's text
+in its place (once, before whatever imports it), so a host gets one self-contained file."""
 FUTURE = "from __future__ import annotations"
 _BUILDING = threading.Lock()
 
@@ -43,15 +46,25 @@ def _split_docstring(src: str) -> tuple[str, list[str]]:
 
 
 @functools.cache
-def _common_text() -> str:
-    """common.py as the scripts inline it (after its docstring, without its __future__
-    import), read once for all of them."""
-    lines = _split_docstring(_source("common"))[1]
-    return "".join(ln for ln in lines if ln.strip() != FUTURE).strip("\n")
+def _body(base: str) -> tuple[str, tuple[str, ...], str]:
+    """(a module's docstring; the sibling modules it inlines, in its order; its text without
+    them and without its __future__ import), read once for all scripts."""
+    doc, rest = _split_docstring(_source(base))
+    inlined = tuple(m.group(1) for ln in rest if (m := INLINED.match(ln)))
+    body = "".join(ln for ln in rest if not INLINED.match(ln) and ln.strip() != FUTURE)
+    return doc, inlined, body.strip("\n")
 
 
-def _is_common_import(line: str) -> bool:
-    return line.startswith(COMMON_IMPORT) and line.rstrip().endswith(INLINED_MARK)
+def _inlined_order(base: str, seen: tuple[str, ...] = ()) -> list[str]:
+    """The sibling modules `base` needs, each once, every one after the modules it needs."""
+    if base in seen:
+        raise RuntimeError(f"host modules inline each other: {' -> '.join((*seen, base))}")
+    order: list[str] = []
+    for module in _body(base)[1]:
+        for needed in (*_inlined_order(module, (*seen, base)), module):
+            if needed not in order:
+                order.append(needed)
+    return order
 
 
 def script_text(name: str) -> str:
@@ -71,19 +84,14 @@ def script_text(name: str) -> str:
 def _script_text(base: str) -> str:
     if base not in SCRIPTS:
         raise ValueError(f"unknown host script {base!r} (known: {', '.join(SCRIPTS)})")
-    doc, rest = _split_docstring(_source(base))
-    imports = sum(1 for ln in rest if _is_common_import(ln))
-    if imports > 1:
-        raise RuntimeError(f"{base}.py: more than one '{COMMON_IMPORT}...' line")
-    script = [ln for ln in rest if not _is_common_import(ln) and ln.strip() != FUTURE]
-    if not imports:  # a script that uses none of the helpers goes without them
-        return f"{doc}\n{FUTURE}\n\n" + "".join(script).lstrip("\n")
-    return (
-        f"{doc}\n{FUTURE}\n\n# ---- inlined from rollout/host/scripts/common.py\n\n"
-        + _common_text()
-        + f"\n\n\n# ---- {base}.py\n\n"
-        + "".join(script).lstrip("\n")
-    )
+    doc, _, body = _body(base)
+    parts = [f"{doc}\n{FUTURE}\n"]
+    for module in _inlined_order(base):
+        text = _body(module)[2]
+        parts.append(f"# ---- inlined from rollout/host/scripts/{module}.py\n\n{text}\n")
+    if len(parts) > 1:
+        parts.append(f"# ---- {base}.py\n")
+    return "\n".join(parts) + "\n" + body + "\n"
 
 
 def bootstrap(filename: str) -> str:
