@@ -130,6 +130,45 @@ def test_srs_is_mmapped_at_the_first_proof_then_a_pce_file_is_written(standin: S
     assert standin.memory_usage() - before >= 32 * MIB  # the pool, plus page cache
 
 
+PRELOAD = f"-a http://{LISTEN} preload -c"
+
+
+def test_preload_loads_the_srs_once_through_the_budget(standin: Standin) -> None:
+    """cuzk-bench preload (PreloadSRS, engine.rs preload_srs): the SRS loaded ahead of the
+    first proof and charged to the budget; again: already loaded; the first proof then
+    loads nothing more."""
+    standin.make_params()
+    standin.start()
+    assert standin.wait_ready()["allocations"]["srs"] == []
+    code, out = standin.bench(f"{PRELOAD} porep-32g")
+    assert code == 0 and re.fullmatch(r"porep-32g loaded in \d+ ms", out.strip()), out
+    body = standin.wait_ready()
+    assert [a["circuit_id"] for a in body["allocations"]["srs"]] == ["porep-32g"]
+    assert body["memory"]["used_bytes"] == 32 * MIB
+    code, out = standin.bench(f"{PRELOAD} porep-32g")
+    assert (code, out.strip()) == (0, "porep-32g already loaded")
+    make_c1(standin)
+    code, out = standin.bench(PROVE)
+    assert code == 0 and "status:    COMPLETED" in out, out
+    assert standin.log().count("loading SRS from disk") == 1
+
+
+def test_preload_fails_as_cuzk_does(standin: Standin) -> None:
+    """An unknown circuit, and a known one whose SRS file is not in the param cache: exit
+    1 with cuzk-bench's error; a budget that cannot hold the SRS: the call never returns."""
+    standin.make_params()
+    standin.write_config({"pool_mib": 1024}, budget="512MiB")
+    standin.ok(f"nohup /data/bin/cuzk-daemon -c {ZK}/cuzk.toml > {LOG} 2>&1 < /dev/null &")
+    assert standin.wait_ready()["memory"]["total_bytes"] == 512 * MIB
+    code, out = standin.bench(f"{PRELOAD} porep-1k")
+    assert code == 1 and "PreloadSRS RPC failed" in out and "unknown circuit ID: porep-1k" in out
+    code, out = standin.bench(f"{PRELOAD} wpost-32g")
+    assert code == 1 and "SRS param file not found for WindowPost32G" in out, out
+    code, out = standin.sh(f"timeout 3 /data/bin/cuzk-bench {PRELOAD} porep-32g")
+    assert code == 124, out  # a budget of 512 MiB can never hold 1 GiB of SRS
+    assert "acquire request exceeds total budget" in standin.log()
+
+
 def test_missing_params_fail_every_proof_with_cuzks_message(standin: Standin) -> None:
     make_c1(standin)
     standin.start()
