@@ -425,6 +425,6 @@ class HostFacts:
             and self.current_release == release_id
             and self.daemon.running
             and self.daemon.exe
-            and release_dir in self.daemon.exe
+            and f"{release_dir.rstrip('/')}/" in self.daemon.exe  # the folder, never a prefix
             and not self.held
         )
