@@ -1,5 +1,6 @@
 """The GitHub example pipeline (examples/ci/github-release.yml), run as written on the lab:
-install rollout from the checkout into each job's fresh Python, build once, then deploy
+install rollout (a wheel of this working tree, in place of the pinned release) into each
+job's fresh Python, build once, then deploy
 the bundle to the canary fleet (lab-1) and the production fleet (lab-2, lab-3) with no
 Docker engine reachable, credentials from the "secret store"."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ NO_DOCKER = "unix:///nonexistent/docker.sock"
 
 def _source(root: Path) -> None:
     """rollout's own files, as this working tree has them, git-ignored ones left out (the
-    pipeline installs rollout from its checkout)."""
+    wheel the pipeline installs is built from them)."""
     listed = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         check=True, capture_output=True).stdout.decode().split("\0")
@@ -62,6 +64,15 @@ def _checkout(fleet_path: Path, root: Path) -> Path:
     return root
 
 
+def _wheel(source: Path, out: Path) -> str:
+    """This working tree as a wheel: what the pipeline installs in place of its pinned
+    release (its ROLLOUT_PACKAGE, which a pipeline sets to a release URL)."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                    str(out), str(source)], check=True, timeout=600)
+    (wheel,) = out.glob("cuzk_rollout-*.whl")
+    return str(wheel)
+
+
 def test_github_example_builds_once_and_deploys_canary_first(
     lab_fleet: LabFleet, tmp_path: Path
 ) -> None:
@@ -69,16 +80,18 @@ def test_github_example_builds_once_and_deploys_canary_first(
         reset_host(host.name)
     lab_dir = lab_fleet.fleet_path.parent
     path = "/usr/local/bin:/usr/bin:/bin"  # not the test's Python: setup-python gives a fresh one
+    checkout = _checkout(lab_fleet.fleet_path, tmp_path / "checkout")
+    jobs = {"PATH": path, "ROLLOUT_PACKAGE": _wheel(checkout, tmp_path / "wheels")}
     runner = Runner(
         WORKFLOW,
-        _checkout(lab_fleet.fleet_path, tmp_path / "checkout"),
+        checkout,
         tmp_path,
         secrets={"FLEET_SSH_KEY": (lab_dir / "keys" / "id_ed25519").read_text(),
                  "FLEET_KNOWN_HOSTS": (lab_dir / "known_hosts").read_text()},
         github={"ref_name": "v-ci1"},
-        job_env={"build": {"PATH": path},
-                 "deploy-canary": {"PATH": path, "DOCKER_HOST": NO_DOCKER},
-                 "deploy-production": {"PATH": path, "DOCKER_HOST": NO_DOCKER}},
+        job_env={"build": jobs,
+                 "deploy-canary": {**jobs, "DOCKER_HOST": NO_DOCKER},
+                 "deploy-production": {**jobs, "DOCKER_HOST": NO_DOCKER}},
     )
     results = runner.run()
     failed = [r for r in runner.runs if r.code]

@@ -173,11 +173,13 @@ def test_unreachable_host_and_the_others_still_reported(fleet: LabFleet, tmp_pat
     dead = fleet.hosts[2].name
     lab.stop_sshd(dead)
     try:
-        _, rows = status(fleet, tmp_path)
+        code, rows = status(fleet, tmp_path)
+        tolerated, _ = status(fleet, tmp_path, "--min-capacity", "0.6")
         reports = diagnose(fleet, tmp_path, "--all")
     finally:
         lab.start_sshd(dead)
     assert rows[dead]["state"] == "unreachable"
+    assert (code, tolerated) == (1, 0)  # a host down is exit 1, unless a minimum tolerates it
     assert all(r["state"] != "unreachable" for h, r in rows.items() if h != dead)
     assert reports[dead]["reachable"] is False
     assert all(r["reachable"] for h, r in reports.items() if h != dead)

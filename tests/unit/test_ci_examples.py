@@ -53,7 +53,7 @@ def test_gitlab_pipeline() -> None:
 REPO = EXAMPLES.parents[1]
 # "rollout" on PyPI is an unrelated 2011 Django package: nothing may tell anyone to install it.
 FOREIGN = re.compile(
-    r"""rollout==|pip install(?:\s+--?[\w-]+)*\s+['"]?rollout(?:\[|['"]?(?:\s|$))""",
+    r"""(?<![\w-])rollout==|pip install(?:\s+--?[\w-]+)*\s+['"]?rollout(?:\[|['"]?(?:\s|$))""",
     re.MULTILINE)
 
 
@@ -63,17 +63,32 @@ def test_the_distribution_has_a_name_of_its_own() -> None:
     assert project["scripts"] == {"rollout": "rollout.cli:main"}  # the command stays
 
 
-def test_examples_install_this_project_from_the_checkout() -> None:
+def _pinned() -> str:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    return f"cuzk-rollout=={version}"
+
+
+def test_github_jobs_install_the_pinned_release_with_a_timeout_and_a_pip_cache() -> None:
     github = _load("github-release.yml")
-    assert github["env"]["ROLLOUT_PACKAGE"] == "./"
+    assert github["env"]["ROLLOUT_PACKAGE"] == _pinned()  # never the pipeline's checkout
     for name, job in github["jobs"].items():
         runs = [str(s.get("run", "")) for s in job["steps"]]
         assert 'python -m pip install --quiet "$ROLLOUT_PACKAGE"' in runs, name
+        assert 0 < job["timeout-minutes"] <= 360, name
+        [python] = [s for s in job["steps"] if "setup-python" in str(s.get("uses"))]
+        assert python["with"]["cache"] == "pip" and python["with"]["cache-dependency-path"]
+
+
+def test_gitlab_jobs_install_the_pinned_release_with_a_timeout_and_a_pip_cache() -> None:
     gitlab = _load("gitlab-ci.yml")
-    assert gitlab["variables"]["ROLLOUT_PACKAGE"] == "./"
+    assert gitlab["variables"]["ROLLOUT_PACKAGE"] == _pinned()
     installs = [*gitlab["default"]["before_script"], *gitlab["build"]["before_script"]]
     assert sum('install --quiet' in line and '"$ROLLOUT_PACKAGE"' in line
                for line in installs) == 2
+    assert gitlab["variables"]["PIP_CACHE_DIR"].endswith("/.cache/pip")
+    assert gitlab["default"]["cache"]["paths"] == [".cache/pip"]
+    for job in ("build", "deploy-canary", "deploy-production"):
+        assert gitlab[job].get("timeout") or gitlab["default"]["timeout"], job
 
 
 def test_no_file_installs_the_foreign_rollout_package() -> None:
@@ -86,3 +101,4 @@ def test_no_file_installs_the_foreign_rollout_package() -> None:
     assert FOREIGN.search('pip install "rollout==0.1.0"') and FOREIGN.search(
         "pip install --quiet 'rollout[s3]'") and FOREIGN.search("pip install rollout\n")
     assert not FOREIGN.search("pip install './[s3]' in rollout's checkout")
+    assert not FOREIGN.search('pip install "cuzk-rollout==0.1.0"')

@@ -22,6 +22,8 @@ PLAYBOOK_HELP = (
     "Playbook file. Default: the one the inventory names (the lab's names the lab playbook), "
     "else playbooks/rollout.yaml, else the built-in real cuzk playbook."
 )
+NO_MINIMUM = -1.0  # `status` without --min-capacity: invoke needs a float default for its type
+
 # The options that render a run (rollout, rollback); each declared here, once.
 RUN_OUTPUT_HELP = {
     "json_": "Write every event as a JSON line to this file ('-' for stdout).",
@@ -238,7 +240,8 @@ def validate(c: Context, host: str, hosts: str | None = None, playbook: str | No
         "json_": "Print JSON (hosts and capacity) instead of a table.",
         "limit": "Only these hosts: comma-separated names, groups or globs.",
         "min_capacity": "Exit 1 when fewer than this share of hosts (0..1, e.g. 0.8) "
-        "are serving; for cron or CI alerts. Default 0: never.",
+        "are serving; for cron or CI alerts. Without it: exit 1 when any host is dead or "
+        "unreachable (0 tolerates them all).",
         "watch": "Refresh the table until Ctrl-C.",
         "interval": "Seconds between refreshes with --watch (default 5).",
         "prom": "Also write Prometheus text-format metrics to this file (replaced atomically) "
@@ -255,7 +258,7 @@ def status(
     playbook: str | None = None,
     json_: bool = False,
     limit: str | None = None,
-    min_capacity: float = 0.0,
+    min_capacity: float = NO_MINIMUM,
     watch: bool = False,
     interval: float = 5.0,
     prom: str | None = None,
@@ -269,7 +272,8 @@ def status(
 
     def once() -> int:
         return health.status(
-            path, playbook, limit, as_json=json_, min_capacity=min_capacity, prom=prom
+            path, playbook, limit, as_json=json_, prom=prom,
+            min_capacity=None if min_capacity == NO_MINIMUM else min_capacity,
         )
 
     code = health.watch(once, interval) if watch else once()
@@ -356,7 +360,8 @@ def docs(c: Context, output: str | None = None) -> None:
 
 @task(
     help={
-        "run_id": "The run to report on (its journal is runs/RUN_ID.jsonl).",
+        "run_id": "The run to report on (its journal is runs/RUN_ID.jsonl); `latest`: the "
+        "run whose journal was written last.",
         "html": "Write the HTML report to this file: one page, no network needed.",
         "junit": "Write the JUnit XML (one testsuite, one testcase per host with its steps; "
         "a host not validated is a failure with its reason and output tail).",
@@ -374,10 +379,13 @@ def report(
     """Render a finished run from its journal: an HTML timeline, JUnit XML or Markdown."""
     # loaded when the task runs: the CLI starts without it
     from rollout.commands import app
-    from rollout.output.journal import journal_path
+    from rollout.output.journal import LATEST, journal_path, latest_run
     from rollout.reports.files import write_run_reports
 
     if not (html or junit or summary):
         raise UserError("give at least one of --html FILE, --junit FILE, --summary FILE")
-
-    write_run_reports(journal_path(app.runs_dir(), run_id), html, junit, summary)
+    runs = app.runs_dir()
+    run = latest_run(runs) if run_id == LATEST else run_id
+    if run != run_id:
+        print(f"the latest run: {run}", file=sys.stderr)
+    write_run_reports(journal_path(runs, run), html, junit, summary)

@@ -74,5 +74,5 @@ def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:
     ):
         bus = make_bus(plan, stream, req.verbose, req.outputs)
         summary = Engine(plan, bus, connect, cache_dir(), options).run({"rollback_to": to})
-    print_summary(summary)
+    print_summary(summary, command="rollback")
     return summary

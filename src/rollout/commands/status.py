@@ -224,9 +224,14 @@ def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
                 "each machine once"))
 
 
+DOWN = ("dead", "unreachable")
+
+
 def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> int:
+    """1 when fewer than `min_capacity` of the hosts serve; with no minimum, 1 when any host
+    is dead or unreachable (a minimum is how an operator tolerates some)."""
     if min_capacity is None:
-        return 0
+        return check_down(rows)
     cap = capacity(rows)
     if cap.share + 1e-9 < min_capacity:
         print(f"capacity {cap.serving}/{cap.total} ({100 * cap.share:.0f}%) is below the "
@@ -235,10 +240,21 @@ def check_capacity(rows: list[dict[str, Any]], min_capacity: float | None) -> in
     return 0
 
 
+def check_down(rows: list[dict[str, Any]]) -> int:
+    down = [f"{r['host']} ({r['state']})" for r in rows if r.get("state") in DOWN]
+    if not down:
+        return 0
+    print(control_escaped(f"{len(down)} of {len(rows)} hosts dead or unreachable: "
+                          f"{', '.join(down)} (--min-capacity SHARE tolerates some)"),
+          file=sys.stderr)
+    return 1
+
+
 def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bool,
            min_capacity: float | None = None, prom: str | None = None) -> int:
     """Print the fleet status once (and write it as Prometheus metrics to `prom`); 1 when
-    fewer than min_capacity of the hosts serve."""
+    a host is dead or unreachable, or, given min_capacity, when fewer than that share of
+    the hosts serve."""
     if min_capacity is not None and not 0.0 <= min_capacity <= 1.0:
         raise UserError(f"--min-capacity must be a share between 0 and 1, got {min_capacity}")
     rows = fleet_rows(load_fleet(hosts_file, playbook, limit))

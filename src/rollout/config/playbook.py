@@ -39,7 +39,7 @@ from .playbook_checks import (
 from .playbook_model import Playbook as Playbook  # re-exported: the playbook load_playbook gives
 from .render import render_tree, resolve_vars
 from .retired import retire_keys
-from .steps import PARAMS, step_order_problem
+from .steps import PARAMS, StepSpec, corrected_order, step_order_problem
 from .yamldepth import MAX_VALUE_DEPTH
 from .yamlfile import (
     MAX_VALUE_NODES,
@@ -115,7 +115,8 @@ class PlaybookSource:
             unused = unused_overrides(self.doc, self.overrides, template)
             secrets = secret_like_overrides(self.overrides)
             advice = nested_advice(playbook, self.doc)
-            playbook._warnings = [*self.retired, *unused, *secrets, *advice]
+            moved = playbook._warnings  # steps run in the corrected order (_run_order)
+            playbook._warnings = [*self.retired, *moved, *unused, *secrets, *advice]
         return playbook
 
     def _render(self, fixed_vars: Mapping[str, Any], for_host: bool = False) -> Playbook:
@@ -138,7 +139,7 @@ class PlaybookSource:
         known = {*variables, *RESERVED_NAMES} if for_host else None
         outside = {n: "--set" if n in self.overrides else "the inventory" for n in fixed_vars}
         check_runtime_templates(playbook, self.doc, known, outside)
-        return playbook
+        return _run_order(playbook, self.doc)
 
     def _raw_vars(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
         raw = root.get("vars")
@@ -346,6 +347,27 @@ def _check_params(playbook: Playbook, doc: YamlDoc) -> None:
             raise config_error(exc, model, step.params, doc, ("steps", index, "params")) from None
 
 
+def _run_order(playbook: Playbook, doc: YamlDoc) -> Playbook:
+    """The playbook with its steps in the order they run: an order an earlier release
+    allowed (steps.MOVED_AFTER) corrected, with a warning naming the step's file:line and
+    the fix, kept in the playbook's warnings. Called once every check has read the steps in
+    the file's order (their locations are the file's)."""
+    order, moved = corrected_order([(step.name, step.kind) for step in playbook.steps])
+    if not moved:
+        return playbook
+    fixed = playbook.model_copy(update={"steps": [playbook.steps[i] for i in order]})
+    fixed._warnings = [_moved_warning(doc, playbook.steps[index], playbook.steps[anchor], index)
+                       for index, anchor in moved]
+    return fixed
+
+
+def _moved_warning(doc: YamlDoc, step: StepSpec, anchor: StepSpec, index: int) -> str:
+    return (f"{doc.location(('steps', index, 'kind'))}: step {step.name!r} ({step.kind}) "
+            f"comes before step {anchor.name!r} ({anchor.kind}), which it must follow: it runs "
+            f"right after it; move step {step.name!r} after step {anchor.name!r} (this order "
+            "will stop loading)")
+
+
 def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
     check_unique_names(doc, "steps", [step.name for step in playbook.steps], "step")
     _check_params(playbook, doc)
@@ -356,9 +378,11 @@ def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
             "build and extract steps run once on the controller and must come before host steps",
             doc.location(("steps", index, "kind")),
         )
-    problem = step_order_problem([(step.name, step.kind) for step in playbook.steps])
+    steps = [(step.name, step.kind) for step in playbook.steps]
+    order, _ = corrected_order(steps)
+    problem = step_order_problem([steps[i] for i in order])
     if problem is not None:
-        raise ConfigError(problem[1], doc.location(("steps", problem[0], "kind")))
+        raise ConfigError(problem[1], doc.location(("steps", order[problem[0]], "kind")))
     check_files(playbook, doc)
     if not builds:
         return

@@ -265,6 +265,30 @@ def step_order_problem(steps: list[tuple[str, StepKind]]) -> tuple[int, str] | N
     return None
 
 
+MOVED_AFTER: dict[StepKind, StepKind] = {StepKind.CONFIG: StepKind.STOP}
+"""Orders an earlier release loaded and this one corrects with a warning (deprecated, never
+broken): a step of the kind before the first step of the kind it must follow runs right
+after that step."""
+
+
+def corrected_order(steps: list[tuple[str, StepKind]]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The order the steps run in, as indexes into `steps` (MOVED_AFTER applied), and each
+    step moved: its index and the index of the step it now follows."""
+    order = list(range(len(steps)))
+    moved: list[tuple[int, int]] = []
+    for kind, anchor in MOVED_AFTER.items():
+        first = next((i for i in order if steps[i][1] == anchor), None)
+        early = [] if first is None else [
+            i for i in order[:order.index(first)] if steps[i][1] == kind]
+        if first is None or not early:
+            continue
+        rest = [i for i in order if i not in early]
+        at = rest.index(first) + 1
+        order = [*rest[:at], *early, *rest[at:]]
+        moved += [(i, first) for i in early]
+    return order, moved
+
+
 def _index_of(steps: list[tuple[str, StepKind]], name: str) -> int:
     return next(i for i, (n, _) in enumerate(steps) if n == name)
 

@@ -20,6 +20,8 @@ import contextlib
 import json
 import math
 import os
+import shlex
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -170,7 +172,35 @@ def _refusal(found: FoundLock, policy: LockPolicy) -> LockHeld:
         hint = " It is stale or unreadable: --break-lock breaks it."
     else:
         hint = " Wait for it, or pass --lock-wait SECONDS."
-    return LockHeld(f"{found.host} is locked by {found.describe()}.{hint}")
+    resume = _resume_hint(found.holder) if isinstance(found.holder, Holder) else ""
+    return LockHeld(f"{found.host} is locked by {found.describe()}.{hint}{resume}")
+
+
+NOT_RESUMABLE = ("heal", "single:", "rollback:")  # holder_for's versions of other commands
+
+
+def _resume_hint(holder: Holder) -> str:
+    """How a rollout's lock left by its stopped or dead controller is freed: --resume."""
+    if holder.version.startswith(NOT_RESUMABLE):
+        return ""
+    run = holder.run_id  # from the host's lock file: quoted in the command it suggests
+    gone = (f" Its controller (pid {holder.pid}) no longer runs on this machine."
+            if holder.controller == socket.gethostname() and not _running(holder.pid) else "")
+    return (f"{gone} If that controller was stopped or died, `rollout rollout --resume "
+            f"{shlex.quote(run)}` (where runs/{run}.jsonl is) takes the locks over, finishes "
+            "the run and frees them.")
+
+
+def _running(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def take_host_lock(

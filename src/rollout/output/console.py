@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from rollout.output.escape import console_text
+from rollout.output.escape import console_text, control_escaped
 from rollout.output.events import Event
 from rollout.output.progress import PlainLines, format_progress
 from rollout.secrets import redact
@@ -187,31 +187,55 @@ def _is_failure(e: Event) -> bool:
     return e.kind in ("host_end", "guard_report") and e.status != "validated"
 
 
-def summary_table(summary: Summary) -> Table:
-    table = Table(title=f"rollout {summary.run_id}")
-    for column in ("host", "result", "release", "reason"):
+SUMMARY_COLUMNS = ["host", "result", "release", "reason"]
+
+
+def summary_rows(summary: Summary) -> list[dict[str, Any]]:
+    return [{"host": o.host, "result": o.status, "release": o.release or "-",
+             "reason": redact(o.reason)} for o in summary.outcomes.values()]
+
+
+def summary_table(summary: Summary, command: str = "rollout") -> Table:
+    table = Table(title=f"{command} {summary.run_id}")
+    for column in SUMMARY_COLUMNS:
         table.add_column(column)
-    for outcome in summary.outcomes.values():
-        table.add_row(
-            console_text(outcome.host),
-            styled(outcome.status),
-            console_text(outcome.release or "-"),
-            console_text(redact(outcome.reason)),
-        )
+    for row in summary_rows(summary):
+        table.add_row(*(styled(row["result"]) if c == "result" else console_text(row[c])
+                        for c in SUMMARY_COLUMNS))
     return table
 
 
-def print_summary(summary: Summary, console: Console | None = None) -> None:
+def print_summary(summary: Summary, console: Console | None = None,
+                  command: str = "rollout") -> None:
+    """The result table, titled by the command that ran (rollout, rollback)."""
     console = console or make_console()
-    console.print(summary_table(summary))
+    if console.is_terminal:
+        console.print(summary_table(summary, command))
+    else:
+        console.file.write(plain_table(summary_rows(summary), SUMMARY_COLUMNS,
+                                       f"{command} {summary.run_id}"))
     if summary.aborted:
         console.print(f"[bold red]aborted:[/bold red] {console_text(summary.aborted)}")
 
 
+def plain_table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> str:
+    """A table for a file or a pipe: the title, then columns aligned with two spaces, no
+    box drawing and no padding after the last column; every cell escaped."""
+    cells = [columns] + [[control_escaped(row.get(c, "-")) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+             for line in cells]
+    return "".join(f"{line}\n" for line in ([control_escaped(title)] if title else []) + lines)
+
+
 def print_table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> None:
+    console = make_console(stderr=False)
+    if not console.is_terminal:
+        console.file.write(plain_table(rows, columns, title))
+        return
     table = Table(title=title or None)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(console_text(str(row.get(c, "-"))) for c in columns))
-    make_console(stderr=False).print(table)
+    console.print(table)

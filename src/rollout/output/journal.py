@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,24 @@ def journal_path(runs: Path, run_id: str) -> Path:
         raise UserError(f"not a run id: {run_id[:80]!r} (letters, digits, '_', '.' and '-', "
                         "as rollout names its runs)")
     return runs / f"{run_id}.jsonl"
+
+
+LATEST = "latest"  # `rollout report latest`: the run whose journal was written last
+
+
+def latest_run(runs: Path) -> str:
+    """The id of the run whose journal in `runs` was written last (a link or anything but a
+    plain file named as a journal is passed over); UserError when there is none."""
+    found: list[tuple[float, str]] = []
+    for path in runs.glob("*.jsonl") if runs.is_dir() else ():
+        run_id = path.name.removesuffix(".jsonl")
+        info = path.lstat()
+        if RUN_ID.fullmatch(run_id) and ".." not in run_id and stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, run_id))
+    if not found:
+        raise UserError(f"no run journal in {runs}/ to report on (runs/RUN_ID.jsonl is written "
+                        "by each run; ROLLOUT_RUNS_DIR names another folder)")
+    return max(found)[1]
 
 
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -23,18 +23,19 @@ def printable(text: str) -> str:
     return _NOT_XML.sub("", report_text(text))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder (O_EXCL, 0600: reports carry output
-    tails), then rename it over `path`; a link at `path` is refused, never replaced."""
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write to a temporary file in the same folder (O_EXCL; 0600 unless told: reports carry
+    output tails), fsync it, then rename it over `path`; a link at `path` is refused, never
+    replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_link(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

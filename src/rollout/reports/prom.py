@@ -117,6 +117,6 @@ def render(rows: list[dict[str, Any]], now: float) -> str:
 
 
 def write(path: Path, rows: list[dict[str, Any]], now: float) -> None:
-    """Write the metrics to `path` through a temporary file and a rename (0600, never
-    through a link)."""
-    write_atomic(path, render(rows, now))
+    """Write the metrics to `path` through a temporary file and a rename, never through a
+    link; 0644: the metrics hold no secret, and node_exporter reads them as its own user."""
+    write_atomic(path, render(rows, now), mode=0o644)

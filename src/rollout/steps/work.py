@@ -81,6 +81,11 @@ def _jobs_data(jobs: tuple[Job, ...]) -> list[JSON]:
     return [j.data() for j in jobs]
 
 
+NO_CORDON = ("; no work.cordon is set, so new work kept arriving: a cordon (e.g. `curio "
+             "cordon`) stops new work before the wait and lets the work in flight drain "
+             "(docs/options.md, work)")
+
+
 @dataclass(frozen=True)
 class WorkWait:
     """How the wait before a stop ended: go, skip or stop; the jobs it waited on, and those
@@ -91,12 +96,13 @@ class WorkWait:
     waited_on: tuple[Job, ...]
     in_flight: tuple[Job, ...]
     last: WorkReport
+    hint: str = ""  # how the next wait could end sooner (NO_CORDON)
 
     def describe(self) -> str:
         if self.verdict == "stop":
             return (f"deadline {self.waited:.0f}s passed: stopped anyway, abandoning "
                     f"{len(self.in_flight)} job(s) in flight: "
-                    f"{jobs_text(self.in_flight, self.last.queue_depth)}")
+                    f"{jobs_text(self.in_flight, self.last.queue_depth)}{self.hint}")
         if self.last.outcome == "unknown":
             return f"work in flight unknown ({self.last.reason}): stopped without waiting"
         if not self.waited_on:
@@ -168,7 +174,8 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
                   jobs=_jobs_data(report.jobs), queue_depth=report.queue_depth,
                   waited=round(waited, 3), deadline=how.deadline)
         if decided != "wait":
-            done = WorkWait(decided, waited, tuple(seen.values()), report.jobs, report)
+            hint = NO_CORDON if decided != "go" and not how.cordon else ""
+            done = WorkWait(decided, waited, tuple(seen.values()), report.jobs, report, hint)
             if seen or decided != "go":
                 _emit(ctx, done.describe(), verdict=decided, **done.data())
             return done
@@ -181,7 +188,7 @@ def busy_skip(ctx: HostContext, done: WorkWait) -> StepFailed:
     ctx.state.phase = Phase.UNTOUCHED
     reason = (f"busy: {len(done.in_flight)} job(s) still in flight after the deadline "
               f"{done.waited:.0f}s ({jobs_text(done.in_flight, done.last.queue_depth)}): "
-              "host left untouched, not stopped (work.at_deadline: skip)")
+              f"host left untouched, not stopped (work.at_deadline: skip){done.hint}")
     return StepFailed(reason, retryable=False,
                       data={"busy": True, "jobs": _jobs_data(done.in_flight)})
 
