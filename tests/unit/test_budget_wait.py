@@ -23,6 +23,7 @@ from processes import assert_ends
 from rollout.host.layout import Layout
 from rollout.host.reports import BudgetWait, Partitions, ProveReport
 from rollout.host.scripts import ops
+from rollout.host.scripts.actions import proving
 from rollout.host.scripts.ops import budget_waiting, job_ids
 from rollout.steps.budget_wait import budget_wait_failure, watch_for
 from rollout.steps.validate import run_bounded
@@ -184,7 +185,7 @@ class StatusServer:
 
 @pytest.fixture
 def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ops, "BUDGET_POLL", 0.05)
+    monkeypatch.setattr(proving, "BUDGET_POLL", 0.05)
 
 
 @pytest.fixture

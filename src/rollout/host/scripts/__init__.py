@@ -2,9 +2,9 @@
 
 The controller sends them over SSH (``python3 - ARGS < script``) or uploads them
 (the supervisor goes to <root>/rollout/supervisor.py). Each is also importable for tests.
-The helpers they share live in common.py (and any sibling module a script imports with a
-``# inlined on hosts`` line); script_text() inlines them, so what a host gets
-is still one self-contained file.
+The helpers they share live in common.py (and any module under this package a script
+imports with a ``# inlined on hosts`` line, such as actions/hold.py); script_text() inlines
+them, so what a host gets is still one self-contained file.
 """
 
 from __future__ import annotations
@@ -18,15 +18,24 @@ SCRIPTS = (
     "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "guard", "ops", "agent",
     "files",
 )
-INLINED = re.compile(r"^from rollout\.host\.scripts\.(\w+) import .*# inlined on hosts\s*$")
-"""A line that imports helpers from a sibling module: script_text() puts that module's text
-in its place (once, before whatever imports it), so a host gets one self-contained file."""
+INLINED = re.compile(
+    r"^from rollout\.host\.scripts\.(\w+(?:\.\w+)*) import .*# inlined on hosts\s*$")
+"""A line that imports helpers from a module under this package ("common", "actions.hold"):
+script_text() puts that module's text in its place (once, before whatever imports it), so a
+host gets one self-contained file."""
 FUTURE = "from __future__ import annotations"
 _BUILDING = threading.Lock()
 
 
+def _path(base: str) -> str:
+    """A module's file under this package: "actions.hold" is actions/hold.py."""
+    return base.replace(".", "/") + ".py"
+
+
 def _source(base: str) -> str:
-    return resources.files(__package__).joinpath(f"{base}.py").read_text(encoding="utf-8")
+    *folders, name = base.split(".")
+    return resources.files(__package__).joinpath(*folders, f"{name}.py").read_text(
+        encoding="utf-8")
 
 
 def _split_docstring(src: str) -> tuple[str, list[str]]:
@@ -47,8 +56,8 @@ def _split_docstring(src: str) -> tuple[str, list[str]]:
 
 @functools.cache
 def _body(base: str) -> tuple[str, tuple[str, ...], str]:
-    """(a module's docstring; the sibling modules it inlines, in its order; its text without
-    them and without its __future__ import), read once for all scripts."""
+    """(a module's docstring; the modules it inlines, in its order; its text without them
+    and without its __future__ import), read once for all scripts."""
     doc, rest = _split_docstring(_source(base))
     inlined = tuple(m.group(1) for ln in rest if (m := INLINED.match(ln)))
     body = "".join(ln for ln in rest if not INLINED.match(ln) and ln.strip() != FUTURE)
@@ -56,7 +65,7 @@ def _body(base: str) -> tuple[str, tuple[str, ...], str]:
 
 
 def _inlined_order(base: str, seen: tuple[str, ...] = ()) -> list[str]:
-    """The sibling modules `base` needs, each once, every one after the modules it needs."""
+    """The modules `base` inlines, each once, every one after the modules it needs."""
     if base in seen:
         raise RuntimeError(f"host modules inline each other: {' -> '.join((*seen, base))}")
     order: list[str] = []
@@ -88,7 +97,7 @@ def _script_text(base: str) -> str:
     parts = [f"{doc}\n{FUTURE}\n"]
     for module in _inlined_order(base):
         text = _body(module)[2]
-        parts.append(f"# ---- inlined from rollout/host/scripts/{module}.py\n\n{text}\n")
+        parts.append(f"# ---- inlined from rollout/host/scripts/{_path(module)}\n\n{text}\n")
     if len(parts) > 1:
         parts.append(f"# ---- {base}.py\n")
     return "\n".join(parts) + "\n" + body + "\n"
