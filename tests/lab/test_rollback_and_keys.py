@@ -74,7 +74,7 @@ def _host(fleet: LabFleet, name: str, **changes: object):  # type: ignore[no-unt
 def test_unknown_host_key_refused_unless_accept_new(lab_fleet: LabFleet, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    with pytest.raises(HostKeyError, match="unknown host key"):
+    with pytest.raises(HostKeyError, match="host key unknown"):
         app.connect(_host(lab_fleet, "lab-1", known_hosts=empty))
     assert empty.read_text() == ""
     transport = app.connect(_host(lab_fleet, "lab-1", known_hosts=empty,

@@ -19,6 +19,7 @@ from rollout.bundle.manifest import MANIFEST, Manifest
 from rollout.bundle.s3 import upload_bundle
 from rollout.errors import EnvironmentProblem, UserError
 from rollout.readfile import open_regular
+from rollout.transport.failures import url_failure
 
 AUTH_ENV = "ROLLOUT_PUBLISH_AUTHORIZATION"
 TIMEOUT = 60.0
@@ -68,6 +69,7 @@ def _put_all(folder: Path, manifest: Manifest, base: str) -> None:
                 with open_regular(folder / name, "bundle file") as body:
                     response = session.put(url, data=body, headers=headers, timeout=TIMEOUT)
             except requests.RequestException as e:
-                raise EnvironmentProblem(f"PUT {url}: {e}") from e
+                raise url_failure(EnvironmentProblem, url, e) from e
             if response.status_code not in (200, 201, 204):
-                raise EnvironmentProblem(f"PUT {url}: HTTP {response.status_code}")
+                raise url_failure(EnvironmentProblem, url, status=response.status_code,
+                                  reason=response.reason or "")

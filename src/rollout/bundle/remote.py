@@ -14,6 +14,7 @@ from rollout.bundle.manifest import MANIFEST, MAX_MANIFEST, Executable, Manifest
 from rollout.bundle.release import Release
 from rollout.errors import EnvironmentProblem, UserError
 from rollout.host.scripts.fetch import FetchFailed, fetch_file
+from rollout.transport.failures import url_failure
 
 TIMEOUT = 30.0  # seconds per connect and per read
 MANIFEST_DEADLINE = 60.0  # seconds for the whole manifest, however slowly it trickles
@@ -38,10 +39,11 @@ def fetch_manifest(base: str) -> Manifest:
     try:
         with requests.get(url, timeout=TIMEOUT, stream=True) as response:
             if response.status_code != 200:
-                raise UserError(f"--release {base}: {url} answered HTTP {response.status_code}")
+                raise url_failure(UserError, url, status=response.status_code,
+                                  reason=response.reason or "")
             body = _read_body(response.raw, url, time.monotonic() + MANIFEST_DEADLINE)
     except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
-        raise EnvironmentProblem(f"cannot read the bundle's manifest {url}: {e}") from e
+        raise url_failure(EnvironmentProblem, url, e) from e
     if len(body) > MAX_MANIFEST:
         raise UserError(f"--release {base}: {url} is too large for a manifest")
     return parse_manifest(body.decode("utf-8", "replace"), url)

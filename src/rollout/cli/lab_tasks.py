@@ -12,6 +12,7 @@ from invoke.context import Context
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.errors import EnvironmentProblem
+from rollout.transport.failures import docker_failure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,7 +28,9 @@ def docker_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except DockerException as e:
-            detail = getattr(e, "explanation", None) or str(e)
+            detail = getattr(e, "explanation", None)
+            if not detail:  # no answer at all: the engine is down
+                raise docker_failure(EnvironmentProblem, e) from e
             raise EnvironmentProblem(f"the Docker engine refused: {detail}") from e
 
     return wrapper  # type: ignore[return-value]

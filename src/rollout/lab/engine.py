@@ -11,18 +11,20 @@ from docker.errors import DockerException
 
 from rollout.errors import EnvironmentProblem
 from rollout.lab.apt import ensure_command
+from rollout.transport.failures import docker_failure
 
 DOCKERD_LOG = "/var/log/rollout-dockerd.log"
 START_TIMEOUT_S = 60.0
 
 
-def _client() -> docker.DockerClient | None:
+def _client() -> docker.DockerClient | DockerException:
+    """A client of an engine that answers, or why none does."""
     try:
         client = docker.from_env(version="auto", timeout=120)
         client.ping()
         return client
-    except DockerException:
-        return None
+    except DockerException as e:
+        return e
 
 
 def _start_dockerd() -> None:
@@ -36,23 +38,15 @@ def _start_dockerd() -> None:
 def ensure_engine() -> docker.DockerClient:
     """Return a client of a running engine; start dockerd first if we are root."""
     client = _client()
-    if client is not None:
+    if not isinstance(client, DockerException):
         return client
-    if os.environ.get("DOCKER_HOST"):
-        raise EnvironmentProblem(
-            f"the Docker engine at DOCKER_HOST={os.environ['DOCKER_HOST']} does not answer "
-            "(rollout starts a local dockerd only when DOCKER_HOST is unset)"
-        )
-    if os.geteuid() != 0:
-        raise EnvironmentProblem(
-            "the Docker engine is not running and rollout is not root, so it cannot start it: "
-            "start dockerd (e.g. `sudo systemctl start docker`) or set DOCKER_HOST"
-        )
+    if os.environ.get("DOCKER_HOST") or os.geteuid() != 0:  # rollout starts only its own
+        raise docker_failure(EnvironmentProblem, client)
     _start_dockerd()
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         client = _client()
-        if client is not None:
+        if not isinstance(client, DockerException):
             return client
         time.sleep(0.5)
     raise EnvironmentProblem(

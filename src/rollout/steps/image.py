@@ -18,6 +18,7 @@ from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, changed, skipped
 from rollout.secrets import tail
 from rollout.steps.decision import Artifact, Release
+from rollout.transport.failures import docker_failure
 from rollout.units import format_size
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class ControllerContext:
                 self._client = docker.from_env(version="auto")
                 self._client.ping()
             except DockerException as e:
-                raise EnvironmentProblem(f"the Docker engine does not answer: {e}") from e
+                raise docker_failure(EnvironmentProblem, e) from e
         return self._client
 
 

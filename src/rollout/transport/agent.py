@@ -18,11 +18,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.errors import HostAnswerError, TransportError
+from rollout.errors import HostAnswerError
 from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.jsontypes import JSON
 from rollout.secrets import head
 from rollout.transport.base import RunResult, Stream, script_command
+from rollout.transport.failures import lost
 
 BOOTSTRAP = bootstrap("agent.py")
 START_WAIT = 30.0  # seconds for the agent's first line
@@ -100,7 +101,7 @@ class HostAgent:
         with self._lock:
             request_id = next(self._ids)
             if not self.stream.write(json.dumps({"id": request_id, **request}) + "\n"):
-                raise TransportError(f"{self.name}: connection lost: the host agent is gone")
+                raise lost(self.name, _what(request), why="the host agent is gone")
             wait = None if timeout is None else timeout + ANSWER_SLACK
             deadline = None if wait is None else time.monotonic() + wait
             while True:
@@ -112,8 +113,8 @@ class HostAgent:
                         return answer
                     continue
                 if deadline is not None or self.stream.ended:
-                    raise TransportError(f"{self.name}: connection lost: the host agent "
-                                         "stopped answering")
+                    raise lost(self.name, _what(request),
+                               why="the host agent stopped answering")
 
     def _parse(self, line: str) -> dict[str, Any]:
         """One answer line: a JSON object, or HostAnswerError naming what came instead."""
@@ -149,6 +150,15 @@ class HostAgent:
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _what(request: dict[str, Any]) -> str:
+    """What a request asked, for a lost connection's words."""
+    if "call" in request:
+        return str(request["call"])
+    if "sh" in request:
+        return f"`{head(str(request['sh']), 60)}`"
+    return "a host script"
 
 
 def _field(answer: dict[str, Any], key: str) -> str:

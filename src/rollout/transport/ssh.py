@@ -46,6 +46,7 @@ from rollout.transport.channel import (
     run_on_channel,
     stream_to_channel,
 )
+from rollout.transport.failures import Dialled, connect_failure, failure, lost, offered_keys
 from rollout.transport.known_hosts import load_known_hosts
 
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
@@ -109,10 +110,29 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
-        raise HostKeyError(
-            f"unknown host key for {hostname} ({key.get_name()}): not in {self.known_hosts}. "
-            "Add it there, or set host_key_policy: accept-new in the inventory."
-        )
+        host, port = _entry_address(hostname)
+        raise failure(HostKeyError, "host-key-unknown", host=host, port=port,
+                      key=f"{key.get_name()} {key.fingerprint}", known_hosts=self.known_hosts,
+                      command=f"{shlex.join(['ssh-keyscan', '-p', str(port), host])} >> "
+                              f"{shlex.quote(str(self.known_hosts))}")
+
+
+def _entry_address(entry: str) -> tuple[str, int]:
+    """A known_hosts entry's host and port: `[HOST]:PORT`, or HOST for port 22."""
+    if entry.startswith("[") and "]:" in entry:
+        host, _, port = entry[1:].rpartition("]:")
+        if port.isdigit():
+            return host, int(port)
+    return entry, 22
+
+
+def _changed(e: paramiko.BadHostKeyException, target: SshTarget) -> HostKeyError:
+    hops = [target, *target.proxy_jump]  # paramiko names the address alone
+    port = next((h.port for h in hops if h.address == e.hostname), target.port)
+    entry = e.hostname if port == 22 else f"[{e.hostname}]:{port}"
+    command = shlex.join(["ssh-keygen", "-R", entry, "-f", str(target.known_hosts)])
+    return failure(HostKeyError, "host-key-changed", host=e.hostname, port=port,
+                   expected=e.expected_key.fingerprint, got=e.key.fingerprint, command=command)
 
 # Host side of put_and_digest: stdin into the file, hashed on the way; prints the digest.
 _WRITE_AND_HASH = """import hashlib, os, sys
@@ -219,21 +239,20 @@ class SshTransport(Transport):
 
     def _open(self) -> Connection:
         t = self.target
-        conn = self._unopened()
+        try:
+            conn = self._unopened()
+        except UnreadableFile as e:
+            raise failure(TransportError, "key-file", path=e.path, why=e.why) from None
         try:
             conn.open()
         except HostKeyError:
             raise
         except paramiko.BadHostKeyException as e:
-            raise HostKeyError(
-                f"host key for {e.hostname} CHANGED (got {e.key.get_name()} "
-                f"{e.key.get_base64()[:24]}...). Refusing to connect. If the instance was "
-                f"recreated, remove its old line from {t.known_hosts}."
-            ) from e
+            raise _changed(e, t) from None
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             _close_all(conn)
-            raise TransportError(f"cannot reach {t.user}@{t.address}:{t.port}{_via(t)}: "
-                                 f"{e}") from e
+            to = Dialled(t.user, t.address, t.port, t.connect_timeout, _via(t))
+            raise connect_failure(e, to, lambda: offered_keys(t.key_file, self._pkey)) from e
         for hop_conn in _chain(conn):
             transport = hop_conn.client.get_transport()
             if transport is not None:
@@ -279,7 +298,8 @@ class SshTransport(Transport):
         """Run `command`; `stdin` goes over the channel, never into the command line."""
         agent = self._host_agent()
         if agent is not None:
-            return self._through(agent, lambda: agent.shell(command, timeout, stdin))
+            return self._through(agent, lambda: agent.shell(command, timeout, stdin),
+                                 f"`{head(command, 60)}`")
         transport = self._connection().client.get_transport()
         data = None if stdin is None else stdin.encode()
         try:
@@ -288,7 +308,7 @@ class SshTransport(Transport):
             out = run_on_channel(transport, command, data, timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: connection lost: {e}") from e
+            raise lost(self.name, f"`{head(command, 60)}`", e) from e
         _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         if out.timed_out:
@@ -300,21 +320,23 @@ class SshTransport(Transport):
         agent = self._host_agent()
         if agent is None:
             return super().run_script(source, args, timeout, before)
-        return self._through(agent, lambda: agent.script(source, args, timeout, before))
+        return self._through(agent, lambda: agent.script(source, args, timeout, before),
+                             "a host script")
 
     def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
                        timeout: float | None = None) -> RunResult:
         agent = self._host_agent()
         if agent is None:
             return super().run_script_fed(source, filename, args, stdin, timeout)
-        return self._through(agent, lambda: agent.script(source, args, timeout, stdin=stdin))
+        return self._through(agent, lambda: agent.script(source, args, timeout, stdin=stdin),
+                             f"a host script ({filename})")
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         agent = self._host_agent()
         if agent is None:
             return super().call(source, call, kwargs, timeout)
-        return self._through(agent, lambda: agent.call(source, call, kwargs, timeout))
+        return self._through(agent, lambda: agent.call(source, call, kwargs, timeout), call)
 
     def keeps_sources(self) -> bool:
         return self._agent is not None
@@ -332,7 +354,7 @@ class SshTransport(Transport):
         self._agentless = self._agent is None
         return self._agent
 
-    def _through(self, agent: HostAgent, call: Callable[[], RunResult]) -> RunResult:
+    def _through(self, agent: HostAgent, call: Callable[[], RunResult], what: str) -> RunResult:
         try:
             return call()
         except TransportError:
@@ -340,7 +362,7 @@ class SshTransport(Transport):
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: connection lost: {e}") from e
+            raise lost(self.name, what, e) from e
 
     def open_stream(self, command: str, stdin: bytes) -> Stream:
         transport = self._connection().client.get_transport()
@@ -350,7 +372,7 @@ class SshTransport(Transport):
             return ChannelStream.open(transport, command, stdin)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: connection lost: {e}") from e
+            raise lost(self.name, f"the start of `{head(command, 60)}`", e) from e
 
     def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
@@ -400,8 +422,7 @@ class SshTransport(Transport):
                 raise EOFError("the connection closed before the command's exit status came")
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: upload of {_named(local_path)} failed: {e}"
-                                 ) from e
+            raise lost(self.name, f"the upload of {_named(local_path)}", e) from e
         _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         return RunResult(command, out.exit_code, stdout, stderr)
@@ -431,7 +452,7 @@ class SshTransport(Transport):
             self._connection().get(remote_path, local_path)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
-            raise TransportError(f"{self.name}: download of {remote_path} failed: {e}") from e
+            raise lost(self.name, f"the download of {remote_path}", e) from e
 
     def _drop(self) -> None:
         """Forget a connection that failed; closing a dead one may fail too, harmlessly."""
