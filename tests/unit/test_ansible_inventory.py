@@ -80,7 +80,10 @@ def by_name(hosts: list[Host]) -> dict[str, Host]:
 
 @pytest.mark.parametrize(("name", "text"), [("inventory.ini", INI), ("hosts", INI),
                                             ("inventory.yaml", YAML)])  # fmt: skip
-def test_connection_vars_groups_and_precedence(tmp_path: Path, name: str, text: str) -> None:
+def test_connection_vars_groups_and_precedence(
+    tmp_path: Path, name: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative key path is read from here, as Ansible reads it
     inventory = load_inventory(write(tmp_path, name, text))
     hosts = by_name(inventory.hosts)
     assert list(hosts) == ["loner", "gpu-1", "gpu-2", "cpu-1"]

@@ -14,6 +14,8 @@ from rollout.errors import UserError
 @task(
     help={
         "hosts": HOSTS_HELP,
+        "host": "Print that host's merged vars as JSON, as `ansible-inventory --host HOST` "
+        "does.",
         "graph": "Print a tree of groups and hosts, as `ansible-inventory --graph` does.",
         "list_": "Print JSON in ansible-inventory's --list shape: each group's hosts and "
         "children; under _meta.hostvars each host's address, port, user, key, proxy_jump, "
@@ -22,13 +24,20 @@ from rollout.errors import UserError
 )
 @reports_errors
 def inventory(
-    c: Context, hosts: str | None = None, graph: bool = False, list_: bool = False
+    c: Context, hosts: str | None = None, graph: bool = False, list_: bool = False,
+    host: str | None = None,
 ) -> None:
-    """Show what rollout made of an inventory: --list (JSON, with sources) or --graph."""
+    """Show what rollout made of an inventory: --list (JSON, with sources), --graph, or
+    --host HOST (its vars)."""
     if graph and list_:
         raise UserError("rollout inventory takes --graph or --list, not both")
+    if host is not None and (graph or list_):
+        raise UserError("--host HOST prints that host's vars: give it without --graph or --list")
     # for start-up time: --version and --help load no command
-    from rollout.commands.inventory_view import as_graph, as_json, describe
+    from rollout.commands.inventory_view import as_graph, as_json, describe, host_vars
 
+    if host is not None:
+        print(host_vars(hosts_file(hosts), host))
+        return
     view = describe(hosts_file(hosts))
     print(as_graph(view) if graph else as_json(view))

@@ -18,6 +18,10 @@ HOSTS_HELP = (
     "Or vastai:LABEL: the running vast.ai instances so labelled (a glob). "
     "Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
 )
+LIMIT_HELP = (
+    "Only these hosts, as Ansible's --limit: names, groups, globs, ~regex, @FILE; "
+    "`a:!b` all of a but b, `a:&b` those in both (docs/inventory.md)."
+)
 PLAYBOOK_HELP = (
     "Playbook file. Default: the one the inventory names (the lab's names the lab playbook), "
     "else playbooks/rollout.yaml, else the built-in real cuzk playbook."
@@ -55,7 +59,7 @@ def hosts_file(hosts: str | None) -> str:
         "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e: "
         "the value is a string (1.10 stays 1.10); one starting with { or [ is JSON/YAML; "
         "@FILE reads a YAML/JSON file of variables, typed as written.",
-        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "limit": LIMIT_HELP,
         "dry_run": "Read facts and print each host's plan; change nothing.",
         **RUN_OUTPUT_HELP,
         "verbose": "Also print each step's start.",
@@ -118,7 +122,7 @@ def rollout(
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
         "to": "Release id to go back to (default: each host's previous release).",
-        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "limit": LIMIT_HELP,
         **RUN_OUTPUT_HELP,
         "lock_wait": "Seconds to wait for host locks held by another rollout.",
         "break_lock": "Break a host lock that is stale or unreadable; the break is logged.",
@@ -238,7 +242,7 @@ def validate(c: Context, host: str, hosts: str | None = None, playbook: str | No
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
         "json_": "Print JSON (hosts and capacity) instead of a table.",
-        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "limit": LIMIT_HELP,
         "min_capacity": "Exit 1 when fewer than this share of hosts (0..1, e.g. 0.8) "
         "are serving; for cron or CI alerts. Without it: exit 1 when any host is dead or "
         "unreachable (0 tolerates them all).",
@@ -290,7 +294,7 @@ def status(
     help={
         "hosts": HOSTS_HELP,
         "playbook": PLAYBOOK_HELP,
-        "limit": "Only these hosts: comma-separated names, groups or globs.",
+        "limit": LIMIT_HELP,
         **LOCK_HELP,
     }
 )

@@ -21,6 +21,7 @@ from rollout.config.ansible import (
     Merged,
     Parsed,
     Value,
+    ansible_var_warnings,
     merge,
     proxy_jump,
 )
@@ -77,6 +78,8 @@ def _from_ansible(view: View, inventory: Inventory, parsed: Parsed) -> None:
     view.groups["all"]["hosts"] = []  # as Ansible: a host only in `all` is in `ungrouped`
     children = view.groups["all"]["children"]
     children.sort(key=lambda g: g != "ungrouped")  # Ansible makes `ungrouped` first
+    warnings, notes = ansible_var_warnings(parsed)
+    view.notes.extend([*(f"warning: {w}" for w in warnings), *notes])
     for host in inventory.hosts:
         one = merged[host.name]
         sources = _ansible_sources(parsed, one)
@@ -158,6 +161,24 @@ def _fleet_sources(doc: YamlDoc | None, entries: dict[str, tuple[int, Mapping[st
     sources.update({key: where(key) for key in (*FIELDS, "proxy_jump")})
     sources.update({f"vars.{k}": where("vars", k) for k in host.vars})
     return sources
+
+
+def host_vars(ref: str, name: str) -> str:
+    """`ansible-inventory --host NAME`: the host's merged vars as JSON (sorted keys, indent
+    4). A fleet.yaml or vast.ai host: its vars and its connection settings by their Ansible
+    names."""
+    inventory = load_inventory(ref)
+    host = inventory.get(name)  # an unknown or refused host: UserError naming it
+    parsed = None if is_ref(ref) else read_ansible(Path(ref))
+    if parsed is not None:
+        merged = next(m for m in merge(parsed) if m.name == name)
+        found = {key: value.value for key, value in merged.vars.items()}
+    else:
+        found = {"ansible_host": host.address, "ansible_port": host.port,
+                 "ansible_user": host.user, **dict(host.vars)}  # fmt: skip
+        if host.key_file is not None:
+            found["ansible_ssh_private_key_file"] = str(host.key_file)
+    return json.dumps(found, sort_keys=True, indent=4, ensure_ascii=True, default=str)
 
 
 def as_json(view: View) -> str:

@@ -10,7 +10,9 @@ Connection vars: ansible_host, ansible_port, ansible_user, ansible_ssh_private_k
 (and their old ansible_ssh_* names), and a ProxyJump in ansible_ssh_common_args or
 ansible_ssh_extra_args (`-J HOST`, `-o ProxyJump=HOST`); rollout's own SSH settings come
 from rollout_known_hosts, rollout_host_key_policy and rollout_connect_timeout. Every other
-var is a template var, as it is in fleet.yaml.
+var is a template var, as it is in fleet.yaml. A relative key path is read from the working
+directory, as Ansible reads it (`key_path`). An ansible_* name that neither rollout nor
+Ansible knows is warned about with a did-you-mean (`ansible_prot`: ansible_port?).
 
 Ignored (documented, kept as template vars, no effect on how rollout connects):
 IGNORED_VARS below. Refused (exit 2, naming the file, line and var): REFUSED_VARS below,
@@ -23,7 +25,10 @@ imported or run.
 
 from __future__ import annotations
 
+import difflib
+import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +85,32 @@ IGNORED_VARS = {
     "ansible_become_exe": "used only with ansible_become, which is refused when true",
     "ansible_become_flags": "used only with ansible_become, which is refused when true",
 }
+ROLLOUT_READS = sorted(n for n in {*NOT_TEMPLATE_VARS, BECOME} if n.startswith("ansible_"))
+"""The ansible_* names rollout acts on: the did-you-mean candidates for an unknown one."""
+ANSIBLE_FAMILIES = ("ansible_become", "ansible_su_", "ansible_sudo_", "ansible_runas_",
+                    "ansible_winrm_", "ansible_psrp_", "ansible_paramiko_", "ansible_local",
+                    "ansible_facts", "ansible_play_", "ansible_role_")  # fmt: skip
+ANSIBLE_OTHERS = frozenset({
+    "ansible_admin_users", "ansible_async_dir", "ansible_collection_name",
+    "ansible_common_remote_group", "ansible_config_file", "ansible_connection_user",
+    "ansible_control_path", "ansible_control_path_dir", "ansible_delegated_vars",
+    "ansible_dependent_role_names", "ansible_deprecation_warnings",
+    "ansible_docker_extra_args", "ansible_host_key_checking",
+    "ansible_interpreter_python_fallback", "ansible_module_compression", "ansible_network_os",
+    "ansible_no_target_syslog", "ansible_playbook_python", "ansible_private_key",
+    "ansible_private_key_passphrase", "ansible_python_module_rlimit_nofile",
+    "ansible_remote_tmp", "ansible_rsync_path", "ansible_scp_executable",
+    "ansible_sftp_batch_mode", "ansible_sftp_executable",
+    "ansible_shell_allow_world_readable_temp", "ansible_ssh_args",
+    "ansible_ssh_host_key_checking", "ansible_ssh_password_mechanism",
+    "ansible_ssh_pkcs11_provider", "ansible_ssh_private_key",
+    "ansible_ssh_private_key_passphrase", "ansible_ssh_retries", "ansible_ssh_timeout",
+    "ansible_ssh_use_tty", "ansible_ssh_verbosity", "ansible_sshpass_prompt",
+    "ansible_system_tmpdirs", "ansible_target_log_info", "ansible_timeout",
+    "ansible_win_async_startup_timeout",
+})
+"""ansible-core 2.19's other var names (its plugins' docs and magic vars): no effect on
+rollout, never a typo."""
 TRUE_WORDS = {"y", "yes", "on", "1", "true", "t"}
 DEFAULT_PRIORITY = 1  # Ansible's Group.priority
 
@@ -221,8 +252,9 @@ def _entry(parsed: Parsed, host: Merged) -> HostEntry:
     for key, names in CONNECTION_VARS.items():
         var = next((n for n in names if n in merged), None)
         if var is not None:
-            fields[key] = merged[var].value
-            origin[key] = (var, merged[var])
+            found = merged[var]
+            fields[key] = key_path(parsed, found, var) if key == "key_file" else found.value
+            origin[key] = (var, found)
     jump = proxy_jump(parsed, merged)
     if jump is not None:
         fields["proxy_jump"], origin["proxy_jump"] = jump[0], (jump[1], merged[jump[1]])
@@ -345,3 +377,65 @@ def finish(parsed: Parsed) -> Parsed:
         if name != "all" and name not in children:
             parsed.groups["all"].children.append(name)
     return parsed
+
+
+def key_path(parsed: Parsed, value: Value, var: str) -> Any:
+    """A relative key path as Ansible reads it: from the working directory (it hands the
+    path to ssh as is). One missing there but found beside the inventory, where rollout
+    looked before, is still used, with a warning naming both."""
+    text = value.value
+    if not isinstance(text, str) or not text or text.startswith(("/", "~")):
+        return text
+    here = os.path.normpath(Path.cwd() / text)
+    beside = os.path.normpath(parsed.file.absolute().parent / text)
+    if here == beside or os.path.exists(here) or not os.path.exists(beside):
+        return here
+    warn(f"{parsed.where(value, var)}: {text!r} is read beside the inventory ({beside}), as "
+         f"rollout did before; Ansible reads it from the working directory ({here}, which "
+         "does not exist): write an absolute path")  # fmt: skip
+    return beside
+
+
+def ansible_var_warnings(parsed: Parsed) -> tuple[list[str], list[str]]:
+    """One warning per ansible_* name that neither rollout nor Ansible knows (a typo: it
+    would be a template var), with a did-you-mean; and one note per name Ansible knows that
+    rollout does not read. Each names where it is first set, and how many more places."""
+    places: dict[str, list[Location]] = {}
+    for key, value in _every_var(parsed):
+        if key.startswith("ansible_"):
+            places.setdefault(key, []).append(parsed.where(value, key))
+    warnings, notes = [], []
+    for key, where in places.items():
+        others = len(where) - 1
+        more = f" (and {others} more place{'s' if others > 1 else ''})" if others else ""
+        if key in ROLLOUT_READS or key in REFUSED_VARS or key in IGNORED_VARS \
+                or key.endswith("_interpreter"):  # fmt: skip
+            continue
+        if key in ANSIBLE_OTHERS or key.startswith(ANSIBLE_FAMILIES):
+            notes.append(f"{where[0]}{more}: ignored (an Ansible var rollout does not read)")
+            continue
+        warnings.append(f"{where[0]}{more}: unknown Ansible var, kept as a template var"
+                        f"{_did_you_mean(key)}")  # fmt: skip
+    return warnings, notes
+
+
+def _did_you_mean(key: str) -> str:
+    tails = {name.removeprefix("ansible_"): name for name in ROLLOUT_READS}
+    close = difflib.get_close_matches(key.removeprefix("ansible_"), list(tails), n=1)
+    return f"; did you mean {tails[close[0]]}?" if close else ""
+
+
+def _every_var(parsed: Parsed) -> list[tuple[str, Value]]:
+    """Every var as written, in the inventory and its vars files."""
+    sources = [*(g.vars for g in parsed.groups.values()), *(h.vars for h in parsed.hosts.values()),
+               *parsed.group_files.values(), *parsed.host_files.values()]  # fmt: skip
+    return [(key, value) for found in sources for key, value in found.items()]
+
+
+_warned: set[str] = set()  # each warning is told once per process
+
+
+def warn(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr)

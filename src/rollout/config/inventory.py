@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ from rollout.errors import ConfigError, Location, UserError
 
 from .ansible_detect import YAML_SUFFIXES, looks_like_ansible
 from .inventory_file import HostEntry, HostKeyPolicy, InventoryDefaults, InventoryFile
+from .limit import Universe
+from .limit import select as limit_select
 from .sshconfig import (
     JumpHost,
     SshConfigFile,
@@ -82,35 +83,29 @@ class Inventory:
             raise UserError(f"host {name} is refused: {self.refused[name]}")
         raise UserError(f"unknown host {name!r}")
 
+    def universe(self) -> Universe:
+        """What --limit picks from: the hosts, then the refused ones (matched by name only:
+        their groups are unknown), and each group's hosts (`all` and `ungrouped` too)."""
+        names = [h.name for h in self.hosts]
+        groups: dict[str, list[str]] = {"all": [*names, *self.refused],
+                                        "ungrouped": [h.name for h in self.hosts if not h.groups]}
+        for name, members in self.groups.items():
+            groups.setdefault(name, []).extend(h.name for h in members)
+        return Universe([*names, *self.refused], groups)
+
     def refused_in(self, limit: str | None) -> dict[str, str]:
-        """The refused hosts that `limit` names (by name or glob: their groups are unknown);
-        all of them when it is None, "" or "all"."""
-        patterns = [p.strip() for p in (limit or "").split(",") if p.strip()]
-        return {name: why for name, why in self.refused.items()
-                if not patterns or "all" in patterns
-                or any(fnmatchcase(name, p) for p in patterns)}
+        """The refused hosts that `limit` picks (limit.py); all of them when it is None."""
+        chosen = set(limit_select(self.universe(), limit))
+        return {name: why for name, why in self.refused.items() if name in chosen}
 
     def select(self, limit: str | None) -> list[Host]:
-        """Hosts matching `limit`: comma-separated host names, group names or globs
-        (fnmatch, against both). None, "" or "all" selects every host. Inventory order."""
-        patterns = [p.strip() for p in (limit or "").split(",") if p.strip()]
-        if not patterns or "all" in patterns:
-            return list(self.hosts)
-        chosen: set[str] = set()
-        for pattern in patterns:
-            matched = [h.name for h in self.hosts if _matches(h, pattern)]
-            if not matched and not self.refused_in(pattern):
-                raise UserError(
-                    f"--limit {pattern!r} matches no host or group "
-                    f"(hosts: {', '.join(h.name for h in self.hosts)}; "
-                    f"groups: {', '.join(sorted(self.groups)) or 'none'})"
-                )
-            chosen.update(matched)
+        """Hosts matching `limit`, as Ansible's --limit reads it (limit.py); None or ""
+        selects every host. Inventory order. UserError when it picks no host at all."""
+        chosen = set(limit_select(self.universe(), limit))
+        if not chosen:
+            raise UserError(f"--limit {limit!r} leaves no host (hosts: "
+                            f"{', '.join(h.name for h in self.hosts)})")  # fmt: skip
         return [h for h in self.hosts if h.name in chosen]
-
-
-def _matches(host: Host, pattern: str) -> bool:
-    return any(fnmatchcase(name, pattern) for name in (host.name, *host.groups))
 
 
 def load_inventory(path: Path | str) -> Inventory:
@@ -148,13 +143,16 @@ def load_inventory(path: Path | str) -> Inventory:
 def _from_ansible(file: Path, doc: YamlDoc | None) -> Inventory:
     """An Ansible inventory: INI (`doc` None) or YAML, with its group_vars/ and host_vars/."""
     # for start-up time: the Ansible readers load only for an Ansible inventory
-    from .ansible import host_entries
+    from .ansible import ansible_var_warnings, host_entries, warn
     from .ansible_ini import read_ini
     from .ansible_vars import with_vars_dirs
     from .ansible_yaml import parse_yaml
 
     parsed = read_ini(file) if doc is None else parse_yaml(doc)
-    entries, refused = host_entries(with_vars_dirs(parsed))
+    parsed = with_vars_dirs(parsed)
+    for warning in ansible_var_warnings(parsed)[0]:
+        warn(warning)
+    entries, refused = host_entries(parsed)
     if not entries and refused:
         name, why = next(iter(refused.items()))
         raise ConfigError(f"no host left: {name} is refused: {why}", Location(str(file)))
