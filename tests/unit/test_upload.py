@@ -28,7 +28,7 @@ from rollout.jsontypes import JSON
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
 from rollout.steps.install import identities_of
-from rollout.steps.release import switch, upload
+from rollout.steps.release import Switch, switch, switch_calls, upload
 from rollout.transport.base import LocalFile, Progress, RunResult, opened, script_command
 from rollout.transport.channel import ChannelOutput, _collect, _stream
 from rollout.transport.local import LocalTransport
@@ -238,7 +238,9 @@ class RecordingTransport(AgentTransport):
 
 
 def switch_to(ctx: HostContext) -> Any:
-    return switch(ctx, Action("switch", SwitchParams(), None))
+    assert ctx.release is not None
+    calls = switch_calls(ctx.target, ctx.release.id, restore=False)
+    return switch(ctx, Action("switch", SwitchParams(), Switch(None), calls=calls))
 
 
 def test_switch_after_this_runs_upload_checks_identity_without_reading_the_bytes(

@@ -12,7 +12,7 @@ from contexts import host_context, small_host
 from test_engine import NEW, OLD, Fleet
 
 from rollout.host.layout import Layout
-from rollout.host.scripts import guard, ops
+from rollout.host.scripts import judge, ops
 from rollout.host.scripts.common import proof_verdict
 from rollout.steps.base import HostContext
 from rollout.steps.validate import run_bounded
@@ -78,9 +78,11 @@ def test_the_host_never_records_evidence_of_a_forged_success(tmp_path: Path,
 def test_the_guard_reads_stdout_only_and_one_block(tmp_path: Path) -> None:
     def verdict(command: str) -> str:
         """What the guard makes of the proof it ran (ops.prove, as the validate step runs it)."""
-        report = ops.prove(command=command, timeout=30, kill_after=5, pattern=PATTERN,
-                           release="r1")
-        status, reason = guard.judged("prove", report, "r1")
+        kwargs = {"command": command, "timeout": 30, "kill_after": 5, "pattern": PATTERN,
+                  "release": "r1"}
+        report = ops.prove(**kwargs)  # type: ignore[arg-type]
+        status, reason, _ = judge.verdict("validate", [{"call": "prove", "kwargs": kwargs}],
+                                          [report])
         return status if status == "ok" else reason
 
     (tmp_path / "releases" / "r1").mkdir(parents=True)

@@ -11,6 +11,7 @@ first and the upload cannot be checked yet.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,9 +23,10 @@ from rollout.engine.run import RunSummary
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
+from rollout.masking import head
 from rollout.steps import image
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Release, Skip
+from rollout.steps.decision import Call, Release, Skip
 from rollout.transport.base import Transport
 from rollout.units import format_size
 
@@ -57,17 +59,36 @@ def known_release(plan: Plan, cache_dir: Any) -> Release | None:
 
 def describe(step: PlannedStep) -> list[str]:
     """The lines a dry run prints for one planned step: its decision, and its rollback."""
-    head = f"    {step.spec.name} ({step.kind})"
+    name = f"    {step.spec.name} ({step.kind})"
     decision = step.decision
     if isinstance(decision, Skip):
-        return [f"{head} would skip: {decision.reason}"]
+        return [f"{name} would skip: {decision.reason}"]
     if decision.fails:
-        lines = [f"{head} would run and FAIL: {decision.fails}"]
+        lines = [f"{name} would run and FAIL: {decision.fails}"]
     else:
-        lines = [f"{head} would run: {decision.summary}"]
+        lines = [f"{name} would run: {decision.summary}"]
+        lines += [f"      calls: {call_line(c)}" for c in decision.calls]
     if step.rollback is not None:
         lines.append(f"      if it fails: {step.rollback.describe()}")
     return lines
+
+
+EXPORTS = re.compile(r"export ([A-Za-z_][A-Za-z0-9_]*)=(?:'[^']*'|[^ ;]*); ")
+VALUE_CHARS = 80  # each argument's repr, cut
+
+
+def call_line(call: Call) -> str:
+    """One host call as the dry run prints it: stop(root='/data', signal='SIGTERM', ...).
+    Known secrets are masked, validate.env's values never shown, each value cut."""
+    args = []
+    for key, value in call.kwargs.items():
+        if isinstance(value, str):
+            value = EXPORTS.sub(r"export \1=...; ", value)
+            if re.search(r"export \w+=(?!\.\.\.; )", value):  # a quoting the rule missed
+                value = "<a command with validate.env: not shown>"
+        text = head(repr(value), VALUE_CHARS + 1)
+        args.append(f"{key}={text[:VALUE_CHARS]}{'...' if len(text) > VALUE_CHARS else ''}")
+    return f"{call.name}({', '.join(args)})"
 
 
 @dataclass

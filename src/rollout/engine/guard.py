@@ -19,23 +19,15 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config.render import Command
-from rollout.config.steps import DrainParams, StartParams, ValidateParams
-from rollout.engine.hostplan import LOST, PHASE_AT_START, HostPlan, rollback_plan
+from rollout.engine.hostplan import LOST, PHASE_AT_START, HostPlan
 from rollout.errors import HandedOver, RolloutError, StepFailed
-from rollout.host.facts import tcp_port
 from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
-from rollout.steps.config import config_of
-from rollout.steps.daemon import status_url
 from rollout.steps.decision import Action, Phase
-from rollout.steps.drain import DrainHow, drain_action
-from rollout.steps.validate import KILL_AFTER, validation_command
 from rollout.steps.work import work_how
 from rollout.transport.base import Stream
 
@@ -49,115 +41,24 @@ CHANGED_PHASES = frozenset(PHASE_AT_START.values())
 is armed only on the way into one of them."""
 
 
-def validate_params(plan: HostPlan) -> ValidateParams:
-    """The params of the host plan's validate step (its own command, pattern, timeout)."""
-    for step in plan.steps:
-        if step.kind == "validate" and isinstance(step.decision, Action):
-            params = step.decision.params
-            if isinstance(params, ValidateParams):
-                return params
-    return ValidateParams()
-
-
-def drain_recipe(ctx: HostContext, plan: HostPlan) -> dict[str, float | int]:
-    """The drain settings the host plan's drain step decided (its params over the playbook's
-    drain settings, as drain.decide computes them; the playbook's alone where the plan has
-    no drain action) and the new daemon's budget in bytes, the budget rule's figure from the
-    plan's facts (none where the rule gives none: the guard's drain waits for the baseline)."""
-    how = next((s.decision.detail for s in plan.steps if s.kind == "drain"
-                and isinstance(s.decision, Action) and isinstance(s.decision.detail, DrainHow)),
-               None) or drain_action(ctx.target, DrainParams(), plan.facts.memory).detail
-    budget = {} if how.budget is None else {"budget": int(how.budget)}
-    return {"deadline": float(how.deadline), "plateau": float(how.plateau),
-            "zombie_grace": float(how.zombie_grace), **budget}
-
-
-@dataclass(frozen=True)
-class GuardCalls:
-    """The host actions (rollout.host.scripts.ops) each rollback step of the guard calls,
-    with their keyword arguments: worked out here, by the controller, so that the guard
-    runs them as data."""
-
-    root: str
-    run_dir: str  # the guard's folder: drain.py is there
-    stop_signal: str = "SIGTERM"
-    stop_grace: float = 10.0
-    config_path: str = ""
-    kept_config: str | None = None
-    start_wait: float = 60.0
-    ready_timeout: float = 60.0
-    status_url: str = ""
-    grpc_url: str = ""
-    ports: tuple[int, ...] = ()
-    validate_commands: Mapping[str, str] = field(default_factory=dict)  # release: command
-    success_pattern: str = ""
-    validate_timeout: float = 600.0
-    drain: Mapping[str, float | int] = field(default_factory=dict)
-
-    def step(self, kind: str, to: str | None, release: str | None) -> dict[str, Any]:
-        """One rollback step as the guard's recipe carries it: {"step", "calls": [{"call",
-        "kwargs"}], "tolerate"} (a failed drain is reported and the takeover goes on)."""
-        table: dict[str, list[tuple[str, dict[str, Any]]]] = {
-            "stop": [("stop", {"root": self.root, "signal": self.stop_signal,
-                               "grace": self.stop_grace, "keep_release": to})],
-            "drain": [("drain", {"root": self.root, "script": f"{self.run_dir}/drain.py",
-                                 "settings": dict(self.drain), "keep_release": to})],
-            "switch": [("point_current", {"root": self.root, "release": to}),
-                       ("restore_config", {"config_path": self.config_path if to else "",
-                                           "kept_config": self.kept_config or ""})],
-            "start": [("start", {"root": self.root, "wait": self.start_wait})],
-            "ready": [("wait_ready", {"status_url": self.status_url,
-                                      "seconds": self.ready_timeout, "grpc_url": self.grpc_url,
-                                      "pidfile": f"{self.root}/rollout/daemon.pid",
-                                      "ports": list(self.ports), "require_owner": True})],
-            "validate": [("prove", self._prove(to or release or ""))],
-        }
-        return {"step": kind, "calls": [{"call": c, "kwargs": k} for c, k in table[kind]],
-                "tolerate": kind == "drain"}
-
-    def _prove(self, release: str) -> dict[str, Any]:
-        """A proof with the release's own bench; never one that is not on the host."""
-        return {"command": self.validate_commands.get(release, ""),
-                "timeout": self.validate_timeout, "kill_after": float(KILL_AFTER),
-                "pattern": self.success_pattern, "release": release,
-                "require_executable": True}
-
-
-def guard_calls(ctx: HostContext, plan: HostPlan, run_id: str,
-                previous: str | None) -> GuardCalls:
-    daemon = ctx.settings.daemon
-    spec = ctx.settings.validation
-    params = validate_params(plan)
-    commands = {rid: _validate_command(ctx, params.command or spec.command, rid)
-                for rid in (ctx.target.release_id, previous) if rid}
-    grpc, status = tcp_port(daemon.listen), tcp_port(daemon.status_listen)
-    return GuardCalls(
-        root=ctx.layout.root, run_dir=f"{ctx.layout.root}/rollout/runs/{run_id}",
-        stop_signal=daemon.stop_signal, stop_grace=float(daemon.stop_grace),
-        config_path=daemon.config_path,
-        kept_config=config_of(daemon.config_path, previous) if previous else None,
-        start_wait=float(StartParams().wait), ready_timeout=float(daemon.ready_timeout),
-        status_url=status_url(daemon.status_listen) if daemon.status_listen else "",
-        grpc_url=f"http://127.0.0.1:{grpc}/" if grpc else "",
-        ports=tuple(p for p in (grpc, status) if p),
-        validate_commands={rid: c for rid, c in commands.items() if c},
-        success_pattern=params.success_pattern or spec.success_pattern,
-        validate_timeout=float(spec.timeout if params.timeout is None else params.timeout),
-        drain=drain_recipe(ctx, plan),
-    )
+def drain_recipe(ctx: HostContext, plan: HostPlan) -> dict[str, Any]:
+    """The drain settings the guard's recipe carries: its rollback drain call's (the plan's
+    drain settings and the budget rule's figure from the plan's facts; no budget where the
+    rule gives none: the guard's drain waits for the baseline)."""
+    settings = plan.rollback_action("drain", None).calls[0].kwargs.get("settings")
+    return dict(settings) if isinstance(settings, dict) else {}
 
 
 def recipe(ctx: HostContext, plan: HostPlan, run_id: str) -> dict[str, Any]:
     """What the guard needs to take the host back by itself: data only, never code."""
     previous = plan.previous if plan.previous != ctx.target.release_id else None
-    calls = guard_calls(ctx, plan, run_id, previous)
     return {
         "run_id": run_id,
         "host": ctx.name,
         "root": ctx.layout.root,
         "release": ctx.target.release_id,
         "previous": previous,
-        "rollback": rollback_recipe(previous, ctx.target.release_id, calls),
+        "rollback": rollback_recipe(plan),
         "uncordon": uncordon_call(ctx),
     }
 
@@ -173,29 +74,22 @@ def uncordon_call(ctx: HostContext) -> dict[str, Any] | None:
                                            "timeout": how.timeout}}
 
 
-def rollback_recipe(previous: str | None, release_id: str | None,
-                    calls: GuardCalls | None = None) -> dict[str, Any]:
+def rollback_recipe(plan: HostPlan) -> dict[str, Any]:
     """The guard's plan for each phase the controller may be lost in, as plain data: the
-    controller's own rollback_plan (hostplan), so that the guard has no decider of its own.
-    Per phase: its steps in order (a switch points current at `to` and brings back its
-    config), `to`, the outcome once they pass, whether that is a rollback to `to`, and
-    each step's host calls (none without `calls`)."""
+    controller's own rollback (HostPlan.rollback_at), so that the guard has no decider of
+    its own. Per phase: its steps in order, `to`, the outcome once they pass, whether that
+    is a rollback to `to`, and each step's host calls, serialised from the controller's
+    rollback actions (a failed drain is reported and the takeover goes on: `tolerate`)."""
     plans = {}
     for phase in Phase:
-        plan = rollback_plan(phase, LOST, previous, release_id)
-        steps = [calls.step(k, plan.to, release_id) for k in plan.kinds] if calls else []
-        plans[phase.label] = {"steps": list(plan.kinds), "to": plan.to,
-                              "outcome": plan.outcome, "rolled_back": plan.rolled_back,
-                              "describe": plan.describe(), "calls": steps}
+        back = plan.rollback_at(phase, LOST)
+        steps = [{"step": kind, "calls": [c.as_json() for c in action.calls],
+                  "tolerate": kind == "drain"}
+                 for kind, action in zip(back.kinds, back.actions, strict=True)]
+        plans[phase.label] = {"steps": list(back.kinds), "to": back.to,
+                              "outcome": back.outcome, "rolled_back": back.rolled_back,
+                              "describe": back.describe(), "calls": steps}
     return plans
-
-
-def _validate_command(ctx: HostContext, template: Command, release_id: str) -> str | None:
-    """The validation command rendered for one release: its own bench at its own path."""
-    try:
-        return validation_command(ctx.target, template, release_id)
-    except RolloutError:
-        return None  # the validate step fails the same way; so does the guard's
 
 
 def arm_input(data: dict[str, Any]) -> bytes:

@@ -9,17 +9,29 @@ never from step names or messages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rollout.config.render import evaluate_condition
-from rollout.config.steps import PARAMS, RULES
+from rollout.config.steps import (
+    PARAMS,
+    RULES,
+    DrainParams,
+    ReadyParams,
+    StartParams,
+    StopParams,
+    ValidateParams,
+)
 from rollout.errors import Location, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.output.events import StepResult, skipped
 from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
+from rollout.steps.daemon import ready_calls, start_calls, stop_action
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
+from rollout.steps.drain import drain_action
+from rollout.steps.release import switch_back
+from rollout.steps.validate import validation_call
 
 # The engine's tables, derived from the one declaration of each kind (config.steps.RULES).
 PHASE_AT_START = {str(k): Phase[r.enters.upper()] for k, r in RULES.items() if r.enters}
@@ -48,6 +60,7 @@ class RollbackPlan:
     rolled_back: bool  # success means the host is back on `to`, validated
     warning: bool = False  # the host had validated: the failure is a warning, nothing reverts
     release: str | None = None  # the release the host is left on, when known now
+    actions: tuple[Action, ...] = field(default=(), compare=False)  # one per kind (rollback_at)
 
     def describe(self) -> str:
         if self.warning:
@@ -101,7 +114,40 @@ class HostPlan:
     steps: tuple[PlannedStep, ...]
 
     def rollback_at(self, phase: Phase, failed: str | None) -> RollbackPlan:
-        return rollback_plan(phase, failed, self.previous, self.target.release_id)
+        """The rollback of this host from `phase`, each step's action decided (its calls):
+        what the controller runs, and what the guard's recipe carries."""
+        plan = rollback_plan(phase, failed, self.previous, self.target.release_id)
+        return replace(plan, actions=tuple(self.rollback_action(k, plan.to) for k in plan.kinds))
+
+    def rollback_action(self, kind: str, to: str | None) -> Action:
+        """One rollback step's action: stop forced, drain with this plan's drain settings
+        and the budget rule's figure from its facts, switch back to `to` with its config,
+        start and ready with the playbook's settings, validate proving `to` with this
+        plan's validation (its command rendered for `to`; never a bench not on the host)."""
+        target = self.target
+        if kind == "stop":
+            return stop_action(HostFacts(), target, StopParams(force=True, work=False))
+        if kind == "drain":
+            return drain_action(target, self.params("drain", DrainParams()), self.facts.memory)
+        if kind == "switch":  # rollback_plan names `to` for every plan that switches
+            return switch_back(target, str(to))
+        if kind == "start":
+            return Action("rollback start", StartParams(), calls=start_calls(target, StartParams()))
+        if kind == "ready":
+            seconds = float(target.settings.daemon.ready_timeout)
+            return Action("rollback ready", ReadyParams(), calls=ready_calls(target, seconds))
+        params = self.params("validate", ValidateParams())
+        try:
+            calls = (validation_call(target, params, to, require_executable=True),)
+        except RolloutError as e:  # the validate step fails the same way
+            return Action(f"rollback {kind}", params, fails=str(e))
+        return Action(f"rollback {kind}", params, calls=calls)
+
+    def params(self, kind: str, default: Any) -> Any:
+        """The params this plan's step of `kind` acts with (the default where none acts)."""
+        return next((s.decision.params for s in self.steps if s.kind == kind
+                     and isinstance(s.decision, Action)
+                     and isinstance(s.decision.params, type(default))), default)
 
 
 def digest_paths(target: Target) -> list[str]:

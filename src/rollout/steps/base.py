@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -17,10 +17,11 @@ from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
 from rollout.host.scripts import bootstrap, script_text
+from rollout.host.scripts.judge import verdict
 from rollout.jsontypes import JSON, JSONObject
-from rollout.output.events import StepResult
+from rollout.output.events import Status, StepResult
 from rollout.secrets import head, tail
-from rollout.steps.decision import Action, Decision, HostState, Target
+from rollout.steps.decision import Action, Call, Decision, HostState, Target
 from rollout.steps.decision import Artifact as Artifact  # re-exported: steps import them here
 from rollout.steps.decision import Release as Release
 from rollout.transport.base import RunResult, Transport, script_command
@@ -150,6 +151,14 @@ class HostContext:
                              retryable=False)
         return report
 
+    def run_call(self, call: Call) -> JSONObject:
+        """One host call of an action, within its own timeout: its report."""
+        return self.call(call.name, call_timeout=call.timeout, **call.kwargs)
+
+    def run_calls(self, calls: Sequence[Call]) -> list[JSONObject]:
+        """An action's host calls, in order: their reports."""
+        return [self.run_call(c) for c in calls]
+
     def prefetch(self, reads: list[tuple[str, JSONObject]]) -> None:
         """Reads a step is about to make, in one round trip (ops.batch): each later call()
         of the same action with the same arguments takes its report from here, once. Only
@@ -204,6 +213,16 @@ class HostContext:
             args += ["--port", str(port)] if port else []
         _, data = self.script("facts", "--root", self.layout.root, *args, timeout=30)
         return HostFacts.parse(data)
+
+
+def judged(kind: str, calls: Sequence[Call], reports: list[JSONObject],
+           retryable: bool = True, output: str = "") -> StepResult:
+    """The step's result from its calls' reports, by the one judge (host/scripts/judge.py,
+    the guard's too); StepFailed with its reason where it failed."""
+    status, reason, data = verdict(kind, [c.as_json() for c in calls], list(reports))
+    if status == "failed":
+        raise StepFailed(reason, retryable=retryable, output=output, data=data)
+    return StepResult(Status(status), reason, data)
 
 
 def _read_key(action: str, kwargs: JSONObject) -> str:

@@ -30,12 +30,6 @@ def config_of(config_path: str, release_id: str) -> str:
     return f"{config_path}.for-{release_id}"
 
 
-def restore_config_of(ctx: HostContext, release_id: str) -> bool:
-    """Put back the config `release_id` ran with, if kept; True when it was."""
-    path = ctx.settings.daemon.config_path
-    return bool(ctx.write_file(["copy", config_of(path, release_id), path]).get("changed"))
-
-
 def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
     """Remove the configs kept for these releases (a link there: the link itself)."""
     if not release_ids:

@@ -6,20 +6,19 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rollout.config.steps import ReadyParams, StartParams, StopParams, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
-from rollout.host.reports import ReadyReport, Report, StartReport, StopReport, TextReport
+from rollout.host.reports import Report, TextReport
 from rollout.host.scripts import script_text
-from rollout.output.events import StepResult, changed, ok, skipped
+from rollout.output.events import StepResult, changed, ok
 from rollout.secrets import head
-from rollout.steps.base import HostContext
-from rollout.steps.decision import Action, Decision, Phase, Skip, Started, Stopped, Target
+from rollout.steps.base import HostContext, judged
+from rollout.steps.decision import Action, Call, Decision, Phase, Skip, Started, Stopped, Target
 from rollout.steps.identity import check_ports, ports_query
 from rollout.steps.work import before_stop, with_work, work_how
-from rollout.units import format_size
 
 
 def supervisor_conf(target: Target, params: SuperviseParams) -> str:
@@ -116,10 +115,6 @@ def set_hold(ctx: HostContext) -> None:
     ctx.call("hold", root=ctx.layout.root)
 
 
-def release_hold(ctx: HostContext) -> None:
-    ctx.call("release_hold", root=ctx.layout.root)
-
-
 def serving(facts: HostFacts, target: Target) -> Skip | None:
     """A skip when the daemon already runs the release being rolled out (no hold set)."""
     rid = target.release_id
@@ -154,7 +149,18 @@ def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
     summary = f"set the hold; stop {what} with {how.signal}, SIGKILL after {how.grace:g}s"
     if params.work:
         summary = f"wait for the work in flight (work.*); {summary}"
-    return Action(summary, params, how)
+    return Action(summary, params, how, calls=stop_calls(target, how))
+
+
+def stop_calls(target: Target, how: StopHow) -> tuple[Call, ...]:
+    """ops.stop (the hold first, in the same call): the daemon daemon.pid names, or each
+    daemon to adopt, by pid and start time."""
+    base = {"root": target.layout.root, "signal": how.signal, "grace": float(how.grace)}
+    timeout = float(how.grace) + 30
+    if how.adopt:
+        return tuple(Call("stop", {**base, "adopt_pid": pid, "adopt_starttime": start}, timeout)
+                     for pid, start in how.adopt)
+    return (Call("stop", base, timeout),)
 
 
 def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decision:
@@ -162,69 +168,28 @@ def decide_stop(facts: HostFacts, target: Target, params: StopParams) -> Decisio
     return _and(skip, "nothing to stop") if skip else stop_action(facts, target, params)
 
 
-def _data(report: dict[str, Any]) -> dict[str, Any]:
-    """A host report as a step result's data (its reason is the result's own)."""
-    return {k: v for k, v in report.items() if k != "reason"}
-
-
 def stop(ctx: HostContext, action: Action) -> StepResult:
     how = action.detail_as(StopHow)
     listen = ctx.settings.daemon.status_listen
     url = status_url(listen) if listen else ""
     done = before_stop(ctx, work_how(ctx.target, url)) if how.work else None
-    return with_work(_stop(ctx, how), done)
+    return with_work(_stop(ctx, action), done)
 
 
-def _stop(ctx: HostContext, how: StopHow) -> StepResult:
-    if how.adopt:
-        set_hold(ctx)
-        return _adopt(ctx, how)
-    out = ctx.call("stop", root=ctx.layout.root, signal=how.signal, grace=float(how.grace),
-                   call_timeout=float(how.grace) + 30)  # the hold first, in the same call
-    report = StopReport.parse(out)
-    ctx.state.stopped = Stopped.of(out)
-    if report.outcome == "none":
-        return skipped("hold set; no daemon pidfile, nothing to stop", **_data(out))
-    if report.outcome == "untrusted":
-        return skipped(f"hold set; {report.reason}", **_data(out))
-    if report.outcome == "already-dead":
-        return skipped(f"hold set; daemon {report.pid} already {report.state}", **_data(out))
-    if report.outcome != "stopped":
-        raise StepFailed(
-            f"daemon {report.pid} survived {how.signal} and SIGKILL", retryable=False
-        )
-    how_text = f"{report.signal}, escalated to SIGKILL" if report.escalated else report.signal
-    return changed(f"hold set; daemon {report.pid} stopped ({how_text})", **_data(out))
-
-
-def _adopt(ctx: HostContext, how: StopHow) -> StepResult:
-    """Stop daemons rollout's supervisor did not start, through the same signal, escalation
-    and zombie-aware wait; the drain then waits for their memory. A respawn by their parent
-    stops the run on this host: it keeps serving, and the parent is named."""
-    done: list[dict[str, Any]] = []
-    for pid, starttime in how.adopt:
-        out = ctx.call("stop", root=ctx.layout.root, signal=how.signal, grace=float(how.grace),
-                       adopt_pid=pid, adopt_starttime=starttime,
-                       call_timeout=float(how.grace) + 30)
-        report = StopReport.parse(out)
-        if report.outcome == "respawned":
-            # nothing of ours changed what serves: no rollback; the hold stays so that the
-            # supervisor never starts a daemon next to the respawned one
-            ctx.state.phase = Phase.UNTOUCHED
-            raise StepFailed(
-                f"adopted daemon {pid} was respawned by its parent pid {report.parent} "
-                f"({report.parent_cmdline or '?'}): new daemon(s) "
-                f"{list(report.respawned)}; the host keeps serving from them. Hand the loop's "
-                "cuzk over to rollout's supervisor first (docs/adopt.md)",
-                retryable=False, data={"adopted": out},
-            )
-        if report.outcome not in ("stopped", "already-dead"):
-            raise StepFailed(f"adopted daemon {pid} survived {how.signal} and SIGKILL",
-                             retryable=False, data={"adopted": out})
-        done.append(out)
-    ctx.state.stopped = Stopped.of(done[-1]) if done else None
-    names = ", ".join(f"{o.get('pid')} ({o.get('cmdline') or '?'})" for o in done)
-    return changed(f"hold set; adopted and stopped daemon(s) {names}", adopted=done)
+def _stop(ctx: HostContext, action: Action) -> StepResult:
+    """The action's stop calls, one at a time: an adopted daemon that was not stopped (or
+    was respawned by its parent) ends the step before the next. A respawn changed nothing
+    of ours that serves: no rollback, and the hold stays so that the supervisor never
+    starts a daemon next to the respawned one."""
+    reports = []
+    for call in action.calls:
+        reports.append(ctx.run_call(call))
+        if reports[-1].get("outcome") not in ("stopped", "already-dead"):
+            break
+    ctx.state.stopped = Stopped.of(reports[-1]) if reports else None
+    if any(r.get("outcome") == "respawned" for r in reports):
+        ctx.state.phase = Phase.UNTOUCHED
+    return judged("stop", action.calls[:len(reports)], reports, retryable=False)
 
 
 def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decision:
@@ -233,33 +198,27 @@ def decide_start(facts: HostFacts, target: Target, params: StartParams) -> Decis
     if not target.pending and rid and facts.serves(rid, target.layout.release_dir(rid)):
         return Skip(f"daemon {facts.daemon.pid} already runs release {rid}")
     what = "the new build" if target.pending else (rid or "the release current points at")
-    return Action(f"release the hold; the supervisor starts {what}", params)
+    return Action(f"release the hold; the supervisor starts {what}", params,
+                  calls=start_calls(target, params))
+
+
+def start_calls(target: Target, params: StartParams) -> tuple[Call, ...]:
+    """ops.start: release the hold; the supervisor runs a daemon of what current points at."""
+    return (Call("start", {"root": target.layout.root, "wait": float(params.wait)},
+                 params.wait + 75),)
 
 
 def start(ctx: HostContext, action: Action) -> StepResult:
     """Release the hold; the supervisor (started where none runs, never one others could
     have written) runs a daemon of the release current points at (ops.start)."""
-    params = action.params_as(StartParams)
-    lay = ctx.layout
-    out = ctx.call("start", root=lay.root, wait=float(params.wait),
-                   call_timeout=params.wait + 75)
-    report = StartReport.parse(out)
-    if report.outcome == "no-release":
-        raise StepFailed(f"{lay.current} does not point at a release", retryable=False)
-    if report.outcome == "refused":
-        raise StepFailed(f"could not start the supervisor: {head(report.reason, 300)}",
-                         output=report.reason)
-    if report.outcome not in ("started", "running"):
-        tail = daemon_log_tail(ctx)
-        raise StepFailed(f"supervisor did not start the daemon within {params.wait:.0f}s",
-                         output=tail)
-    if not report.pidline:
-        raise StepFailed("the supervisor's daemon.pid named the release but came back empty")
-    ctx.state.started = Started(report.pidline)
-    return changed(
-        f"hold released; supervisor started daemon {report.pidline.split()[0]}",
-        pidfile=report.pidline,
-    )
+    reports = ctx.run_calls(action.calls)
+    outcome = reports[-1].get("outcome") if reports else None
+    output = "" if outcome in ("started", "running", "no-release") else (
+        str(reports[-1].get("reason") or "") if outcome == "refused" else daemon_log_tail(ctx))
+    result = judged("start", action.calls, reports, retryable=outcome != "no-release",
+                    output=output)
+    ctx.state.started = Started(str(result.data["pidfile"]))
+    return result
 
 
 def status_url(status_listen: str) -> str:
@@ -292,73 +251,38 @@ def decide_ready(facts: HostFacts, target: Target, params: ReadyParams) -> Decis
         return skip
     daemon = target.settings.daemon
     seconds = daemon.ready_timeout if params.timeout is None else params.timeout
-    return Action(f"wait for {status_url(daemon.status_listen)} (up to {seconds:g}s)", params)
+    return Action(f"wait for {status_url(daemon.status_listen)} (up to {seconds:g}s)", params,
+                  calls=ready_calls(target, float(seconds)))
+
+
+def ready_calls(target: Target, seconds: float) -> tuple[Call, ...]:
+    """ops.wait_ready: the gRPC port accepts, then the status port answers ("died": the
+    daemon daemon.pid names died meanwhile), and the daemon itself holds its ports."""
+    daemon = target.settings.daemon
+    grpc, status = tcp_port(daemon.listen), tcp_port(daemon.status_listen)
+    kwargs = {"status_url": status_url(daemon.status_listen) if status else "",
+              "seconds": seconds, "grpc_url": _grpc_url(daemon.listen) if grpc else "",
+              "pidfile": target.layout.daemon_pid, "ports": [p for p in (status, grpc) if p],
+              "require_owner": True}
+    return (Call("wait_ready", kwargs, seconds + 10),)
 
 
 def _grpc_url(listen: str) -> str:
     return status_url(listen).removesuffix("/status") + "/"
 
 
-def wait_ready(ctx: HostContext, seconds: float, url: str) -> ReadyReport:
-    """One call (ops.wait_ready): wait until the gRPC port accepts and then the status port
-    answers ("died": the daemon died meanwhile; "timeout": not in time), then the ports'
-    owners, polled in one host process."""
-    known = ctx.state.started.pid if ctx.state.started else None
-    ports, pid = ports_query(ctx)
-    watch = {"watch": int(known)} if known and known.isdigit() else {
-        "pidfile": ctx.layout.daemon_pid}
-    out = ctx.call("wait_ready", status_url=url, seconds=seconds,
-                   grpc_url=_grpc_url(ctx.settings.daemon.listen), ports=ports, pid=pid,
-                   call_timeout=seconds + 10, **watch)
-    return ReadyReport.parse(out)
-
-
 def ready(ctx: HostContext, action: Action) -> StepResult:
     """The gRPC port is bound and the status port answers (never a log line: cuzk prints
-    "ready, serving on" before it binds, and binds the status port before the gRPC one).
-    Fails early if the daemon dies meanwhile."""
-    params = action.params_as(ReadyParams)
-    daemon = ctx.settings.daemon
-    seconds = float(daemon.ready_timeout if params.timeout is None else params.timeout)
-    url = status_url(daemon.status_listen)
-    report = wait_ready(ctx, seconds, url)  # the ports' owners in the same call
-    answer, owners = report.answer, report.owners
-    if report.outcome == "died":
-        tail = daemon_log_tail(ctx)
-        raise StepFailed(
-            f"{report.reason}; status port {url} never answered", retryable=False, output=tail
-        )
-    if report.outcome != "ready":
-        raise StepFailed(f"status port {url} did not answer within {seconds:.0f}s")
-    try:
-        status = json.loads(answer)
-    except ValueError as e:
-        got = head(answer, 200)
-        raise StepFailed(f"{url} answered with something that is not JSON: {got}") from e
-    if not isinstance(status, dict):
-        raise StepFailed(f"{url} answered with JSON that is not an object: {head(answer, 200)}")
-    proved = check_ports(ctx, status, owners)
-    return ok(f"status port answers ({_status_summary(status)}); {proved}", status=status)
-
-
-def _status_summary(status: Any) -> str:
-    """What cuzk's /status says (it names no version: the release is what rollout knows)."""
-    if not isinstance(status, dict):
-        return "not a JSON object"
-    memory = _mapping(status.get("memory"))
-    counters = _mapping(status.get("counters"))
-    uptime = status.get("uptime_secs")
-    up = f"up {uptime:.1f}s" if isinstance(uptime, int | float) else "uptime unknown"
-    return (
-        f"{up}, budget {format_size(_int_or_none(memory.get('total_bytes')))}, "
-        f"{counters.get('total_completed', '?')} proofs completed, "
-        f"{counters.get('total_failed', '?')} failed"
-    )
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    "ready, serving on" before it binds, and binds the status port before the gRPC one),
+    held by the daemon started (its pid added here, for its age). Fails early if the daemon
+    dies meanwhile."""
+    _, pid = ports_query(ctx)
+    calls = [c.plus(pid=pid) for c in action.calls]
+    reports = ctx.run_calls(calls)  # the ports' owners in the same call
+    died = bool(reports) and reports[-1].get("outcome") == "died"
+    result = judged("ready", calls, reports, retryable=not died,
+                    output=daemon_log_tail(ctx) if died else "")
+    status = result.data.get("status")
+    proved = check_ports(ctx, status if isinstance(status, dict) else None,
+                         reports[-1].get("owners"))
+    return ok(f"{result.reason}; {proved}", **result.data)

@@ -7,7 +7,7 @@ the same decisions: the skip rules live in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from importlib import resources
 from pathlib import Path
@@ -23,6 +23,7 @@ from rollout.config.playbook import Playbook
 from rollout.config.render import render_runtime
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
+from rollout.host.scripts.judge import stopped_daemon
 from rollout.jsontypes import JSON, JSONObject
 from rollout.readfile import read_text
 
@@ -72,6 +73,24 @@ class Skip:
 
 
 @dataclass(frozen=True)
+class Call:
+    """One host call as data: the action's name in rollout.host.scripts.ops, its keyword
+    arguments (JSON) and how long the controller gives it (None: the step's deadline)."""
+
+    name: str
+    kwargs: JSONObject = field(default_factory=dict)
+    timeout: float | None = None
+
+    def as_json(self) -> JSONObject:
+        """The form the guard's recipe and ops.batch carry: {"call", "kwargs"}."""
+        return {"call": self.name, "kwargs": dict(self.kwargs)}
+
+    def plus(self, **more: JSON) -> Call:
+        """The same call with arguments only the run knows (the daemon it started)."""
+        return replace(self, kwargs={**self.kwargs, **more})
+
+
+@dataclass(frozen=True)
 class Action(Generic[D]):
     """What the step will do: `summary` for people, the rest for its apply function."""
 
@@ -79,6 +98,7 @@ class Action(Generic[D]):
     params: BaseModel | None = None  # the kind's typed params (rollout.config.steps)
     detail: D = None  # type: ignore[assignment]  # what the decision fixed: the text to write...
     fails: str | None = None  # known to fail from the facts: apply changes nothing, says this
+    calls: tuple[Call, ...] = ()  # the host calls its apply makes, worked out by its decide
 
     def params_as(self, kind: type[T]) -> T:
         """The params, of the type the step's apply expects (its decide made them)."""
@@ -132,13 +152,8 @@ class Stopped:
 
     @classmethod
     def of(cls, report: JSON) -> Stopped:
-        """From the stop script's report (hostile data: wrong types are "none")."""
-        doc = report if isinstance(report, dict) else {}
-        pid, starttime = doc.get("pid"), doc.get("starttime")
-        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-            return cls()
-        ok_start = isinstance(starttime, int) and not isinstance(starttime, bool)
-        return cls(pid, starttime if ok_start else None)
+        """From the stop's report, by the judge's rule (hostile data: wrong types are none)."""
+        return cls(*stopped_daemon(report))
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout.config.steps import DrainParams
-from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, MemoryFacts
-from rollout.host.scripts.common import drain_failure, format_size
-from rollout.output.events import StepResult, ok
-from rollout.steps.base import HostContext
+from rollout.output.events import StepResult
+from rollout.steps.base import HostContext, judged
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.daemon import serving
-from rollout.steps.decision import Action, Decision, Skip, Stopped, Target
+from rollout.steps.decision import Action, Call, Decision, Skip, Stopped, Target
 
 
 @dataclass(frozen=True)
@@ -33,6 +31,12 @@ class DrainHow:
     def budget_args(self) -> list[object]:
         """drain.py's --budget BYTES; none without a figure."""
         return [] if self.budget is None else ["--budget", self.budget]
+
+    def settings(self) -> dict[str, float | int]:
+        """What ops.drain hands drain.py: the figures, and the budget where there is one."""
+        budget = {} if self.budget is None else {"budget": int(self.budget)}
+        return {"deadline": float(self.deadline), "plateau": float(self.plateau),
+                "zombie_grace": float(self.zombie_grace), **budget}
 
 
 def drain_action(target: Target, params: DrainParams, memory: MemoryFacts) -> Action[DrainHow]:
@@ -54,7 +58,9 @@ def drain_action(target: Target, params: DrainParams, memory: MemoryFacts) -> Ac
     )
     if no_budget:
         summary += "; no budget figure: the working set's baseline alone counts"
-    return Action(summary, params, how)
+    call = Call("drain", {"root": target.layout.root, "settings": how.settings()},
+                how.deadline + 30)
+    return Action(summary, params, how, calls=(call,))
 
 
 def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
@@ -65,36 +71,21 @@ def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
-    how = action.detail_as(DrainHow)
-    stopped = ctx.state.stopped or Stopped()
-    args: list[object] = [
-        "--root",
-        ctx.layout.root,
-        "--deadline",
-        how.deadline,
-        "--plateau",
-        how.plateau,
-        "--zombie-grace",
-        how.zombie_grace,
-        *how.budget_args(),
-    ]
-    if stopped.pid:
-        args += ["--pid", stopped.pid]
-        args += ["--starttime", stopped.starttime] if stopped.starttime is not None else []
-    else:
-        args += ["--pid", 0]  # no daemon was stopped: wait for the memory alone
-    _, out = ctx.script("drain", *args, timeout=how.deadline + 30)
-    if out.get("outcome") != "drained":
-        raise StepFailed(drain_failure(out), retryable=False, data=out)
-    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
-    waited = out["ended"] - out["started"]
-    drained_by = {
-        "budget": f"headroom fits the budget {format_size(out.get('budget'))}",
-        "baseline": "working set back to its level before the old daemon started",
-    }.get(out.get("drained_by") or "", "memory not measurable here")
-    return ok(
-        f"old daemon gone and {drained_by} after {waited:.1f}s (working set "
-        f"{format_size(out.get('working_set'))}, page cache "
-        f"{format_size(out.get('page_cache'))}){note}",
-        **out,
-    )
+    """The drain call, for the daemon the stop of this plan stopped (the judge's rule), run
+    as drain.py on the host (the guard runs the same call through ops.drain)."""
+    stopped = ctx.state.stopped or Stopped()  # judge.stopped_daemon, read from its report
+    reports = [_drain(ctx, call, {**call.kwargs, "pid": stopped.pid,
+                                  "starttime": stopped.starttime}) for call in action.calls]
+    return judged("drain", action.calls, reports, retryable=False)
+
+
+def _drain(ctx: HostContext, call: Call, kwargs: dict[str, object]) -> dict[str, object]:
+    settings = kwargs.get("settings")
+    given = settings if isinstance(settings, dict) else {}
+    args: list[object] = ["--root", kwargs.get("root"), "--pid", kwargs.get("pid") or 0]
+    args += ["--starttime", kwargs["starttime"]] if kwargs.get("starttime") is not None else []
+    for key in ("deadline", "plateau", "zombie_grace"):
+        args += [f"--{key.replace('_', '-')}", given[key]] if key in given else []
+    args += ["--budget", given["budget"]] if "budget" in given else []
+    _, out = ctx.script("drain", *args, timeout=call.timeout)
+    return out if isinstance(out, dict) else {}

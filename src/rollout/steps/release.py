@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from pydantic import BaseModel
@@ -14,11 +15,10 @@ from rollout.errors import StepFailed, TransportError
 from rollout.host.facts import HostFacts
 from rollout.host.reports import Report
 from rollout.output.events import StepResult, changed
-from rollout.steps.base import HostContext
-from rollout.steps.config import forget_configs_of, restore_config_of
-from rollout.steps.current import point_current_at
+from rollout.steps.base import HostContext, judged
+from rollout.steps.config import config_of, forget_configs_of
 from rollout.steps.daemon import serving
-from rollout.steps.decision import Action, Decision, Release, Skip, Target
+from rollout.steps.decision import Action, Call, Decision, Release, Skip, Target
 from rollout.steps.install import (
     install_partial,
     install_staged,
@@ -85,6 +85,32 @@ def upload(ctx: HostContext, action: Action) -> StepResult:
     )
 
 
+@dataclass(frozen=True)
+class Switch:
+    """What decide_switch fixed: what current pointed at (kept as the previous release);
+    `back`: a rollback's switch, current back at a release that served here before."""
+
+    before: str | None
+    back: bool = False
+
+
+def switch_calls(target: Target, release_id: str, restore: bool) -> tuple[Call, ...]:
+    """ops.point_current (a new link renamed over current), then, where asked, ops.
+    restore_config: the config that release last ran with, put back."""
+    path = target.settings.daemon.config_path
+    point = Call("point_current", {"root": target.layout.root, "release": release_id})
+    if not restore:
+        return (point,)
+    return point, Call("restore_config", {"config_path": path,
+                                          "kept_config": config_of(path, release_id)})
+
+
+def switch_back(target: Target, to: str) -> Action:
+    """A rollback's switch: current back at `to`, with the config it ran with."""
+    return Action(f"point current back at {to}, with its config", SwitchParams(),
+                  Switch(None, back=True), calls=switch_calls(target, to, True))
+
+
 def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Decision:
     release = target.release
     if release is None:
@@ -95,27 +121,29 @@ def decide_switch(facts: HostFacts, target: Target, params: SwitchParams) -> Dec
     before = facts.current_release
     if before == release.id:
         return Skip(f"current already points at {release.id}", {"release": release.id})
-    return Action(f"current: {before or 'none'} -> {release.id}", params, before)
+    return Action(f"current: {before or 'none'} -> {release.id}", params, Switch(before),
+                  calls=switch_calls(target, release.id, params.restore_config))
 
 
 def switch(ctx: HostContext, action: Action) -> StepResult:
-    params = action.params_as(SwitchParams)
-    release = _need_release(ctx)
-    before = action.detail if isinstance(action.detail, str) else None
+    how = action.detail_as(Switch)
+    checked = None if how.back else _check_release(ctx, _need_release(ctx))
+    if how.before:
+        ctx.write_file(["write", ctx.layout.previous_release], how.before)
+    result = judged("switch", action.calls, ctx.run_calls(action.calls), retryable=False)
+    if checked:
+        result.data["checked"] = checked
+    return result
+
+
+def _check_release(ctx: HostContext, release: Release) -> str:
+    """How the release's files were found complete: by the identity this run read as it
+    verified them (unchanged since: not read again), else by sha256."""
     directory = ctx.layout.release_dir(release.id)
-    # the files this run verified as it wrote them, unchanged since: not read again
     checked = "identity" if unchanged_since_verified(ctx, directory, release) else "sha256"
     if checked == "sha256" and release_mismatches(ctx, directory, release):
         raise StepFailed(f"release {release.id} is not complete on host", retryable=False)
-    if before:
-        ctx.write_file(["write", ctx.layout.previous_release], before)
-    point_current_at(ctx, release.id)
-    if params.restore_config and restore_config_of(ctx, release.id):
-        ctx.log(f"restored the config {release.id} ran with")
-    return changed(
-        f"current: {before or 'none'} -> {release.id}", previous=before, release=release.id,
-        checked=checked,
-    )
+    return checked
 
 
 class Pruning(NamedTuple):

@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +17,17 @@ from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id
 from rollout.host.reports import BudgetWait, InputReport, ProbeReport, ProveReport, Report
-from rollout.host.scripts.common import proof_verdict
 from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.secrets import tail
-from rollout.steps.base import HostContext
+from rollout.steps.base import HostContext, judged
 from rollout.steps.budget_wait import budget_wait_failure, watch_for
 from rollout.steps.daemon import already_validated, status_url
-from rollout.steps.decision import Action, Decision, Release, Target
+from rollout.steps.decision import Action, Call, Decision, Release, Target
 from rollout.steps.identity import check_ports, ports_query
 from rollout.steps.proof_budget import budget_too_small, budget_total
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
-
-
-@dataclass(frozen=True)
-class ValidateFor:
-    """An Action's detail: the release a validation proves (a rollback's, not the run's)."""
-
-    release_id: str | None
 
 
 def validation_command(target: Target, template: Command, release_id: str | None) -> str:
@@ -124,29 +116,57 @@ class Proof:
     status_after: dict[str, Any] | None  # /status after a proof that was stopped
     recorded: bool  # the host wrote the evidence (a line matched the pattern there)
     budget_wait: BudgetWait | None = None  # stopped because its job waited for budget
+    report: JSONObject = field(default_factory=dict)  # ops.prove's, as the host gave it
+
+
+def prove_call(target: Target, command: str, seconds: float, pattern: str = "",
+               release_id: str | None = None, require_executable: bool = False) -> Call:
+    """ops.prove: the validation under `timeout` on the host, in one round trip (cuzk-bench
+    has no timeout of its own: a proof that never answers is stopped there, its whole
+    process group with it, and so is one whose job waits for the daemon's budget:
+    steps/budget_wait.py). The evidence of an earlier validation goes first; only a proof
+    whose output matches `pattern` writes the run's record again (added by the apply).
+    require_executable: never run a bench that is not on the host."""
+    settings = target.settings
+    listen = settings.daemon.status_listen if settings is not None else ""
+    return Call("prove", {
+        "command": command, "timeout": seconds, "kill_after": float(KILL_AFTER),
+        "evidence": target.layout.validated, "pattern": pattern,
+        "status_url": status_url(listen) if listen else "",
+        "watch": watch_for(settings) if listen else None, "release": release_id or "",
+        "require_executable": require_executable,
+    }, seconds + float(KILL_AFTER) + 30)
+
+
+def validation_call(target: Target, params: ValidateParams, release_id: str | None,
+                    require_executable: bool = False) -> Call:
+    """The proof a validate step makes: its own command rendered for `release_id` (None:
+    whatever current points at), its pattern and timeout over the playbook's."""
+    spec = target.settings.validation
+    command = validation_command(target, params.command or spec.command, release_id)
+    seconds = float(spec.timeout if params.timeout is None else params.timeout)
+    return prove_call(target, command, seconds, params.success_pattern or spec.success_pattern,
+                      release_id, require_executable)
 
 
 def run_bounded(ctx: HostContext, command: str, seconds: float, pattern: str = "",
                 record: str = "") -> Proof:
-    """Run the validation on the host under `timeout`, in one round trip (host script
-    ops.prove): a proof that never answers (cuzk-bench has no timeout of its own) is stopped
-    there, its whole process group with it, and so is one whose job waits for the daemon's
-    budget (steps/budget_wait.py). The evidence of an earlier validation goes first: only a
-    proof whose output matches `pattern` writes `record` again."""
-    listen = ctx.settings.daemon.status_listen if ctx.settings is not None else ""
-    watch = watch_for(ctx.settings) if ctx.settings is not None and listen else None
-    report = ProveReport.parse(ctx.call(
-        "prove", command=command, timeout=seconds, kill_after=float(KILL_AFTER),
-        evidence=ctx.layout.validated, record=record, pattern=pattern,
-        status_url=status_url(listen) if listen else "", watch=watch,
-        call_timeout=seconds + float(KILL_AFTER) + 30,
-    ))
+    """The validation `command` run on the host under `timeout` (see prove_call)."""
+    call = prove_call(ctx.target, command, seconds, pattern, ctx.target.release_id)
+    return run_proof(ctx, call.plus(record=record))
+
+
+def run_proof(ctx: HostContext, call: Call) -> Proof:
+    out = ctx.run_call(call)
+    report = ProveReport.parse(out)
+    timeout = call.kwargs.get("timeout")
+    seconds = float(timeout) if isinstance(timeout, int | float) else 0.0
     code = report.exit
     waited = report.budget_wait
     hung = waited is None and (
         code == TIMED_OUT or (code == KILLED and report.elapsed >= seconds))
     result = RunResult("validation", code, report.stdout, report.stderr)
-    return Proof(result, hung, report.status_after, report.recorded, waited)
+    return Proof(result, hung, report.status_after, report.recorded, waited, out)
 
 
 def proved_daemon(ctx: HostContext) -> tuple[int, int, str] | None:
@@ -194,28 +214,24 @@ def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision
     if skip is not None:
         return skip
     pattern = params.success_pattern or target.settings.validation.success_pattern
-    return Action(f"run the validation proof; success is a line matching {pattern!r}", params)
+    return Action(f"run the validation proof; success is a line matching {pattern!r}", params,
+                  calls=(validation_call(target, params, target.release_id),))
 
 
 def validate(ctx: HostContext, action: Action) -> StepResult:
-    """Two round trips: the input check, /status and the ports' owners; then the proof,
-    bounded, with the evidence written where it passed (and /status again if it hung). The
-    controller decides from what they return."""
-    params = action.params_as(ValidateParams)
+    """Two round trips: the input check, /status and the ports' owners; then the action's
+    proof, bounded, with the evidence written where it passed (and /status again if it
+    hung). The controller decides from what they return, by the one judge."""
     spec = ctx.settings.validation
     seen = probe(ctx)
     check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
     fail_if_budget_too_small(seen.status, spec.proof_kind)
     staged = ensure_input(ctx, seen.input)  # (never staged for a daemon not running)
-    proves = (action.detail.release_id if isinstance(action.detail, ValidateFor)
-              else ctx.target.release_id)
-    command = validation_command(ctx.target, params.command or spec.command, proves)
-    pattern = re.compile(params.success_pattern or spec.success_pattern, re.MULTILINE)
-    seconds = float(spec.timeout if params.timeout is None else params.timeout)
     counters = (seen.status or {}).get("counters")
     before = counters if isinstance(counters, dict) else None
     record, evidence = evidence_doc(ctx)
-    proof = run_bounded(ctx, command, seconds, pattern.pattern, record)
+    call = action.calls[-1].plus(record=record)
+    proof = run_proof(ctx, call)
     r = proof.result
     output = tail(r.stdout + r.stderr, 4000)
     if proof.budget_wait is not None:
@@ -223,6 +239,7 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
     if proof.hung:
         counters = (proof.status_after or {}).get("counters")
         after = counters if isinstance(counters, dict) else None
+        seconds = call.kwargs.get("timeout")
         raise StepFailed(
             f"validation hung (no result in {seconds:g} s): killed; daemon counters "
             f"before {before}, after {after}",
@@ -231,16 +248,17 @@ def validate(ctx: HostContext, action: Action) -> StepResult:
             data={"hung": True, "timeout": seconds, "counters_before": before,
                   "counters_after": after},
         )
-    passed, why = proof_verdict(r.stdout, pattern.pattern)
-    if passed:
-        job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
-        if record and not proof.recorded:  # the host's python read the pattern otherwise
-            record_evidence(ctx, record)
-        return ok(
-            f"validation proof COMPLETED ({staged}; {evidence})",
-            job_id=job.group(1) if job else None,
-            output_tail=tail(output, 1000),
-        )
-    if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
-        ctx.call("forget_validated", root=ctx.layout.root)
-    raise StepFailed(f"validation failed: {why} (exit {r.exit_code})", output=output)
+    try:
+        result = judged("validate", [call], [proof.report], output=output)
+    except StepFailed:
+        if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
+            ctx.call("forget_validated", root=ctx.layout.root)
+        raise
+    job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
+    if record and not proof.recorded:  # the host's python read the pattern otherwise
+        record_evidence(ctx, record)
+    return ok(
+        f"{result.reason} ({staged}; {evidence})",
+        job_id=job.group(1) if job else None,
+        output_tail=tail(output, 1000),
+    )

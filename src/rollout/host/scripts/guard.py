@@ -53,7 +53,8 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import drain_failure, format_size, read_text, safe_mkdir, safe_open, safe_write  # inlined on hosts
+from rollout.host.scripts.common import read_text, safe_mkdir, safe_open, safe_write  # inlined on hosts
+from rollout.host.scripts.judge import drain_kwargs, verdict  # inlined on hosts
 # isort: on
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -250,86 +251,31 @@ def not_ours(root: str, run_id: str) -> str | None:
 
 # ---------------------------------------------------------------- takeover: the plan's calls
 
-# What each host action's outcome means for the takeover step that called it (any other
-# outcome fails the step): the guard only reads reports, ops.py does and checks.
-CHANGED = {"stopped", "pointed", "restored", "started", "drained", "released", "set"}
-SKIPPED = {"kept", "none", "already-dead", "untrusted", "running"}
-
-
 def run_entry(h: Host, entry: dict[str, Any], stopped: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """Run one step of the plan: each of its host calls (ops.<call>(**kwargs)), in order;
-    (status, reason, the last report). `stopped`: the stop step's report, whose daemon the
-    drain waits for."""
+    """Run one step of the plan: each of its host calls (ops.<call>(**kwargs)), in order,
+    read by the one judge (judge.py, the controller's steps' too); (status, reason, data).
+    What only the guard knows goes in here: a daemon of the release it goes back to is kept
+    (stop, drain), the drain waits for the daemon `stopped` (the stop step's data) names,
+    and runs the drain.py the arm input left in the run's folder."""
     calls = entry.get("calls") if isinstance(entry.get("calls"), list) else None
     if not calls:
         raise Failed(f"no host call for step {entry.get('step')!r} in the recipe")
-    statuses, reasons, last = [], [], {}
+    reports = []
     for c in calls:
-        name, kwargs = str(c.get("call")), dict(c.get("kwargs") or {})
-        if name == "drain" and stopped.get("outcome") == "stopped":
-            kwargs.update(pid=stopped.get("pid"), starttime=stopped.get("starttime"))
-        last = h.ops.call(name, kwargs)
-        status, reason = judged(name, last, h.to)
-        if status == "failed" and not entry.get("tolerate"):
-            raise Failed(reason)
-        statuses.append(status)
-        reasons.append(reason)
-    status = "failed" if "failed" in statuses else "changed" if "changed" in statuses else \
-        "ok" if "ok" in statuses else "skipped"
-    return status, "; ".join(reasons), last
-
-
-def judged(name: str, report: dict[str, Any], to: str | None) -> tuple[str, str]:
-    """(status, reason) of one host call from its report."""
-    outcome, reason = str(report.get("outcome")), str(report.get("reason") or "")
-    if name == "drain":
-        return drained(report, to)
-    if name == "wait_ready":
-        return ("ok" if outcome == "ready" else "failed"), reason
-    if name == "prove":
-        if outcome != "ran":
-            return "failed", reason
-        if report.get("passed") is True:
-            return "ok", f"validation proof COMPLETED on {to or report.get('release') or '?'}"
-        tail_text = (str(report.get("stdout")) + str(report.get("stderr")))[-500:]
-        return "failed", f"validation failed: {report.get('verdict')}: {tail_text}"
-    if outcome in CHANGED:
-        return "changed", reason
-    return ("skipped" if outcome in SKIPPED else "failed"), reason
-
-
-def drained(out: dict[str, Any], to: str | None) -> tuple[str, str]:
-    """The drain's status and reason, from drain.py's report as ops.drain passed it on. A
-    failed drain is reported and the takeover goes on: a guard never leaves the host
-    stopped for a drain."""
-    if out.get("outcome") == "kept":
-        return "skipped", str(out.get("reason"))
-    if out.get("outcome") in ("no-script", "silent"):
-        return "failed", str(out.get("reason"))
-    pid = out.get("pid")
-    who = f"daemon {pid} gone and " if pid else "no daemon stopped here; "
-    if out.get("outcome") != "drained":
-        return "failed", (f"{drain_failure(out)}; restarting {to} without waiting again "
-                          "(its memory is still charged)")
-    by = {"budget": f"headroom fits the budget {format_size(out.get('budget'))}",
-          "baseline": "working set back to its level before the old daemon started"}.get(
-        str(out.get("drained_by")), "memory not measurable here")
-    figures = f"working set {format_size(out.get('working_set'))}"
-    if out.get("state_at_start") == "gone" and len(out.get("samples") or []) <= 1:
-        return "skipped", f"nothing to drain: {who}{by} ({figures})"
-    waited = float(out.get("ended") or 0) - float(out.get("started") or 0)
-    note = f"; {out['zombie_note']}" if out.get("zombie_note") else ""
-    return "changed", f"{who}{by} after {waited:.1f}s ({figures}){note}"
-
-
-def step_data(kind: str, report: dict[str, Any]) -> dict[str, Any]:
-    """What a step_end event carries besides its reason: the daemon stopped, the drain's
-    answer (its samples as the drain step's events carry them)."""
-    if kind == "stop" and report.get("outcome") == "stopped":
-        return {"pid": report.get("pid"), "starttime": report.get("starttime")}
-    if kind == "drain" and report.get("outcome") not in ("kept", "no-script", "silent"):
-        return {k: v for k, v in report.items() if k != "reason"}
-    return {}
+        entry_call = c if isinstance(c, dict) else {}
+        name, given = str(entry_call.get("call")), entry_call.get("kwargs")
+        kwargs: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        if name in ("stop", "drain") and h.to:
+            kwargs["keep_release"] = h.to
+        if name == "drain":
+            kwargs = {**drain_kwargs(kwargs, stopped), "script": os.path.join(h.run_dir, "drain.py")}
+        reports.append(h.ops.call(name, kwargs))
+    status, reason, data = verdict(str(entry.get("step")), calls, reports)
+    if status == "failed" and not entry.get("tolerate"):
+        raise Failed(reason)
+    if status == "failed":  # a guard never leaves the host stopped for a drain
+        reason += f"; restarting {h.to} without waiting again (its memory is still charged)"
+    return status, reason, data
 
 
 def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
@@ -361,7 +307,7 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
         events.emit("step_start", step=name, kind=kind)
         started = time.monotonic()
         try:
-            status, reason, report = run_entry(h, entries.get(kind) or {"step": kind}, stopped)
+            status, reason, data = run_entry(h, entries.get(kind) or {"step": kind}, stopped)
         except Exception as e:  # noqa: BLE001 - whatever fails is this step's failure
             reason = str(e) if isinstance(e, Failed) else f"{type(e).__name__}: {e}"
             events.emit("step_end", step=name, status="failed", reason=reason, attempts=1,
@@ -369,10 +315,10 @@ def take_over(h: Host, events: Events, state: dict[str, Any]) -> str:
             events.emit("guard_end", status="failed", reason=f"{kind} failed: {reason}",
                         phase=phase, release=h.current_release(), failed=kind)
             return "failed"
-        stopped = report if kind == "stop" else stopped
+        stopped = data if kind == "stop" else stopped
         events.emit("step_end", step=name, status=status, reason=reason, attempts=1,
                     duration=round(time.monotonic() - started, 3), output="",
-                    **step_data(kind, report))
+                    **(data if kind in ("stop", "drain") else {}))
         if status == "failed":  # a failed drain: reported, and the takeover goes on
             tolerated[kind] = reason
     release = h.current_release() if steps else h.r.get("release")
