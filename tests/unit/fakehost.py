@@ -1,6 +1,14 @@
 """A fake host behind the Transport interface: it serves facts from a small scripted state,
-answers the host calls the steps make (ops.py's actions: a dict in, a report out, in
-ops.py's shapes), records every call and command, and fails where told.
+answers the host calls the steps make (ops.py's actions: a dict in, a report out), records
+every call and command, and fails where told.
+
+What it simulates: the hold, current and the previous release, the releases and files
+on the host (by sha256: a file's identity is "id-" and its digest), the daemon (the
+release it runs, its pid, a stranger on its ports), the supervisor, the cordon record and
+the validation evidence. Each call is checked as ops.call checks it (ops.misfit), gets the
+action's declared defaults, and its answer is checked against the action's declared report
+shape (ops.SPECS): a fake that answers as the real host cannot fails the test that used it.
+An action with nothing to simulate answers from its declaration alone (CANNED).
 
 What still arrives as a command line is what rollout still writes as one
 (docs/architecture.md): the lines that start a host script (`python3 - ARGS`, the script on
@@ -22,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.host.scripts import ops
+from rollout.host.scripts.actions.spec import fits, type_of
 from rollout.host.scripts.common import proof_verdict
 from rollout.transport.base import LocalFile, RunResult, Stream, Transport, opened
 
@@ -33,6 +42,43 @@ STAGING = f"{ROOT}/rollout/staging"
 
 def sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+SPECS: dict[str, Any] = ops.SPECS
+CANNED = {"make_folder": "kept", "config_folders": "kept", "log_tail": "read",
+          "cpu_info": "none", "gpus": "ran", "ldd": "read", "file_present": "present",
+          "register": "none"}
+"""The actions this host answers with one outcome word and nothing read (every folder is
+there, no CPU flags listed, no GPU, libraries all found, no start-up mechanism)."""
+_ZERO = {"str": "", "int": 0, "float": 0.0, "bool": False, "obj": {}, "list": [], "any": None}
+
+
+def canned(action: str, outcome: str) -> dict[str, Any]:
+    """A report of the action's declared shape: the outcome word, each declared key empty."""
+    data = {k: None if f["none"] else [] if f["type"][0] == "[" else {} if f["type"][0] == "{"
+            else _ZERO[f["type"]] for k, f in SPECS[action]["returns"].items()}
+    return _report(outcome, f"{action}: {outcome} (the fake host)", **data)
+
+
+def shape_problem(action: str, report: Any) -> str | None:
+    """Why a report does not have its action's declared shape (None: it has): an outcome
+    word it does not declare, a key it does not declare, a value not of the declared type."""
+    spec = SPECS[action]
+    if not isinstance(report, dict):
+        return f"not an object: {report!r}"
+    if spec["outcomes"] and report.get("outcome") not in spec["outcomes"]:
+        return f"outcome {report.get('outcome')!r} is not one of {spec['outcomes']}"
+    for key, value in report.items():
+        if key in ("outcome", "reason"):
+            if not isinstance(value, str):
+                return f"{key} is not a string"
+            continue
+        field = spec["returns"].get(key)
+        if field is None:
+            return f"undeclared key {key!r}"
+        if not fits(value, type_of(field)):
+            return f"{key}={value!r} is not {type_of(field)}"
+    return None
 
 
 def bad_call(action: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -100,9 +146,22 @@ class FakeHost(Transport):
         """A host action of ops.py: a dict in, its report out (one JSON line); arguments
         ops.py's function does not take: "bad-call", as ops.call says it."""
         self.sent.append(f"call {call} {json.dumps(dict(kwargs), sort_keys=True)}")
-        action = call.removeprefix("ops.")
-        report = bad_call(action, kwargs) or getattr(self, f"_op_{action}")(**kwargs)
+        report = self._answered(call.removeprefix("ops."), kwargs)
         return RunResult(f"call {call}", 0, json.dumps(report) + "\n", "")
+
+    def _answered(self, action: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """ops.call's check of the arguments, the action's defaults filled in as ops.py's
+        function has them, then this host's answer: checked against the action's declared
+        report shape (an answer the real host cannot give fails the test)."""
+        refused = bad_call(action, kwargs)
+        if refused:
+            return refused
+        args = {n: f["default"] for n, f in SPECS[action]["args"].items() if not f["required"]}
+        handler = getattr(self, f"_op_{action}", None)
+        report = handler(**{**args, **kwargs}) if handler else canned(action, CANNED[action])
+        problem = shape_problem(action, report)
+        assert problem is None, f"the fake host's {action} answer: {problem}"
+        return report
 
     def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Any = None) -> None:
@@ -114,8 +173,8 @@ class FakeHost(Transport):
         raise NotImplementedError
 
     # ---------------------------------------------------------------- ops.py, as this host does it
-    # Each answers as the ops.py function of the same name would (its outcomes and keys);
-    # the arguments were checked against that function's signature first (call()).
+    # Each answers as the ops.py function of the same name would, from this host's state;
+    # _answered() checks its arguments and its answer against the action's declaration.
 
     def _op_batch(self, calls: list[Any]) -> dict[str, Any]:
         """ops.batch: each call answered as on its own (recorded as sent, as ops.py runs it)."""
@@ -123,8 +182,7 @@ class FakeHost(Transport):
         for entry in calls:
             action, kwargs = entry["call"], json.dumps(entry["kwargs"], sort_keys=True)
             self.sent.append(f"batched {action} {kwargs}")
-            reports.append(bad_call(action, entry["kwargs"])
-                           or getattr(self, f"_op_{action}")(**entry["kwargs"]))
+            reports.append(self._answered(action, entry["kwargs"]))
         return _report("batch", f"{len(reports)} call(s)", reports=reports)
 
     def _op_hold(self, root: str) -> dict[str, Any]:
@@ -136,9 +194,9 @@ class FakeHost(Transport):
         return _report("released", "hold released") if was else _report(
             "none", "no hold was set")
 
-    def _op_stop(self, root: str, signal: str = "SIGTERM", grace: float = 10.0,
-                 set_hold: bool = True, adopt_pid: int = 0, adopt_starttime: Any = None,
-                 keep_release: str | None = None, **_: Any) -> dict[str, Any]:
+    def _op_stop(self, root: str, signal: str, set_hold: bool, adopt_pid: int,
+                 adopt_starttime: int | None, keep_release: str | None, **_: Any
+                 ) -> dict[str, Any]:
         if keep_release and self.daemon == keep_release:
             return _report("kept", f"daemon {self.pid} runs release {keep_release}: kept",
                            pid=self.pid, starttime=1)
@@ -170,13 +228,12 @@ class FakeHost(Transport):
                            queue_depth=None)
         return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=0)
 
-    def _op_cordon(self, root: str, run_id: str, command: str, timeout: float = 60.0,
-                   status_url: str = "") -> dict[str, Any]:
+    def _op_cordon(self, run_id: str, status_url: str, **_: Any) -> dict[str, Any]:
         self.cordoned = run_id  # the record first, then the command, then the first look
         looked = {"work": self._op_work(status_url)} if status_url else {}
         return _report("cordoned", "cordon command exited 0", exit=0, output="", **looked)
 
-    def _op_uncordon(self, root: str, command: str, timeout: float = 60.0) -> dict[str, Any]:
+    def _op_uncordon(self, **_: Any) -> dict[str, Any]:
         if self.cordoned is None:
             return _report("none", "not cordoned by rollout: nothing to undo")
         self.cordoned = None
@@ -202,12 +259,12 @@ class FakeHost(Transport):
         self.files[config_path] = self.files[kept_config]
         return _report("restored", f"restored {config_path} from {kept_config}")
 
-    def _op_run_supervisor(self, root: str, restart: bool = False) -> dict[str, Any]:
+    def _op_run_supervisor(self, restart: bool, **_: Any) -> dict[str, Any]:
         self.supervisor = True
         return _report("restarted", "supervisor restarted") if restart else _report(
             "started", "supervisor started")
 
-    def _op_start(self, root: str, wait: float = 60.0, **_: Any) -> dict[str, Any]:
+    def _op_start(self, root: str, wait: float, **_: Any) -> dict[str, Any]:
         release = self.current
         if release is None or release not in self.releases:
             return _report("no-release", f"{root}/current does not point at a release")
@@ -224,8 +281,8 @@ class FakeHost(Transport):
         return _report(word, f"daemon {self.pid} {word} {release}", pid=self.pid, starttime=1,
                        release=release, released=released, pidline=line)
 
-    def _op_wait_ready(self, status_url: str, seconds: float, ports: Any = None,
-                       pid: int | None = None, **_: Any) -> dict[str, Any]:
+    def _op_wait_ready(self, status_url: str, seconds: float, ports: list[int] | None,
+                       pid: int | None, **_: Any) -> dict[str, Any]:
         if self._bad("ready"):
             self.daemon = None
             return _report("died", f"daemon {self.pid} died during start-up", pid=self.pid)
@@ -235,8 +292,8 @@ class FakeHost(Transport):
         return _report("ready", f"{status_url} answered", answer=self._status(),
                        owners=self._ports(list(ports or []), pid))
 
-    def _op_prove(self, command: str, timeout: float, kill_after: float, evidence: str = "",
-                  record: str = "", pattern: str = "", **_: Any) -> dict[str, Any]:
+    def _op_prove(self, command: str, evidence: str, record: str, pattern: str, **_: Any
+                  ) -> dict[str, Any]:
         """The proof passes unless a validate fault hits; the evidence of an earlier
         validation goes first, and `record` is written only where the output passes
         proof_verdict (as ops.prove)."""
@@ -256,7 +313,8 @@ class FakeHost(Transport):
                        stderr="", status_after=None, recorded=recorded, passed=passed,
                        verdict=why)
 
-    def _op_prune(self, root: str, releases: list[str], keep: Any = None) -> dict[str, Any]:
+    def _op_prune(self, releases: list[str], keep: list[str] | None, **_: Any
+                  ) -> dict[str, Any]:
         protected = set(keep or []) | {self.current or ""}
         kept = [r for r in releases if r in protected or not ops._release_id_ok(r)]
         if "prune" in self.faults and self.current == self.bad_release:
@@ -270,70 +328,42 @@ class FakeHost(Transport):
         return _report("pruned", f"removed {len(removed)} release(s)", removed=removed,
                        kept=kept)
 
-    def _op_remove_partial(self, root: str, name: str) -> dict[str, Any]:
+    def _op_remove_partial(self, name: str, **_: Any) -> dict[str, Any]:
         if not name.startswith(".partial-") or "/" in name or name == ".partial-":
             return _report("refused", f"not an upload's partial folder: {name[:80]!r}")
         if not self._drop(f"{RELEASES}/{name}"):
             return _report("none", f"no {name} to remove")
         return _report("removed", f"removed {name}")
 
-    def _op_pointed(self, root: str) -> dict[str, Any]:
+    def _op_pointed(self, **_: Any) -> dict[str, Any]:
         return _report("pointed" if self.current else "none",
                        f"current: {self.current or 'none'}", current=self.current,
                        previous=self.previous)
-
-    def _op_log_tail(self, root: str, lines: int = 20, max_bytes: int = 65536
-                     ) -> dict[str, Any]:
-        return _report("read", "1 line(s) of the daemon log", text="daemon log\n")
-
-    def _op_make_folder(self, path: str, link_ok: bool = False) -> dict[str, Any]:
-        return _report("kept", f"{path} already there")  # every folder is there
-
-    def _op_config_folders(self, config_path: str, param_cache: str) -> dict[str, Any]:
-        folder = config_path.rsplit("/", 1)[0]
-        return _report("kept", f"{folder} and {param_cache} there; 0 kept config(s) private")
 
     def _op_remove_files(self, paths: list[str]) -> dict[str, Any]:
         removed = [p for p in paths if self.files.pop(p, None) is not None]
         return _report("removed" if removed else "none", f"removed {len(removed)} file(s)",
                        removed=removed)
 
-    def _op_pull_folder(self, root: str, name: str) -> dict[str, Any]:
+    def _op_pull_folder(self, name: str, **_: Any) -> dict[str, Any]:
         if not (name.startswith(".partial-") and name.endswith("-pull")) or "/" in name:
             return _report("refused", f"not a pull's partial folder: {name[:80]!r}")
-        return self._op_make_folder(f"{RELEASES}/{name}")
-
-    # what preflight reads: a host with no CPU flags listed, no GPU, libraries all found
-
-    def _op_cpu_info(self, path: str = "/proc/cpuinfo") -> dict[str, Any]:
-        return _report("none", f"no flags line in {path}", text="")
-
-    def _op_gpus(self, timeout: float = 60.0) -> dict[str, Any]:
-        return _report("ran", "nvidia-smi exited 0", exit=0, output="")
-
-    def _op_ldd(self, directory: str, names: list[str]) -> dict[str, Any]:
-        return _report("read", f"ldd of {len(names)} executable(s)",
-                       outputs={n: "" for n in names})
-
-    def _op_file_present(self, path: str) -> dict[str, Any]:
-        return _report("present", f"{path} present")
+        return canned("pull_folder", "kept")
 
     # a release's files: a file's identity is its sha256 ("id-" before it)
 
-    def _op_file_sums(self, directory: str, names: list[str], mode: Any = None
-                      ) -> dict[str, Any]:
+    def _op_file_sums(self, directory: str, names: list[str], **_: Any) -> dict[str, Any]:
         sums = self._sums(directory)
         return _report("read", f"{len(names)} file(s) hashed",
                        sums={n: sums.get(n) for n in names})
 
-    def _op_identities(self, directory: str, names: list[str], evict: bool = False
-                       ) -> dict[str, Any]:
+    def _op_identities(self, directory: str, names: list[str], **_: Any) -> dict[str, Any]:
         if not self._sums(directory) and directory.startswith(RELEASES):
             return _report("read", "0 identities read", identities={})  # incomplete
         return _report("read", f"{len(names)} identities read",
                        identities={n: self._identity(f"{directory}/{n}") for n in names})
 
-    def _op_read_release(self, root: str, release: str) -> dict[str, Any]:
+    def _op_read_release(self, release: str, **_: Any) -> dict[str, Any]:
         if release not in self.releases:
             return _report("missing", f"release {release} is not on the host")
         listed = {n: {"sha256": s, "size": 0} for n, s in self.releases[release].items()}
@@ -341,8 +371,8 @@ class FakeHost(Transport):
                        manifest=json.dumps({"artifacts": listed}),
                        sums=self._sums(f"{RELEASES}/{release}"))
 
-    def _op_install_release(self, root: str, release: str, partial: str, manifest: str,
-                            names: list[str], expect: Any = None) -> dict[str, Any]:
+    def _op_install_release(self, release: str, partial: str, names: list[str],
+                            expect: dict[str, str | None] | None, **_: Any) -> dict[str, Any]:
         if expect is not None and any(
                 self._identity(f"{partial}/{n}") != expect.get(n) for n in names):
             self._drop(partial)
@@ -353,7 +383,7 @@ class FakeHost(Transport):
         return _report("installed", f"installed release {release}",
                        identities={n: self._identity(f"{RELEASES}/{release}/{n}") for n in names})
 
-    def _op_staging_survey(self, root: str, release: str, names: list[str]) -> dict[str, Any]:
+    def _op_staging_survey(self, release: str, **_: Any) -> dict[str, Any]:
         """Stale staging (other releases') and RELEASE's own are cleared first."""
         staged = {p.removeprefix(f"{STAGING}/").split("/")[0] for p in self.files
                   if p.startswith(f"{STAGING}/")}
@@ -362,22 +392,22 @@ class FakeHost(Transport):
         return _report("surveyed", f"{len(stale)} stale staging folder(s) removed", links=[],
                        stale=stale, present=release in self.releases, same_device=True)
 
-    def _op_unstage(self, root: str, release: str) -> dict[str, Any]:
+    def _op_unstage(self, release: str, **_: Any) -> dict[str, Any]:
         if not self._drop(f"{STAGING}/{release}"):
             return _report("none", f"nothing staged for {release}")
         return _report("removed", f"removed the staging of {release}")
 
-    def _op_owners(self, ports: list[int], pid: int | None = None) -> dict[str, Any]:
+    def _op_owners(self, ports: list[int], pid: int | None, **_: Any) -> dict[str, Any]:
         return self._ports(ports, pid)
 
-    def _op_input_check(self, path: str, size: Any = None) -> dict[str, Any]:
+    def _op_input_check(self, path: str, size: int | None) -> dict[str, Any]:
         digest = self.files.get(path)
         if digest is None:
             return _report("missing", f"{path} missing", size=None, sha256=None)
         return _report("present", f"{path} present", size=size, sha256=digest)
 
-    def _op_probe(self, input_path: str, input_size: Any = None, status_url: str = "",
-                  ports: Any = None, pid: Any = None) -> dict[str, Any]:
+    def _op_probe(self, input_path: str, input_size: int | None, status_url: str,
+                  ports: list[int] | None, pid: int | None) -> dict[str, Any]:
         """validate's checks before the proof: the input, /status, the ports' owners."""
         found = self._op_input_check(input_path, input_size)
         status = self._status() if status_url and self.daemon else None
@@ -393,9 +423,6 @@ class FakeHost(Transport):
             return _report("mismatch", f"sha256 {have[:12]} is not {sha256[:64]}")
         self.files[path] = self.files.pop(partial)
         return _report("staged", f"staged {path}")
-
-    def _op_register(self, root: str, onstart: str = "", **_: Any) -> dict[str, Any]:
-        return _report("none", "no start-up mechanism found", how="none")
 
     def _op_forget_validated(self, root: str) -> dict[str, Any]:
         was, self.validated = self.validated, None

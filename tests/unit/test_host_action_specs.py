@@ -16,31 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakehost import shape_problem
 
 from rollout.host.scripts import ops, script_text
 from rollout.host.scripts.actions.spec import fits, type_of
 
 RELEASE = "abcdefabcdef"
-
-
-def shape_problem(action: str, report: Any) -> str | None:
-    """Why a report does not have its action's declared shape (None: it has)."""
-    spec = ops.SPECS[action]
-    if not isinstance(report, dict):
-        return f"not an object: {report!r}"
-    if spec["outcomes"] and report.get("outcome") not in spec["outcomes"]:
-        return f"outcome {report.get('outcome')!r} is not one of {spec['outcomes']}"
-    for key, value in report.items():
-        if key in ("outcome", "reason"):
-            if not isinstance(value, str):
-                return f"{key} is not a string"
-            continue
-        field = spec["returns"].get(key)
-        if field is None:
-            return f"undeclared key {key!r}"
-        if not fits(value, type_of(field)):
-            return f"{key}={value!r} is not {field['type']}"
-    return None
 
 
 def run_shipped(action: str, kwargs: dict[str, Any]) -> dict[str, Any]:

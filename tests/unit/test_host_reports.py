@@ -9,17 +9,16 @@ import pytest
 
 from rollout.host.reports import (
     BudgetWait,
+    CommandReport,
+    FilesReport,
     InputReport,
     Job,
     Partitions,
     PointedReport,
-    PointReport,
     ProbeReport,
     ProveReport,
-    ReadyReport,
     Report,
-    StartReport,
-    StopReport,
+    SurveyReport,
     TextReport,
     WorkReport,
 )
@@ -35,27 +34,21 @@ HOSTILE: list[Any] = [
 
 @pytest.mark.parametrize("doc", HOSTILE)
 def test_hostile_reports_parse_to_unknown_not_a_crash(doc: Any) -> None:
-    stop = StopReport.parse(doc)
-    assert stop.outcome == "unknown" and stop.pid is None and stop.starttime is None
-    assert stop.escalated is False and set(stop.respawned) <= {2}
-    start = StartReport.parse(doc)
-    assert start.outcome == "unknown" and start.pid is None and start.pidline == ""
-    ready = ReadyReport.parse(doc)
-    assert ready.outcome == "unknown" and ready.owners is None and ready.answer == ""
+    command = CommandReport.parse(doc)
+    assert command.outcome == "unknown" and command.exit is None and command.output == ""
     proof = ProveReport.parse(doc)
     assert proof.exit == 1 and proof.elapsed == 0.0 and proof.recorded is False
-    assert proof.status_after is None
-    point = PointReport.parse(doc)
-    assert point.outcome == "unknown" and point.previous is None
+    assert proof.status_after is None and proof.budget_wait is None
     assert Report.parse(doc).outcome == "unknown"
+    survey = SurveyReport.parse(doc)
+    assert (survey.links, survey.present, survey.same_device) == ((), False, False)
 
 
 def test_a_good_report_keeps_its_figures_and_its_raw_data() -> None:
-    doc = {"outcome": "stopped", "reason": "daemon 42 stopped (SIGTERM)", "pid": 42,
-           "starttime": 7, "signal": "SIGTERM", "escalated": True, "state": "gone"}
-    stop = StopReport.parse(doc)
-    assert (stop.outcome, stop.pid, stop.starttime, stop.escalated) == ("stopped", 42, 7, True)
-    assert stop.raw == doc
+    doc = {"outcome": "failed", "reason": "cordon exited 3", "exit": 3, "output": "x" * 3000}
+    command = CommandReport.parse(doc)
+    assert (command.outcome, command.exit, command.output) == ("failed", 3, "x" * 2000)
+    assert command.raw == doc
     proof = ProveReport.parse({"exit": 124, "elapsed": 3, "stdout": "x", "recorded": True,
                                "status_after": {"counters": {}}})
     assert (proof.exit, proof.elapsed, proof.recorded) == (124, 3.0, True)
@@ -81,6 +74,15 @@ def test_a_probe_keeps_only_a_digest_and_a_status_object() -> None:
         assert InputReport.parse({"sha256": hostile}).sha256 is None
     for status in ("[1]", "not json", '"x"'):
         assert ProbeReport.parse({"status": status}).status is None
+
+
+def test_files_keep_only_identities_and_digests_of_their_form() -> None:
+    files = FilesReport.parse({"outcome": "read", "identities": {
+        "a": "1:2:3", "b": "", "c": "i" * 201, "d": None, "e": 7},
+        "sums": {"a": "AB" * 32, "b": "zz" * 32, "c": None}, "manifest": "{}"})
+    assert (files.identities, files.sums) == ({"a": "1:2:3"}, {"a": "ab" * 32})
+    many = FilesReport.parse({"identities": {f"f{i}": "x" for i in range(100)}})
+    assert len(many.identities) == 64
 
 
 JOB = {"kind": "porep-c2", "id": "j-1", "age": 42.5, "active": 1, "done": 2, "total": 10}

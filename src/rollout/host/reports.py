@@ -1,199 +1,178 @@
 """What each host action (rollout.host.scripts.ops) reported, as typed values.
 
-A report is hostile data: it comes from the host. Every field is read with its type
-checked; a wrong type becomes "unknown" (an outcome), None or empty, never a crash. The raw
-report stays with each value (`raw`), for the step's events.
+A report is hostile data: it comes from the host. One reader (`read`) fills a report class
+from the shape its actions declare (ops.SPECS: `@action(args, report, outcomes)`): a key
+whose value is not of its declared type is None, or empty where the type is not nullable
+(a missing outcome is "unknown"); a list or object keeps only the entries that fit; then
+the field's own bound applies (a cut, a range, a digest's form). Never a crash. The raw
+report stays with each value (`raw`), for the step's events. A block no action declares on
+its own (a job, the budget wait) names its keys in KEYS.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from rollout.host.scripts import ops
+from rollout.host.scripts.actions.spec import fits, type_of
 from rollout.jsontypes import JSON, JSONObject
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 UNKNOWN = "unknown"
+D = TypeVar("D", bound="DataclassInstance")
+P = TypeVar("P", bound="Parsed")
+Keep = Callable[[Any], Any]
 
 
-def _str(doc: JSONObject, key: str, default: str = "") -> str:
-    value = doc.get(key)
-    return value if isinstance(value, str) else default
+def key(*, keep: Keep | None = None, each: Keep | None = None, of: Keep | None = None,
+        most: int | None = None, default: Any = MISSING) -> Any:
+    """A report field read from its declared key: `keep` bounds the typed value (None: not
+    kept), `each` each entry of a list or object, `of` parses a nested block; `most`: the
+    entries looked at."""
+    meta = {"keep": keep, "each": each, "of": of, "most": most}
+    return field(default=default, metadata={k: v for k, v in meta.items() if v is not None})
 
 
-def _int(doc: JSONObject, key: str) -> int | None:
-    value = doc.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+DERIVED: Any = field(default=None, metadata={"derived": True})
+"""A field that is not a key of its own (read by the class from the others)."""
 
 
-def _float(doc: JSONObject, key: str) -> float | None:
-    value = doc.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+@cache
+def _specs() -> dict[str, Any]:
+    specs: dict[str, Any] = ops.SPECS
+    return specs
 
 
-def _count(doc: JSONObject, key: str) -> int | None:
-    """A whole number of bytes or partitions, within range (a bool, a float, a negative or
-    absurd figure is None)."""
-    value = _int(doc, key)
-    return value if value is not None and 0 <= value < (1 << 60) else None
+@cache
+def shape_of(cls: type) -> dict[str, str]:
+    """The keys a report class reads and their declared types: outcome and reason, its
+    actions' declared report keys (ops.SPECS), and its KEYS."""
+    shape = {"outcome": "str", "reason": "str"}
+    for action in getattr(cls, "ACTIONS", ()):
+        shape.update({k: type_of(f) for k, f in _specs()[action]["returns"].items()})
+    for word in getattr(cls, "KEYS", "").split():
+        name, _, kind = word.partition(":")
+        shape[name] = kind
+    return shape
 
 
-def _seconds(doc: JSONObject, key: str) -> float | None:
-    """Seconds, within range (never NaN, infinite or negative)."""
-    value = _float(doc, key)
-    return value if value is not None and 0 <= value < 1e9 else None
+def read(cls: type[D], doc: JSON) -> D:
+    """A report of type `cls` from a host's JSON, by the shape its actions declare."""
+    doc = doc if isinstance(doc, dict) else {}
+    shape, values = shape_of(cls), {}
+    for f in fields(cls):
+        if f.name == "raw":
+            values["raw"] = doc
+        elif not f.metadata.get("derived"):
+            value = _value(doc.get(f.name), shape[f.name], f.metadata)
+            values[f.name] = UNKNOWN if f.name == "outcome" and value == "" else value
+    return cls(**values)
 
 
-def _text(doc: JSONObject, key: str, limit: int) -> str:
-    """A host's name for something, printable and cut to `limit` ("?" where there is none):
-    data for a message, never markup."""
-    text = _str(doc, key)[:limit]
-    return "".join(c if c.isprintable() else "?" for c in text) or "?"
+def _value(value: JSON, kind: str, meta: Any) -> Any:
+    base = kind.removesuffix("?")
+    if "of" in meta and base[0] not in "[{":
+        return meta["of"](value)
+    value = _entries(value, base, meta) if base[0] in "[{" else _fit(base)(value)
+    value = meta["keep"](value) if "keep" in meta else value
+    if value is None and not kind.endswith("?"):
+        return {"str": "", "bool": False}.get(base)
+    return value
 
 
-def _dict(doc: JSONObject, key: str) -> JSONObject | None:
-    value = doc.get(key)
-    return value if isinstance(value, dict) else None
+def _fit(kind: str) -> Keep:
+    """The value where it is of the declared type (a float as a float), else None."""
+    return lambda v: (float(v) if kind == "float" else v) if (
+        v is not None and fits(v, kind)) else None
 
 
-def _ints(value: JSON) -> tuple[int, ...]:
-    items = value if isinstance(value, list) else []
-    return tuple(v for v in items if isinstance(v, int) and not isinstance(v, bool))
+def _entries(value: JSON, base: str, meta: Any) -> tuple[Any, ...] | dict[str, Any]:
+    """A list's or an object's entries that fit (at most `most` looked at), each kept."""
+    one, each = meta.get("of") or _fit(base[1:-1]), meta.get("each") or (lambda v: v)
+    most = meta.get("most")
+
+    def kept(v: JSON) -> Any:
+        typed = one(v)
+        return None if typed is None else each(typed)
+
+    if base[0] == "[":
+        items = value[:most] if isinstance(value, list) else []
+        return tuple(e for e in map(kept, items) if e is not None)
+    pairs = list(value.items())[:most] if isinstance(value, dict) else []
+    return {k: e for k, v in pairs if isinstance(k, str) and (e := kept(v)) is not None}
 
 
 @dataclass(frozen=True)
-class Report:
+class Parsed:
+    """A report class read by `read` from its actions' declared shape."""
+
+    ACTIONS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def parse(cls: type[P], doc: JSON) -> P:
+        return read(cls, doc)
+
+
+def _cut(most: int) -> Keep:
+    return lambda v: None if v is None else v[:most]
+
+
+def _tail(most: int) -> Keep:
+    return lambda v: None if v is None else v[-most:]
+
+
+def _within(low: float, high: float) -> Keep:
+    return lambda v: v if v is not None and low <= v < high else None
+
+
+_count = _within(0, 1 << 60)  # a whole number of bytes, jobs or partitions
+_seconds = _within(0, 1e9)
+
+
+def _text(most: int) -> Keep:
+    """A host's name for something, printable and cut ("?" where there is none): data for
+    a message, never markup."""
+    return lambda v: "".join(c if c.isprintable() else "?" for c in (v or "")[:most]) or "?"
+
+
+def _sha256(text: str | None) -> str | None:
+    digest = (text or "").lower()
+    return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) \
+        else None
+
+
+def _json_object(text: str | None) -> JSONObject | None:
+    try:
+        value = json.loads(text or "null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class Report(Parsed):
     """Any action's report: its outcome word and why."""
 
     outcome: str
     reason: str
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def parse(cls, doc: JSON) -> Report:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), doc)
-
-
-@dataclass(frozen=True)
-class StopReport:
-    """ops.stop: none, untrusted, already-dead, stopped, still-running, respawned, kept."""
-
-    outcome: str
-    reason: str
-    pid: int | None
-    starttime: int | None
-    signal: str
-    escalated: bool
-    state: str
-    parent: int | None
-    parent_cmdline: str
-    cmdline: str
-    respawned: tuple[int, ...]
-    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> StopReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _int(doc, "pid"),
-                   _int(doc, "starttime"), _str(doc, "signal", "?"),
-                   doc.get("escalated") is True, _str(doc, "state", UNKNOWN),
-                   _int(doc, "parent"), _str(doc, "parent_cmdline"), _str(doc, "cmdline"),
-                   _ints(doc.get("respawned")), doc)
-
-
-@dataclass(frozen=True)
-class StartReport:
-    """ops.start: no-release, refused, started, running, not-started."""
-
-    outcome: str
-    reason: str
-    release: str
-    pid: int | None
-    pidline: str
-    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> StartReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "release"),
-                   _int(doc, "pid"), _str(doc, "pidline"), doc)
-
-
-@dataclass(frozen=True)
-class ReadyReport:
-    """ops.wait_ready: ready (the status answer and the ports' owners), died, timeout."""
-
-    outcome: str
-    reason: str
-    answer: str
-    owners: JSONObject | None
-    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> ReadyReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"), _str(doc, "answer"),
-                   _dict(doc, "owners"), doc)
-
-
-@dataclass(frozen=True)
-class ProveReport:
-    """ops.prove: the proof's exit code (1 when unknown), how long it ran, its output,
-    /status after a proof that was stopped, whether the evidence was written, and what
-    /status showed when a proof that waited for budget was stopped (BudgetWait)."""
-
-    exit: int
-    elapsed: float
-    stdout: str
-    stderr: str
-    status_after: JSONObject | None
-    recorded: bool
-    budget_wait: BudgetWait | None = None  # outcome "budget-wait" with a well-formed block
-    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> ProveReport:
-        doc = doc if isinstance(doc, dict) else {}
-        code = _int(doc, "exit")
-        waited = (BudgetWait.parse(doc.get("budget_wait"))
-                  if _str(doc, "outcome") == "budget-wait" else None)
-        return cls(1 if code is None else code, _float(doc, "elapsed") or 0.0,
-                   _str(doc, "stdout"), _str(doc, "stderr"), _dict(doc, "status_after"),
-                   doc.get("recorded") is True, waited, doc)
-
-
-@dataclass(frozen=True)
-class PointReport:
-    """ops.point_current: refused, kept, missing, pointed; the release it pointed at before."""
-
-    outcome: str
-    reason: str
-    previous: str | None
-    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> PointReport:
-        doc = doc if isinstance(doc, dict) else {}
-        previous = doc.get("previous")
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
-                   previous if isinstance(previous, str) else None, doc)
-
 
 @dataclass(frozen=True)
 class Partitions:
-    """A job's partitions as the host counted them: holding a reservation, done, in all."""
+    """A job's partitions as the host counted them: holding a reservation, done, in all
+    (0 where one is mistyped or out of range)."""
 
-    active: int
-    done: int
-    total: int
-
-    @classmethod
-    def parse(cls, doc: JSONObject) -> Partitions:
-        """The counts, 0 where one is mistyped or out of range."""
-        return cls(*(_count(doc, k) or 0 for k in ("active", "done", "total")))
+    KEYS: ClassVar[str] = "active:int done:int total:int"
+    active: int = key(keep=lambda v: _count(v) or 0)
+    done: int = key(keep=lambda v: _count(v) or 0)
+    total: int = key(keep=lambda v: _count(v) or 0)
 
 
 @dataclass(frozen=True)
@@ -201,18 +180,22 @@ class Job:
     """One job on the daemon, as ops.work (in flight) or ops.prove's budget watch named it:
     cuzk's proof kind, its id, its age, and its partitions where the host counted them."""
 
-    kind: str
-    id: str
-    age: float | None  # seconds since it started, where /status says
-    partitions: Partitions | None = None
+    KEYS: ClassVar[str] = "kind:str id:str age:float?"
+    kind: str = key(keep=_text(40))
+    id: str = key(keep=_text(80))
+    age: float | None = key(keep=_seconds)  # seconds since it started, where /status says
+    partitions: Partitions | None = DERIVED
 
     @classmethod
     def parse(cls, doc: JSON, counted: bool = False) -> Job | None:
         """A job entry (None where it is not an object); `counted`: its partitions too."""
         if not isinstance(doc, dict):
             return None
-        return cls(_text(doc, "kind", 40), _text(doc, "id", 80), _seconds(doc, "age"),
-                   Partitions.parse(doc) if counted else None)
+        return replace(read(cls, doc), partitions=read(Partitions, doc) if counted else None)
+
+    @classmethod
+    def counted(cls, doc: JSON) -> Job | None:
+        return cls.parse(doc, counted=True)
 
     def describe(self) -> str:
         if self.partitions is None:
@@ -230,30 +213,69 @@ class Job:
         return {"kind": self.kind, "id": self.id, "age": self.age, **counts}
 
 
-def _jobs(value: JSON, most: int, counted: bool = False) -> tuple[Job, ...]:
-    """The job entries of a list (at most `most`), anything else left out."""
-    items = value if isinstance(value, list) else []
-    jobs = (Job.parse(j, counted) for j in items[:most])
-    return tuple(j for j in jobs if j is not None)
+@dataclass(frozen=True)
+class BudgetWait:
+    """ops.prove's budget_wait block: the proof's job that waited for cuzk's memory budget,
+    the jobs holding a partition (at most 32), the budget's figures in bytes, whether
+    anything could release room, how long it waited and the limit it had."""
+
+    KEYS: ClassVar[str] = ("job:obj others:[obj] total:int used:int available:int pinned:int "
+                           "partition:int releasable:bool waited:float limit:float")
+    job: Job = key(of=Job.counted)
+    others: tuple[Job, ...] = key(of=Job.counted, most=32)
+    total: int = key(keep=_count)
+    used: int = key(keep=_count)
+    available: int = key(keep=_count)
+    pinned: int = key(keep=_count)  # bytes of the SRS and PCE allocations
+    partition: int = key(keep=_count)  # what one partition of the kind needs
+    releasable: bool = key()
+    waited: float = key(keep=_seconds)
+    limit: float = key(keep=_seconds)
+
+    @classmethod
+    def parse(cls, doc: JSON) -> BudgetWait | None:
+        """The block; None where it is not one, or any figure is missing (none is guessed)."""
+        if not isinstance(doc, dict):
+            return None
+        wait = read(cls, doc)
+        return None if any(getattr(wait, f.name) is None for f in fields(wait)) else wait
 
 
 @dataclass(frozen=True)
-class WorkReport:
-    """ops.work: idle, busy (the jobs in flight and the queue's depth), unknown (a /status
-    not of cuzk's shape), no-answer (no status port answered)."""
+class ProveReport(Parsed):
+    """ops.prove: the proof's exit code (1 when unknown), how long it ran, its output,
+    /status after a proof that was stopped, whether the evidence was written, and what
+    /status showed when a proof that waited for budget was stopped (BudgetWait)."""
 
-    outcome: str
-    reason: str
-    jobs: tuple[Job, ...]
-    queue_depth: int | None
+    ACTIONS = ("prove",)
+    exit: int = key(keep=lambda v: 1 if v is None else v)
+    elapsed: float = key(keep=lambda v: v or 0.0)
+    stdout: str = key()
+    stderr: str = key()
+    status_after: JSONObject | None = key()
+    recorded: bool = key()
+    budget_wait: BudgetWait | None = key(of=BudgetWait.parse, default=None)
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, doc: JSON) -> WorkReport:
-        doc = doc if isinstance(doc, dict) else {}
-        depth = _int(doc, "queue_depth")
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300],
-                   _jobs(doc.get("jobs"), 50), depth if depth is None or depth >= 0 else None, doc)
+    def parse(cls, doc: JSON) -> ProveReport:
+        """A budget_wait block is read only with the outcome "budget-wait"."""
+        report = read(cls, doc)
+        waited = report.raw.get("outcome") == "budget-wait"
+        return report if waited else replace(report, budget_wait=None)
+
+
+@dataclass(frozen=True)
+class WorkReport(Parsed):
+    """ops.work: idle, busy (the jobs in flight and the queue's depth), unknown (a /status
+    not of cuzk's shape), no-answer (no status port answered)."""
+
+    ACTIONS = ("work",)
+    outcome: str
+    reason: str = key(keep=_cut(300))
+    jobs: tuple[Job, ...] = key(of=Job.parse, most=50)
+    queue_depth: int | None = key(keep=_count)
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def idle(self) -> bool:
@@ -263,199 +285,103 @@ class WorkReport:
 
 
 @dataclass(frozen=True)
-class CommandReport:
-    """ops.user_command, cordon, uncordon: the outcome word, the exit code, the output."""
+class CommandReport(Parsed):
+    """ops.user_command, cordon, uncordon, gpus: the outcome word, the exit code, the
+    output (its last 2,000 characters)."""
 
+    ACTIONS = ("user_command", "cordon", "uncordon", "gpus")
     outcome: str
-    reason: str
-    exit: int | None
-    output: str
+    reason: str = key(keep=_cut(300))
+    exit: int | None = key()
+    output: str = key(keep=_tail(2000))
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> CommandReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300], _int(doc, "exit"),
-                   _str(doc, "output")[-2000:], doc)
 
 
 @dataclass(frozen=True)
-class PointedReport:
+class PointedReport(Parsed):
     """ops.pointed: the release current points at and the one recorded before it (each
     as the host said: check it is a release id before using it)."""
 
+    ACTIONS = ("pointed",)
     outcome: str
     reason: str
-    current: str | None
-    previous: str | None
+    current: str | None = key(keep=lambda v: v or None)
+    previous: str | None = key(keep=lambda v: v or None)
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> PointedReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
-                   _str(doc, "current") or None, _str(doc, "previous") or None, doc)
 
 
 @dataclass(frozen=True)
-class TextReport:
-    """ops.log_tail: the outcome word and the text it read (at most 64 KiB kept)."""
+class TextReport(Parsed):
+    """ops.log_tail, cpu_info: the outcome word and the text it read (at most 64 KiB)."""
 
+    ACTIONS = ("log_tail", "cpu_info")
     outcome: str
     reason: str
-    text: str
+    text: str = key(keep=_tail(65536))
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> TextReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason"),
-                   _str(doc, "text")[-65536:], doc)
 
 
 @dataclass(frozen=True)
-class InputReport:
+class InputReport(Parsed):
     """ops.input_check: present, missing, wrong-size; the size and the sha256 the host saw."""
 
+    ACTIONS = ("input_check",)
     outcome: str
-    reason: str
-    size: int | None
-    sha256: str | None
+    reason: str = key(keep=_cut(300))
+    size: int | None = key()
+    sha256: str | None = key(keep=_sha256)
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> InputReport:
-        doc = doc if isinstance(doc, dict) else {}
-        digest = _str(doc, "sha256").lower()
-        ok = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:300], _int(doc, "size"),
-                   digest if ok else None, doc)
 
 
 @dataclass(frozen=True)
-class ProbeReport:
+class ProbeReport(Parsed):
     """ops.probe: the input check, /status (a JSON object, or None when off, silent or not
     an object) and the ports' owners (None where there was no port to ask about)."""
 
-    input: InputReport
-    status: JSONObject | None
-    owners: JSONObject | None
+    ACTIONS = ("probe",)
+    input: InputReport = key(of=InputReport.parse)
+    status: JSONObject | None = key(keep=_json_object)
+    owners: JSONObject | None = key()
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> ProbeReport:
-        doc = doc if isinstance(doc, dict) else {}
-        try:
-            status = json.loads(_str(doc, "status") or "null")
-        except ValueError:
-            status = None
-        return cls(InputReport.parse(doc.get("input")),
-                   status if isinstance(status, dict) else None, _dict(doc, "owners"), doc)
-
-
-_MAX_IDENTITY = 200  # an identity longer than this is not a stat's: hostile, never a match
-
-
-def _named(value: JSON, keep: Callable[[str], bool]) -> dict[str, str]:
-    """{name: text} of a JSON object's entries whose text `keep` accepts (at most 64)."""
-    items = value if isinstance(value, dict) else {}
-    return {k: v for k, v in list(items.items())[:64] if isinstance(v, str) and keep(v)}
-
-
-def _sha256(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 @dataclass(frozen=True)
-class FilesReport:
+class FilesReport(Parsed):
     """ops.identities, file_sums, read_release, install_release: each file's identity (size,
-    inode, device, mtime, ctime) or sha256 the host read, a file it could not read left out;
-    the manifest's text (read_release)."""
+    inode, device, mtime, ctime) or sha256 the host read, a file it could not read left out
+    (at most 64); the manifest's text (read_release, at most 1 MiB)."""
 
+    ACTIONS = ("identities", "file_sums", "read_release", "install_release")
     outcome: str
-    reason: str
-    identities: dict[str, str]
-    sums: dict[str, str]
-    manifest: str
+    reason: str = key(keep=_cut(400))
+    identities: dict[str, str] = key(each=lambda v: v if len(v) <= 200 and v else None,
+                                     most=64)
+    sums: dict[str, str] = key(each=_sha256, most=64)
+    manifest: str = key(keep=_cut(1 << 20))
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> FilesReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400],
-                   _named(doc.get("identities"), lambda v: 0 < len(v) <= _MAX_IDENTITY),
-                   _named(doc.get("sums"), _sha256), _str(doc, "manifest")[: 1 << 20], doc)
 
 
 @dataclass(frozen=True)
-class SurveyReport:
+class SurveyReport(Parsed):
     """ops.staging_survey: the folders that are links, the stale staging removed, whether
     the release is on the host already and whether a rename stays on one device."""
 
+    ACTIONS = ("staging_survey",)
     outcome: str
-    reason: str
-    links: tuple[str, ...]
-    stale: tuple[str, ...]
-    present: bool
-    same_device: bool
+    reason: str = key(keep=_cut(400))
+    links: tuple[str, ...] = key(each=_cut(200), most=3)
+    stale: tuple[str, ...] = key(each=_cut(80), most=20)
+    present: bool = key()
+    same_device: bool = key()
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> SurveyReport:
-        doc = doc if isinstance(doc, dict) else {}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400],
-                   _strs(doc.get("links"), 3, 200), _strs(doc.get("stale"), 20, 80),
-                   doc.get("present") is True, doc.get("same_device") is True, doc)
-
-
-def _strs(value: JSON, most: int, length: int) -> tuple[str, ...]:
-    items = value if isinstance(value, list) else []
-    return tuple(v[:length] for v in items[:most] if isinstance(v, str))
 
 
 @dataclass(frozen=True)
-class OutputsReport:
-    """ops.ldd: each executable's output (at most 8 KiB kept each)."""
+class OutputsReport(Parsed):
+    """ops.ldd: each executable's output (at most 64, 8 KiB kept each)."""
 
+    ACTIONS = ("ldd",)
     outcome: str
-    reason: str
-    outputs: dict[str, str]
+    reason: str = key(keep=_cut(400))
+    outputs: dict[str, str] = key(each=_tail(8192), most=64)
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(cls, doc: JSON) -> OutputsReport:
-        doc = doc if isinstance(doc, dict) else {}
-        outputs = {k: v[-8192:] for k, v in _named(doc.get("outputs"), lambda v: True).items()}
-        return cls(_str(doc, "outcome", UNKNOWN), _str(doc, "reason")[:400], outputs, doc)
-
-
-@dataclass(frozen=True)
-class BudgetWait:
-    """ops.prove's budget_wait block: the proof's job that waited for cuzk's memory budget,
-    the jobs holding a partition (at most 32), the budget's figures in bytes, whether
-    anything could release room, how long it waited and the limit it had."""
-
-    job: Job
-    others: tuple[Job, ...]
-    total: int
-    used: int
-    available: int
-    pinned: int  # bytes of the SRS and PCE allocations
-    partition: int  # what one partition of the kind needs
-    releasable: bool
-    waited: float
-    limit: float
-
-    @classmethod
-    def parse(cls, doc: JSON) -> BudgetWait | None:
-        """The block; None where it is not one (no figure is guessed)."""
-        if not isinstance(doc, dict):
-            return None
-        job = Job.parse(doc.get("job"), counted=True)
-        figures = [_count(doc, k) for k in ("total", "used", "available", "pinned", "partition")]
-        waited, limit = _seconds(doc, "waited"), _seconds(doc, "limit")
-        if job is None or waited is None or limit is None or None in figures:
-            return None
-        total, used, available, pinned, partition = (int(f or 0) for f in figures)
-        return cls(job, _jobs(doc.get("others"), 32, counted=True), total, used, available,
-                   pinned, partition, doc.get("releasable") is True, waited, limit)
