@@ -14,7 +14,7 @@ from rollout.masking import redact
 
 class RolloutError(Exception):
     """Root of every error rollout raises on purpose. `kind`: its kind in
-    rollout.transport.failures.FAILURES (the operator's words and the fix), "" for none."""
+    rollout.failures.FAILURES (the operator's words and the fix), "" for none."""
 
     exit_code = 1
     kind = ""

@@ -21,7 +21,6 @@ from contexts import small_host
 from pydantic import ValidationError
 
 from rollout.config.sections import DaemonSpec, PreflightSpec, ValidateSpec
-from rollout.config.steps import DrainParams
 from rollout.engine.guard import drain_recipe
 from rollout.engine.hostplan import HostPlan
 from rollout.errors import StepFailed
@@ -29,9 +28,11 @@ from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.host.scripts import facts as facts_script
 from rollout.host.scripts import ops as ops_script
-from rollout.steps import config, drain, preflight
+from rollout.steps import config
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Target
+from rollout.steps.kinds import drain, preflight
+from rollout.steps.kinds.drain import DrainParams
 
 CASES = sorted((Path(__file__).parent / "cases" / "budget").glob("*.json"))
 
@@ -110,18 +111,19 @@ def test_budget_case(path: Path, tmp_path: Path) -> None:
     assert "margin" not in recipe
 
 
-@pytest.mark.parametrize("budget, args", [
-    (900, ["--budget", "900"]), (None, []), ("900", []), (True, []), (9.5, []),
+@pytest.mark.parametrize("budget, figure", [
+    (900, 900), (None, None), ("900", None), (True, None), (9.5, None),
 ])
 def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
-    budget: Any, args: list[str]
+    budget: Any, figure: int | None
 ) -> None:
-    """The host's guard hands drain.py the recipe's budget as it came (an int, else none),
-    and no margin, whatever the recipe holds."""
+    """ops.drain takes the recipe's budget as it came (an int, else none), and no margin,
+    whatever the recipe holds."""
     given = {} if budget is None else {"budget": budget}
     settings = {"deadline": 60.0, "margin": 64, **given}
-    assert ops_script.drain_args("/data", 42, 7, settings) == [
-        "--root", "/data", "--pid", "42", "--starttime", "7", "--deadline", "60.0", *args]
+    figures = ops_script.drain_figures(settings)
+    assert figures.budget == figure and figures.deadline == 60.0
+    assert figures.plateau == 30.0
 
 
 def test_every_proof_kind_of_the_table_is_the_settings_and_has_its_figures() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from rollout.host.scripts import drain as drain_mod
 from rollout.host.scripts import script_text
+from rollout.host.scripts.actions import drain as drain_rule
 from rollout.host.scripts.common import drain_failure as failure_reason
 
 DRAIN = script_text("drain")  # as sent: python3 - ARGS < text
@@ -187,7 +188,7 @@ def test_dirty_page_cache_is_written_back_at_the_plateau_then_not_waited_for(
         flushes.append(time.monotonic())
         write_v2_stat(cg, 10 * MIB, file_dirty=0, **dirty)
 
-    monkeypatch.setattr(drain_mod, "start_writeback", written)
+    monkeypatch.setattr(drain_rule, "start_writeback", written)
     args = drain_mod.parse_args(["--root", str(tmp_path), "--pid", "999999999",
                                  "--cgroup-root", str(cg), "--budget", str(900 * MIB),
                                  "--plateau", "0.3", "--deadline", "20"])

@@ -134,7 +134,7 @@ def test_a_full_data_is_refused_in_plain_words_not_a_traceback(
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(hostlock.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     assert hostlock.main(["--root", str(tmp_path), "take", "--holder", '{"run_id": "a"}']) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and "No space left on device" in out["refused"], out

@@ -17,7 +17,6 @@ from test_locks import Recorder, lock_file, me
 from rollout.engine.locks import LockPolicy, fleet_locks, same_machines
 from rollout.host.layout import Layout
 from rollout.host.scripts import lock as hostlock
-from rollout.host.scripts import script_text
 from rollout.steps.base import HostContext
 
 
@@ -95,17 +94,15 @@ def test_a_host_without_an_id_is_left_alone_and_unlocked(tmp_path: Path) -> None
 
 
 def _lock_on(host: Any, folder: Path) -> Any:
-    """The fake host's scripts, but its lock script runs for real with `folder` as /data."""
-    real, local = host.run_script, AgentTransport(host.name)
+    """The fake host's calls, but its lock call runs for real with `folder` as /data."""
+    real, local = host.call, AgentTransport(host.name)
 
-    def run_script(source: str, args: Any, timeout: float | None = None,
-                   before: str = "") -> Any:
-        if source == script_text("lock"):
-            args = [str(folder) if a == "/data" else a for a in args]
-            return local.run_script(source, args, timeout, before)
-        return real(source, args, timeout, before)
+    def call(source: str, name: str, kwargs: Any, timeout: float | None = None) -> Any:
+        if name == "ops.lock":
+            return local.call(source, name, {**kwargs, "root": str(folder)}, timeout)
+        return real(source, name, kwargs, timeout)
 
-    return run_script
+    return call
 
 
 @pytest.mark.parametrize("same", [True, False])
@@ -117,7 +114,7 @@ def test_the_engine_refuses_both_entries_before_any_change(tmp_path: Path, same:
     fleet = Fleet(tmp_path, ["h1", "h2", "h3"])
     folders = {"h1": "m1", "h2": "m2", "h3": "m1" if same else "m3"}
     for n, host in fleet.hosts.items():  # the lock script runs for real, on each folder
-        host.run_script = _lock_on(host, tmp_path / folders[n])  # type: ignore[method-assign]
+        host.call = _lock_on(host, tmp_path / folders[n])  # type: ignore[method-assign]
     summary = fleet.roll("bbbbbbbbbbbb", holder=holder_for("r1", "op", "ctl", "v"))
     if same:
         assert summary.exit_code == 1
@@ -133,15 +130,15 @@ def test_a_lock_taken_whose_answer_could_not_be_read_is_given_back(tmp_path: Pat
     from rollout.errors import HostAnswerError
 
     ctx = context(tmp_path, "h1", "one")
-    real = ctx.transport.run_script
+    real = ctx.transport.call
 
-    def garbled(source: str, args: Any, timeout: float | None = None, before: str = "") -> Any:
-        result = real(source, args, timeout, before)
-        if "take" in args:
+    def garbled(source: str, name: str, kwargs: Any, timeout: float | None = None) -> Any:
+        result = real(source, name, kwargs, timeout)
+        if kwargs.get("do") == "take":
             raise HostAnswerError("h1: the host agent's answer is malformed: exit is str")
         return result
 
-    ctx.transport.run_script = garbled  # type: ignore[method-assign]
+    ctx.transport.call = garbled  # type: ignore[method-assign]
     rec = Recorder()
     with fleet_locks(["h1"], lambda n: ctx, me(), LockPolicy(), rec.events()) as locks:
         assert not locks.held and "malformed" in locks.unreachable["h1"]

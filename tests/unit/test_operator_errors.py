@@ -15,16 +15,27 @@ import pytest
 import requests
 from paramiko.ssh_exception import NoValidConnectionsError
 
-from rollout.errors import EnvironmentProblem, HostKeyError, TransportError, UserError
-from rollout.lab import engine
-from rollout.transport.failures import (
+from rollout.engine.hostrun import HostRun
+from rollout.engine.locks import FleetLocks, Holder, LockEvents, LockPolicy
+from rollout.engine.outcome import HostOutcome
+from rollout.errors import (
+    EnvironmentProblem,
+    HostKeyError,
+    RolloutError,
+    StepFailed,
+    TransportError,
+    UserError,
+)
+from rollout.failures import (
     FAILURES,
-    Dialled,
-    connect_failure,
     docker_failure,
     errors_markdown,
+    failure,
+    host_status,
     url_failure,
 )
+from rollout.lab import engine
+from rollout.transport.failures import Dialled, connect_failure
 from rollout.transport.ssh import SshTransport, _changed, _Refuse
 
 LIBRARY_TEXT = ("Errno", "HTTPConnectionPool", "No existing session", "<class", "object at 0x",
@@ -238,3 +249,50 @@ def test_the_cli_prints_the_words_once(capsys: pytest.CaptureFixture[str]) -> No
     assert caught.value.message == ("error: unreachable: connection refused on 127.0.0.1:2699 "
                                     "(fix: check that sshd runs there and that the port is "
                                     "right)")
+
+
+def test_a_host_ends_by_its_failures_kind() -> None:
+    assert [host_status(k) for k in ("refused", "auth", "host-key-changed", "lost", "")] == [
+        "unreachable"] * 5
+    assert host_status("key-file") == "failed" and host_status("path-denied") == "failed"
+
+
+class _Bus:
+    def __init__(self) -> None:
+        self.ends: list[dict[str, object]] = []
+
+    def emit(self, kind: str, **fields: object) -> None:
+        self.ends.append(fields)
+
+
+def _connect_fails(error: RolloutError) -> tuple[HostOutcome, list[dict[str, object]]]:
+    def connect(name: str) -> None:
+        raise error
+
+    bus = _Bus()
+    hosts = SimpleNamespace(bus=bus, connect=connect)
+    locks = SimpleNamespace(not_locked=lambda name: None, transport=lambda name: None)
+    run = HostRun(hosts, None, locks, None)  # type: ignore[arg-type]
+    return run("h1", None, None), bus.ends  # type: ignore[arg-type]
+
+
+def test_a_key_file_fails_its_host_in_words_not_as_unreachable(tmp_path: Path) -> None:
+    missing = failure(TransportError, "key-file", path=tmp_path / "id", why="not found")
+    outcome, ends = _connect_fails(missing)
+    assert (outcome.status, outcome.kind) == ("failed", "key-file")
+    assert outcome.reason.startswith(f"key file unreadable: {tmp_path / 'id'} (not found) (fix:")
+    assert ends[0]["status"] == "failed" and ends[0]["data"]["kind"] == "key-file"  # type: ignore[index]
+    outcome, _ = _connect_fails(connect_failure(refused_on(2699), TO, lambda: ""))
+    assert (outcome.status, outcome.kind) == ("unreachable", "refused")
+
+
+def test_a_lock_that_could_not_be_taken_keeps_its_kind_and_no_class_name() -> None:
+    seen: dict[str, str] = {}
+    events = LockEvents(lambda hosts: None, lambda found: None, lambda found: None,
+                        seen.__setitem__)
+    locks = FleetLocks(Holder("r1", "op", "ctl", 1, 0.0, "v"), LockPolicy(), events)
+    denied = failure(StepFailed, "path-denied", path="/data/rollout", user="prover")
+    locks._unreachable("h1", denied)
+    locks._unreachable("h2", TransportError("cannot reach it"))
+    assert seen["h1"] == str(denied) and not seen["h2"].startswith("TransportError")
+    assert locks.kinds == {"h1": "path-denied", "h2": ""}

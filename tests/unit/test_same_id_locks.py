@@ -43,7 +43,7 @@ def test_the_engine_leaves_no_lock_on_two_machines_sharing_an_id(tmp_path: Path)
     folders = {"h1": "m1", "h2": "m2", "h3": "m3"}
     clone_id(tmp_path, "m1", "m3")
     for n, host in fleet.hosts.items():  # the lock script runs for real, on each folder
-        host.run_script = _lock_on(host, tmp_path / folders[n])  # type: ignore[method-assign]
+        host.call = _lock_on(host, tmp_path / folders[n])  # type: ignore[method-assign]
     summary = fleet.roll("bbbbbbbbbbbb", holder=holder_for("r1", "op", "ctl", "v"))
     assert summary.exit_code == 1
     for name in ("h1", "h3"):

@@ -27,7 +27,7 @@ def _engine(fleet: Fleet, folder: Path) -> tuple[Engine, FakeHost]:
     plan = fleet.plan()
     host = fleet.hosts["h1"]
     host.daemon, host.current = "aaaaaaaaaaaa", "aaaaaaaaaaaa"
-    host.run_script = _lock_on(host, folder)  # type: ignore[method-assign]
+    host.call = _lock_on(host, folder)  # type: ignore[method-assign]
     options = EngineOptions(holder_for("r1", "op", "ctl", "single:stop"), LockPolicy())
     return Engine(plan, EventBus(plan.run_id), lambda h: fleet.hosts[h.name], fleet.tmp,
                   options), host

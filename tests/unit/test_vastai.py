@@ -216,12 +216,14 @@ def test_a_refused_key_and_a_dead_network(api: Callable[..., list[str]]) -> None
     assert type(info.value) is UserError and KEY not in str(info.value)
 
     def unreachable(query: dict[str, Any]) -> Answer:
-        raise ConnectionError(f"connection refused (key {KEY})")
+        raise ConnectionRefusedError(f"connection refused (key {KEY})")
 
     api(unreachable)
-    with pytest.raises(EnvironmentProblem, match="ConnectionError") as fail:
+    with pytest.raises(EnvironmentProblem) as fail:
         load_inventory("vastai:prover-*")
-    assert KEY not in str(fail.value) and MASK in str(fail.value)
+    assert str(fail.value).startswith("cannot fetch the vast.ai API's /api/v1/instances/: "
+                                      "connection refused (fix: ")
+    assert KEY not in str(fail.value) and "Error" not in str(fail.value)
 
 
 def test_hostile_instances_are_skipped_or_made_safe(api: Callable[..., list[str]],

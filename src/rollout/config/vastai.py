@@ -46,6 +46,7 @@ from tenacity import (
 )
 
 from rollout.errors import ConfigError, EnvironmentProblem, Location, UserError
+from rollout.failures import url_failure
 from rollout.readfile import UnreadableFile, read_bytes
 from rollout.secrets import redact, register
 
@@ -368,11 +369,8 @@ def _get(get: PageGetter, query: dict[str, Any]) -> bytes:
         status, body = get(query)
     except EnvironmentProblem:
         raise
-    except Exception as exc:  # requests' errors, or the package's own: never a traceback
-        raise EnvironmentProblem(
-            f"the vast.ai API could not be asked for the instances: "
-            f"{type(exc).__name__}: {_shown(str(redact(str(exc))), 200)}"
-        ) from None
+    except Exception as exc:  # requests' errors, or the package's own: in words, no library text
+        raise url_failure(EnvironmentProblem, f"the vast.ai API's {INSTANCES_PATH}", exc) from None
     if status in (401, 403):
         raise UserError(
             f"the vast.ai API refused the key (HTTP {status}): check {KEY_ENV} or "

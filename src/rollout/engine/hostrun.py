@@ -22,6 +22,7 @@ from rollout.engine.runlocks import RunLocks
 from rollout.engine.staging import Stager
 from rollout.engine.stepper import StepRunner
 from rollout.errors import RolloutError
+from rollout.failures import host_status
 from rollout.host.facts import HostFacts
 from rollout.secrets import head
 from rollout.steps.base import HostContext
@@ -45,16 +46,15 @@ class HostRun:
         held = self.locks.transport(name)
         try:  # the lock's connection when there is one: no second handshake per host
             transport = held if held is not None else self.hosts.connect(name)
-        except RolloutError as e:
-            return self._end(HostOutcome(name, "unreachable", str(e)))
+        except RolloutError as e:  # by its kind: the network's or this side's (a key file)
+            return self._end(HostOutcome(name, host_status(e.kind), str(e), kind=e.kind))
         ctx = self.hosts.context(name, transport, release)
         ctx.state.staged = stager.take(name) if stager else None
         arming = Arming(self.hosts.plan.run_id, self.locks, ctx)
         try:
             return self._run(ctx, release, arming)
         except RolloutError as e:  # a dropped connection between steps, a lock we lost
-            return self._end(HostOutcome(name, "failed", f"{type(e).__name__}: {e}"
-                                         f"{arming.given()}"))
+            return self._end(HostOutcome(name, "failed", f"{e}{arming.given()}", kind=e.kind))
         except Exception as e:  # noqa: BLE001 - one host's answers never end the whole run
             return self._end(HostOutcome(name, "failed", f"rollout could not take what this "
                                          f"host answered ({type(e).__name__}: {head(str(e), 300)})"

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from rollout.config.inventory import Host
 from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
+from rollout.failures import failure
 from rollout.host.facts import HOST_ID_RE
 from rollout.jsontypes import JSON, JSONObject
 from rollout.steps.base import HostContext
@@ -100,8 +101,8 @@ def _age(value: JSON) -> float:
 
 
 def _holder_of(raw: JSONObject) -> Holder | str:
-    """The holder the host's lock.py found, or why none: its "problem" (a link, not JSON:
-    said by lock.py, whose text it never sends) comes first."""
+    """The holder the host's lock action found, or why none: its "problem" (a link, not
+    JSON: said by the host, which never sends such text) comes first."""
     problem = raw.get("problem")
     if isinstance(problem, str) and problem:
         return problem[:300]
@@ -156,13 +157,20 @@ class LockPolicy:
         return max(0.2, self.stale_after / HEARTBEATS_PER_STALE)
 
 
-def _lock_script(ctx: HostContext, action: str, me: Holder, *extra: str) -> JSONObject:
-    mine = json.dumps({k: v for k, v in asdict(me).items() if k != "heartbeat"})
-    _, out = ctx.script("lock", "--root", ctx.layout.root, action, "--holder", mine, *extra,
-                        timeout=60)
-    if isinstance(out, dict) and out.get("refused"):  # a link in place of rollout/ or its guard
+def _lock_call(ctx: HostContext, do: str, me: Holder, expect: str | None = None
+               ) -> JSONObject:
+    """The host action ops.lock (rollout.host.scripts.actions.lock): its report."""
+    mine: JSONObject = {k: v for k, v in asdict(me).items() if k != "heartbeat"}
+    out = ctx.call("lock", call_timeout=60, root=ctx.layout.root, do=do, holder=mine,
+                   expect=expect)
+    denied = out.get("denied")
+    if isinstance(denied, str) and denied:  # this user may not write the state folder
+        error = failure(StepFailed, "path-denied", path=denied[:300], user=ctx.host.user)
+        error.retryable = False
+        raise error
+    if out.get("refused"):  # a link in place of rollout/ or its guard
         raise StepFailed(f"{ctx.name}: lock refused: {str(out['refused'])[:400]}", retryable=False)
-    return out if isinstance(out, dict) else {}
+    return out
 
 
 def _refusal(found: FoundLock, policy: LockPolicy) -> LockHeld:
@@ -210,17 +218,17 @@ def take_host_lock(
     Returns the machine's host id, read (made at first contact) in the same round trip;
     HostAnswerError when the host could not give one."""
     deadline = time.monotonic() + policy.wait
-    out = _lock_script(ctx, "take", me)
+    out = _lock_call(ctx, "take", me)
     while not out.get("ok"):
         found = FoundLock.read(ctx.name, out.get("lock") or {})
         if policy.break_stale and found.breakable(policy.stale_after):
             on_break(found)
-            out = _lock_script(ctx, "break", me, "--expect", found.sha256)
+            out = _lock_call(ctx, "break", me, found.sha256)
             continue
         if time.monotonic() >= deadline:
             raise _refusal(found, policy)
         time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
-        out = _lock_script(ctx, "take", me)
+        out = _lock_call(ctx, "take", me)
     try:
         return _host_id(ctx.name, out)
     except HostAnswerError:  # taken, but this machine cannot be told apart: given back
@@ -255,14 +263,14 @@ def same_machines(ids: dict[str, str]) -> dict[str, str]:
 
 def refresh_host_lock(ctx: HostContext, me: Holder) -> FoundLock | None:
     """Rewrite our lock's heartbeat; the other holder's lock when ours was broken and taken."""
-    out = _lock_script(ctx, "refresh", me)
+    out = _lock_call(ctx, "refresh", me)
     if out.get("ok"):
         return None
     return FoundLock.read(ctx.name, out.get("lock") or {"text": "", "age": 0.0})
 
 
 def release_host_lock(ctx: HostContext, me: Holder) -> None:
-    _lock_script(ctx, "release", me)
+    _lock_call(ctx, "release", me)
 
 
 def lock_order(host: Host) -> tuple[str, int, str]:
@@ -289,6 +297,7 @@ class FleetLocks:
     events: LockEvents
     held: dict[str, HostContext] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)  # unreachable -> its failure's kind
     ids: dict[str, str] = field(default_factory=dict)  # entry -> its machine's host id
     refused: dict[str, str] = field(default_factory=dict)  # one machine under two entries
     lost: set[str] = field(default_factory=set)
@@ -353,7 +362,8 @@ class FleetLocks:
         return None
 
     def _unreachable(self, name: str, error: RolloutError) -> None:
-        self.unreachable[name] = f"{type(error).__name__}: {error}"
+        self.unreachable[name] = str(error)
+        self.kinds[name] = error.kind
         self.events.unreachable(name, self.unreachable[name])
 
     def beat(self) -> None:

@@ -18,6 +18,7 @@ class HostOutcome:
     release: str | None = None
     steps: dict[str, str] = field(default_factory=dict)
     busy: bool = False  # skipped untouched: work in flight at the deadline (not a failure)
+    kind: str = ""  # the failure's kind in rollout.failures.FAILURES, "" for none
 
     @property
     def succeeded(self) -> bool:
@@ -47,7 +48,7 @@ def host_end(bus: EventBus, outcome: HostOutcome, cause: str | None = None) -> H
         host=outcome.host,
         status=outcome.status,
         reason=outcome.reason,
-        data={"release": outcome.release, "cause": cause},
+        data={"release": outcome.release, "cause": cause, "kind": outcome.kind or None},
     )
     return outcome
 

@@ -18,6 +18,7 @@ from rollout.engine.locks import (
     lock_order,
 )
 from rollout.engine.outcome import HostOutcome, park
+from rollout.failures import host_status
 from rollout.transport.base import Transport
 
 
@@ -69,7 +70,8 @@ class RunLocks:
         if name in locks.refused:  # one machine under two entries: neither is touched
             return HostOutcome(name, "failed", locks.refused[name])
         if name in locks.unreachable:
-            return HostOutcome(name, "unreachable", locks.unreachable[name])
+            kind = locks.kinds.get(name, "")
+            return HostOutcome(name, host_status(kind), locks.unreachable[name], kind=kind)
         if name in locks.lost:
             return HostOutcome(name, "locked", "its lock was broken by another run")
         return None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -168,7 +169,35 @@ def probe(url: str, timeout: float) -> None:
         socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
     except OSError as e:
         raise FetchFailed("unreachable", f"{parts.hostname}:{port} did not accept a "
-                          f"connection within {timeout:g} s: {e}") from e
+                          f"connection within {timeout:g} s: {in_words(e)}") from e
+
+
+def in_words(error: BaseException) -> str:
+    """What went wrong with a connection, in words (as the controller says it,
+    rollout.failures): "connection refused", "timed out", "no such host", "no route to
+    host", "connection reset", "HTTP N"; else the OS's words, never "[Errno N] ..."."""
+    import socket
+
+    code = getattr(error, "code", None)
+    if isinstance(code, int) and hasattr(error, "headers"):  # urllib's HTTPError
+        return f"HTTP {code}"
+    cause = getattr(error, "reason", None)  # urllib's URLError wraps the OS error
+    error = cause if isinstance(cause, BaseException) else error
+    if isinstance(error, socket.gaierror):
+        return "no such host"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, (TimeoutError, socket.timeout)):
+        return "timed out"
+    if isinstance(error, (ConnectionResetError, BrokenPipeError)):
+        return "connection reset"
+    if isinstance(error, OSError) and error.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "no route to host"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    if isinstance(cause, str) and cause:
+        return cause[:200]
+    return type(error).__name__
 
 
 def tether(fd: int) -> None:
@@ -318,7 +347,7 @@ def fetch_file(
                     os.unlink(path)  # no size to resume against: from the start
             if attempt == retries:
                 kind = "interrupted" if out["answered"] else "unreachable"
-                raise FetchFailed(kind, f"{url}: {getattr(e, 'reason', e)}") from e
+                raise FetchFailed(kind, f"{url}: {in_words(e)}") from e
         else:
             if _size(path) >= want or size is None:
                 wrong = problem(path, digest, size)

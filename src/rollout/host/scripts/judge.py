@@ -114,8 +114,6 @@ def drain(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:
     outcome = out.get("outcome")
     if outcome == "kept":
         return "skipped", _text(out.get("reason")) or "nothing was stopped", _data(out)
-    if outcome in ("no-script", "silent"):
-        return "failed", _text(out.get("reason")) or str(outcome), _data(out)
     if outcome != "drained":
         return "failed", drain_failure(out), _data(out)
     note = f"; {_text(out.get('zombie_note'))}" if out.get("zombie_note") else ""

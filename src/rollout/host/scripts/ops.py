@@ -27,13 +27,16 @@ from typing import Any
 # isort: off
 from rollout.host.scripts.actions.spec import action, misfit, spec_of  # inlined on hosts
 from rollout.host.scripts.actions.base import POLL, STOPPED, _release_id_ok, _report  # inlined on hosts
-from rollout.host.scripts.actions.hold import drain, drain_args, hold, release_hold, serving, stop  # inlined on hosts
+from rollout.host.scripts.actions.hold import drain, drain_figures, hold, release_hold, serving, stop  # inlined on hosts
 from rollout.host.scripts.actions.current import current_release, point_current, pointed, restore_config  # inlined on hosts
 from rollout.host.scripts.actions.daemon import UNIT, forget_validated, log_tail, owners, register, run_supervisor, start, strangers, wait_ready  # inlined on hosts
 from rollout.host.scripts.actions.proving import ACTIVE, BUDGET_POLL, BUDGET_SETTLE, budget_waiting, executable_problem, job_ids, prove  # inlined on hosts
 from rollout.host.scripts.actions.folders import MAX_NAMES, config_folders, file_sums, identities, make_folder, remove_files  # inlined on hosts
 from rollout.host.scripts.actions.release import install_release, prune, pull_folder, read_release, remove_partial, staging_survey, unstage  # inlined on hosts
 from rollout.host.scripts.actions.reads import c1_probe, cpu_info, file_present, gpus, input_check, ldd, params_probe, pce_sizes, probe, stage_input  # inlined on hosts
+from rollout.host.scripts.actions.lock import lock  # inlined on hosts
+from rollout.host.scripts.actions.files import check_root, copy_file, write_file  # inlined on hosts
+from rollout.host.scripts.actions.facts import facts  # inlined on hosts
 from rollout.host.scripts.actions.work import cordon, cordoned, jobs_in_flight, uncordon, user_command, work  # inlined on hosts
 # isort: on
 
@@ -67,7 +70,8 @@ ACTIONS = {f.__name__: f for f in (hold, release_hold, stop, drain, point_curren
                                    register, config_folders, remove_files, identities,
                                    file_sums, read_release, install_release, staging_survey,
                                    unstage, pull_folder, cpu_info, gpus, ldd,
-                                   file_present, params_probe, pce_sizes, c1_probe, batch)}
+                                   file_present, params_probe, pce_sizes, c1_probe, lock, write_file, facts,
+                                   copy_file, check_root, batch)}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,11 @@
 """Stop and hold: the hold the supervisor obeys, the stop of our daemon (or the adoption of
-one it did not start) and drain.py's rule after it."""
+one it did not start) and the drain after it (its rule: actions/drain.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal as signals
-import sys
 import time
 from typing import Any
 
@@ -15,6 +14,7 @@ from typing import Any
 from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_daemon, is_cuzk_daemon, proc_cmdline, proc_starttime, proc_state, read_pidfile, safe_append, safe_mkdir, safe_open, safe_remove  # inlined on hosts
 from rollout.host.scripts.actions.base import POLL, _number, _report, _state_dir  # inlined on hosts
 from rollout.host.scripts.actions.spec import action  # inlined on hosts
+from rollout.host.scripts.actions.drain import DrainPaths, Figures, record, wait_drained  # inlined on hosts
 # isort: on
 
 # ---------------------------------------------------------------- the hold
@@ -188,21 +188,6 @@ def _stop(root: str, sig: str, grace: float, adopt_pid: int, adopt_starttime: in
 # ---------------------------------------------------------------- drain (drain.py's rule)
 
 
-def drain_args(root: str, pid: int, starttime: int | None,
-               settings: dict[str, Any] | None) -> list[str]:
-    """drain.py's arguments: the settings as the controller computed them (deadline,
-    plateau, zombie grace, and the budget rule's figure: an int, else none)."""
-    args = ["--root", root, "--pid", str(pid)]
-    args += ["--starttime", str(starttime)] if starttime is not None else []
-    given = settings if isinstance(settings, dict) else {}
-    for key in ("deadline", "plateau", "zombie_grace"):
-        if _number(given.get(key)):
-            args += [f"--{key.replace('_', '-')}", repr(float(given[key]))]
-    if isinstance(given.get("budget"), int) and not isinstance(given.get("budget"), bool):
-        args += ["--budget", str(given["budget"])]  # bytes, as the controller decided them
-    return args
-
-
 def _dead_daemon(root: str, proc: str) -> tuple[int, int | None]:
     """(pid, start time) of the daemon daemon.pid names while it is a zombie (stopped, not
     yet reaped); (0, None) otherwise."""
@@ -214,47 +199,41 @@ def _dead_daemon(root: str, proc: str) -> tuple[int, int | None]:
 
 
 @action(
-    "root:str script:str pid:int starttime:int? settings:obj? keep_release:str? proc:str",
+    "root:str script:str? pid:int starttime:int? settings:obj? keep_release:str? proc:str",
     "pid:int starttime:int drained_by:str? state_at_start:str? state:str died_at:float? "
     "zombie_seen:bool zombie_secs:float reaped_at:float? zombie_note:str? "
     "memory_back_at:float? memory:obj working_set:int? page_cache:int? budget:int? "
     "baseline:int? plateau_secs:float flushed_dirty:int? plateau:float holders:obj? "
     "samples:list started:float ended:float",
-    "kept no-script silent drained deadline plateau"
+    "kept drained deadline plateau"
 )
-def drain(root: str, script: str, pid: int = 0, starttime: int | None = None,
+def drain(root: str, script: str | None = None, pid: int = 0, starttime: int | None = None,
           settings: dict[str, Any] | None = None, keep_release: str | None = None,
           proc: str = "/proc") -> dict[str, Any]:
-    """drain.py's rule, run from `script` (the drain script the controller left on the
-    host): the stopped daemon (pid 0: the zombie daemon.pid names, if any) is gone and its
-    memory back. `settings`: as the controller computed them. drain.py's own report, its
-    outcome "drained" or why not; "kept" where a daemon of keep_release runs (nothing
-    was stopped)."""
-    import subprocess
-
+    """The drain's rule (actions/drain.py), run here: the stopped daemon (pid 0: the zombie
+    daemon.pid names, if any) is gone and its memory back; recorded in drains.jsonl.
+    `settings`: as the controller computed them (deadline, plateau, zombie_grace, budget).
+    "kept" where a daemon of keep_release runs (nothing was stopped). `script`: ignored
+    (the path of drain.py an older run's guard still passes)."""
     kept = serving(root, keep_release, proc) if keep_release else None
     if kept:
         return _report("kept", f"daemon {kept[0]} runs release {keep_release}: nothing was "
                        "stopped", pid=kept[0])
-    if not os.path.isfile(script) or os.path.islink(script):
-        return _report("no-script", f"no drain script at {script}")
     if not pid:
         pid, starttime = _dead_daemon(root, proc)
-    given = settings if isinstance(settings, dict) else {}
-    deadline = float(given["deadline"]) if _number(given.get("deadline")) else 600.0
-    p = subprocess.run([sys.executable or "python3", script,
-                        *drain_args(root, pid, starttime, given)], stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=deadline + 60, check=False)
-    lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
-    try:
-        out = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        out = None
-    if not isinstance(out, dict) or not out.get("outcome"):
-        return _report("silent", f"drain.py said nothing (exit {p.returncode}): "
-                       f"{p.stderr.decode('utf-8', 'replace')[-300:]}")
+    out = wait_drained(root, pid, starttime, drain_figures(settings), DrainPaths(proc=proc))
+    record(root, out)
     return out
 
+
+def drain_figures(settings: dict[str, Any] | None) -> Figures:
+    """The drain's figures from the controller's settings; a missing or bad one: default."""
+    given = settings if isinstance(settings, dict) else {}
+    numbers = {k: float(given[k]) for k in ("deadline", "plateau", "zombie_grace")
+               if _number(given.get(k))}
+    budget = given.get("budget")
+    whole = isinstance(budget, int) and not isinstance(budget, bool)
+    return Figures(budget if whole else None, **numbers)
 
 
 def serving(root: str, release: str, proc: str = "/proc") -> tuple[int, int, str] | None:
