@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rollout import lab
-from rollout.steps.preflight import SPACE_MARGIN
+from rollout.steps.kinds.preflight import SPACE_MARGIN
 
 from .conftest import LabFleet
 from .rollout_helpers import (

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from rollout.config.inventory import Host, load_inventory
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.config.steps import StepSpec
 from rollout.engine.hostplan import decide_and_apply
 from rollout.host.layout import Layout
 from rollout.host.scripts import bootstrap
 from rollout.steps.base import HostContext
+from rollout.steps.kinds import load_playbook
 from rollout.transport.base import RunResult, Stream, script_command
 from rollout.transport.ssh import SshTransport
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from rollout.config.inventory import Host
-from rollout.config.playbook import LAB_PLAYBOOK, Playbook, load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, Playbook, parse_set_options
 from rollout.host.layout import Layout
 from rollout.jsontypes import JSON
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release
+from rollout.steps.kinds import load_playbook
 from rollout.transport.agent import HostAgent, agent_command
 from rollout.transport.base import RunResult, Transport
 from rollout.transport.local import LocalTransport

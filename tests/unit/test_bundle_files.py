@@ -20,7 +20,7 @@ from rollout.errors import StepFailed, UserError
 from rollout.host.layout import Layout
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
-from rollout.steps.release import upload
+from rollout.steps.kinds.upload import apply as upload
 from rollout.transport.base import LocalFile, Progress
 
 BENCH = b"bench-" * 1000

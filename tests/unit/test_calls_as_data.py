@@ -14,13 +14,13 @@ from contexts import settings_for, small_host
 from test_engine import NEW, OLD, Fleet, _plan_of
 
 from rollout.commands.dryrun import call_line, describe
-from rollout.config.steps import StopParams
 from rollout.engine.guard import rollback_recipe
-from rollout.engine.hostplan import BACK_ON, LOST, HostPlan, PlannedStep
+from rollout.engine.hostplan import LOST, HostPlan, PlannedStep
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
-from rollout.steps.daemon import stop_action
 from rollout.steps.decision import Action, Call, Phase, Release, Target
+from rollout.steps.kinds import UNDONE
+from rollout.steps.kinds.stop import StopParams, stop_action
 
 
 def plan_on(previous: str | None) -> HostPlan:
@@ -46,7 +46,7 @@ def test_the_guard_recipe_is_the_controllers_rollback_actions_serialised(
     assert json.loads(json.dumps(recipe)) == recipe  # plain data
 
 
-@pytest.mark.parametrize("kind", BACK_ON)
+@pytest.mark.parametrize("kind", UNDONE)
 def test_each_rollback_kind_calls_what_the_guard_needs_to_act_alone(kind: str) -> None:
     plan = plan_on(OLD)
     calls = {e["step"]: e["calls"] for e in rollback_recipe(plan)["started"]["calls"]}[kind]

@@ -16,10 +16,10 @@ from rollout.cli import rollout_tasks
 from rollout.commands import app
 from rollout.config import retired
 from rollout.config.inventory import Host
-from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import DEFAULT_PLAYBOOK, parse_set_options
 from rollout.config.sections import Retired
 from rollout.errors import ConfigError, UserError
-from rollout.steps import preflight
+from rollout.steps.kinds import load_playbook, preflight
 
 PLAYBOOK = """\
 name: plain

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from rollout.config import cuda
-from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook
+from rollout.config.playbook import DEFAULT_PLAYBOOK
 from rollout.errors import ConfigError
+from rollout.steps.kinds import load_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,13 +18,14 @@ from fakehost import STAGING, FakeHost, sha
 
 from rollout.commands.dryrun import print_host_plans
 from rollout.config.inventory import Host, Inventory
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
 from rollout.engine.hostplan import digest_paths, plan_host
 from rollout.engine.plan import Plan, make_plan, new_run_id
 from rollout.engine.run import Engine, EngineOptions, RunSummary
 from rollout.output.events import Event, EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Artifact, Phase, Release
+from rollout.steps.kinds import load_playbook
 
 OLD, NEW = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
 OLDER = ("111111111111", "222222222222", "333333333333")

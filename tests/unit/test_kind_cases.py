@@ -1,8 +1,8 @@
 """Every host step kind's decision as data, in the style of pyinfra's operation fixtures
 (tests/test_operations.py): each file under cases/<kind>/ gives a host's facts, the playbook,
 the release and the kind's params, and expects what the kind's pure decide returns for them.
-The kinds are those of rollout.steps.HOST_STEPS, each called through that table; a case is
-found by its folder alone.
+The kinds are those of rollout.steps.kinds.KINDS, each called as KINDS[kind].decide; a case
+is found by its folder alone, and every kind must have cases.
 
 A case (YAML):
 - `description`: one line.
@@ -13,10 +13,11 @@ A case (YAML):
 - `playbook`: merged over a minimal playbook; `host_vars`: the host's inventory vars.
 - `release`: {id, artifacts: [{name, sha256, size}]}, or absent (a single step); `pending`:
   the dry run's release of a build not made yet.
-- `params`: the kind's params, checked by rollout.config.steps.PARAMS.
+- `params`: the kind's params, checked by its model (KINDS[kind].params).
 - `expect`: `decision` (skip | act | fail: an Action with `fails` | raises: decide raises
-  StepFailed | invalid: PARAMS refuses the params), `summary` (the summary, skip reason or
-  error, exactly) or `summary_has` (fragments), and optionally `fails`, `data` (a skip's),
+  StepFailed | invalid: the kind's model refuses the params), `summary` (the summary, skip reason or
+  error, exactly) or `summary_has` (fragments), and optionally `fails` (or `fails_has`:
+  fragments of it), `data` (a skip's),
   `detail` (the action's detail: its value, or some of its fields) and `calls`.
 - `xfail`: why the case shows a known fault (the test then expects it to fail).
 """
@@ -36,14 +37,14 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from rollout.config.playbook import load_playbook
-from rollout.config.steps import PARAMS, StepKind, SuperviseParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.host.scripts import script_text
-from rollout.steps import HOST_STEPS, config, daemon
+from rollout.steps import config
 from rollout.steps.decision import Action, Artifact, Decision, Release, Skip, Target
+from rollout.steps.kinds import KINDS, load_playbook, supervise
+from rollout.steps.kinds.supervise import SuperviseParams
 
 CASES = Path(__file__).parent / "cases"
 BASE_FACTS = CASES / "facts-base.yaml"
@@ -51,12 +52,13 @@ MINIMAL_PLAYBOOK: dict[str, Any] = {"name": "kind cases",
                                     "steps": [{"name": "preflight", "kind": "preflight"}]}
 CASE_KEYS = {"description", "facts", "playbook", "host_vars", "release", "pending", "params",
              "expect", "xfail"}
-EXPECT_KEYS = {"decision", "summary", "summary_has", "fails", "data", "detail", "calls"}
+EXPECT_KEYS = {"decision", "summary", "summary_has", "fails", "fails_has", "data", "detail",
+               "calls"}
 DECISIONS = ("skip", "act", "fail", "raises", "invalid")
 DIGEST_MARK = "@sha256:"
 WRITTEN: dict[str, Callable[[HostFacts, Target, BaseModel], str]] = {
     "supervisor": lambda facts, target, params: script_text("supervisor"),
-    "supervisor_conf": lambda facts, target, params: daemon.supervisor_conf(
+    "supervisor_conf": lambda facts, target, params: supervise.supervisor_conf(
         target, params if isinstance(params, SuperviseParams) else SuperviseParams()),
     "config": lambda facts, target, params: config.render(facts, target).text,
 }
@@ -70,7 +72,7 @@ class CaseError(Exception):
 
 
 def case_paths() -> list[Path]:
-    return [p for kind in HOST_STEPS for p in sorted((CASES / kind).glob("*.yaml"))]
+    return [p for kind in KINDS for p in sorted((CASES / kind).glob("*.yaml"))]
 
 
 def read_yaml(path: Path) -> Any:
@@ -192,6 +194,8 @@ def check_decision(decision: Decision, expect: dict[str, Any]) -> None:
     check_text(text, expect)
     if "fails" in expect:
         assert isinstance(decision, Action) and decision.fails == expect["fails"]
+    for fragment in expect.get("fails_has", []):
+        assert isinstance(decision, Action) and fragment in str(decision.fails)
     if "data" in expect:
         assert isinstance(decision, Skip) and plain(decision.data) == expect["data"]
     if "detail" in expect:
@@ -208,13 +212,13 @@ def check_text(text: str, expect: dict[str, Any]) -> None:
 
 
 def run_case(path: Path, tmp: Path) -> None:
-    """Build the case, call its kind's decide through HOST_STEPS, compare."""
+    """Build the case, call its kind's decide (KINDS[kind].decide), compare."""
     kind = path.parent.name
     case = load_case(path)
     expect = case["expect"]
-    decide, _ = HOST_STEPS[kind]
+    decide = KINDS[kind].decide
     try:
-        params = PARAMS[StepKind(kind)].model_validate(case.get("params", {}))
+        params = KINDS[kind].params.model_validate(case.get("params", {}))
     except ValidationError as exc:
         assert expect["decision"] == "invalid", f"{path}: params refused: {exc}"
         check_text(str(exc), expect)
@@ -244,8 +248,8 @@ def test_kind_case(path: Path, tmp_path: Path) -> None:
 
 
 def test_every_host_kind_has_a_skip_and_an_act_case() -> None:
-    """A kind added to HOST_STEPS without cases fails here; so does a case folder of no kind."""
-    decisions: dict[str, set[str]] = {kind: set() for kind in HOST_STEPS}
+    """A kind added to KINDS without cases fails here; so does a case folder of no kind."""
+    decisions: dict[str, set[str]] = {kind: set() for kind in KINDS}
     for path in case_paths():
         decisions[path.parent.name].add(load_case(path)["expect"]["decision"])
     lacking = {k: {"skip", "act"} - d - ({"skip"} if k in NEVER_SKIPS else set())
@@ -253,7 +257,7 @@ def test_every_host_kind_has_a_skip_and_an_act_case() -> None:
     assert not any(lacking.values()), f"kinds without these cases: {lacking}"
     assert not any("skip" in decisions[k] for k in NEVER_SKIPS), "drop it from NEVER_SKIPS"
     folders = {p.name for p in CASES.iterdir() if p.is_dir()}
-    assert folders - {"budget"} <= set(HOST_STEPS), folders - set(HOST_STEPS)
+    assert folders - {"budget"} <= set(KINDS), folders - set(KINDS)
 
 
 @pytest.mark.parametrize("text, says", [

@@ -15,10 +15,11 @@ import pytest
 
 import rollout.cli
 from rollout import lab
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook
+from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.lab.fleet import BUSY_SIDECAR, SIDECAR_SETTINGS, _secrets_tar
 from rollout.lab.keys import new_host_key
 from rollout.lab.sidecar import KEYS, _checked
+from rollout.steps.kinds import load_playbook
 
 
 def files_of(archive: bytes) -> dict[str, bytes]:

@@ -9,9 +9,9 @@ import pytest
 from rollout.commands.app import RolloutRequest
 from rollout.commands.rollback import run_fleet_rollback
 from rollout.config.inventory import load_inventory
-from rollout.config.playbook import load_playbook
 from rollout.errors import ConfigError, HostKeyError, Location, StepFailed, UserError
 from rollout.host.layout import Layout, is_release_id
+from rollout.steps.kinds import load_playbook
 from rollout.transport.ssh import SshTransport
 
 PLAYBOOK = """\

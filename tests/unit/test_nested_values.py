@@ -11,10 +11,11 @@ import pytest
 from conftest import CliRunner
 
 from rollout.commands.app import load_fleet
-from rollout.config.playbook import load_playbook, parse_set_options
+from rollout.config.playbook import parse_set_options
 from rollout.config.render import as_condition, evaluate_condition, render_command
 from rollout.errors import ConfigError, UserError
 from rollout.secrets import redact, secret
+from rollout.steps.kinds import load_playbook
 
 PLAYBOOK = """\
 name: test
@@ -164,8 +165,7 @@ def test_an_inventory_var_in_a_commands_program_word_is_refused(tmp_path: Path) 
 def test_the_supervisor_config_never_reads_a_launcher_from_host_vars() -> None:
     from types import SimpleNamespace
 
-    from rollout.config.steps import SuperviseParams
-    from rollout.steps.daemon import supervisor_conf
+    from rollout.steps.kinds.supervise import SuperviseParams, supervisor_conf
 
     host = SimpleNamespace(vars={"daemon_launcher": "sh -c 'touch /tmp/pwned'"})
     settings = load_playbook(builds=False)

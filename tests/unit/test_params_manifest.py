@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from rollout.config.params_manifest import bench_type_asked, files_for, kind, kinds
-from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, parse_set_options
 from rollout.config.playbook_model import Playbook
 from rollout.config.sections import ParamsSpec, parse_size
 from rollout.errors import ConfigError
+from rollout.steps.kinds import load_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 POREP = "v28-stacked-proof-of-replication-merkletree-poseidon_hasher-8-8-0-sha256_hasher-82a357d2f2ca81dc61bb45f4a762807aedee1b0a53fd6c4e77b46a01bfef7820"  # noqa: E501

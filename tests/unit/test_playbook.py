@@ -7,11 +7,12 @@ import pytest
 
 from rollout.config.docs import options_markdown
 from rollout.config.inventory import Host
-from rollout.config.playbook import DEFAULT_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import DEFAULT_PLAYBOOK, parse_set_options
 from rollout.config.render import evaluate_condition, render_runtime
 from rollout.config.sections import parse_size
 from rollout.config.steps import FailureClass, RetryPolicy, StepKind
 from rollout.errors import ConfigError, Location, UserError
+from rollout.steps.kinds import HOST_KINDS, load_playbook
 
 PLAYBOOK = """\
 name: test
@@ -342,7 +343,7 @@ def test_parse_size(text: str, size: int) -> None:
 
 
 def test_options_reference_lists_every_option() -> None:
-    text = options_markdown()
+    text = options_markdown(HOST_KINDS)
     for key in (
         "hosts[].host_key_policy",
         "rolling.serial",

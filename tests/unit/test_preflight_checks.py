@@ -8,7 +8,7 @@ from typing import Any
 from contexts import settings_for, small_host
 
 from rollout.host.facts import HostFacts
-from rollout.steps import preflight
+from rollout.steps.kinds import preflight
 
 LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd)
 \tlibcuda.so.1 => not found

@@ -16,12 +16,13 @@ import pytest
 from contexts import AgentTransport, small_host
 
 from rollout.config.params_manifest import all_registered_proofs
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
 from rollout.steps import c1
 from rollout.steps.base import HostContext
-from rollout.steps.preflight import CHECKS, reads_ahead
+from rollout.steps.kinds import load_playbook
+from rollout.steps.kinds.preflight import CHECKS, reads_ahead
 from rollout.steps.preflight_inputs import (
     check_c1_ids,
     check_pce_space,

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rollout.commands.app import load_fleet
-from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK, load_playbook
+from rollout.config.playbook import DEFAULT_PLAYBOOK, LAB_PLAYBOOK
 from rollout.errors import ConfigError
 from rollout.lab.fleet import HOST_MARKER, LabHost, inventory_text
+from rollout.steps.kinds import load_playbook
 
 INSTRUCTIONS = {
     "FROM", "ARG", "ENV", "RUN", "COPY", "ADD", "WORKDIR", "CMD", "ENTRYPOINT", "LABEL",

@@ -19,7 +19,8 @@ import pytest
 from rollout.host.facts import HostFacts
 from rollout.host.scripts import facts as facts_mod
 from rollout.host.scripts import script_text
-from rollout.steps import preflight
+from rollout.host.scripts.actions import facts as facts_rule
+from rollout.steps.kinds import preflight
 
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
@@ -68,7 +69,7 @@ def test_facts_report_the_daemons_parent_chain_and_the_loop(
     assert parent["pid"] == shell.pid and parent["shell"] is True
     assert parent["starts_cuzk"] is True  # its script names cuzk
     assert parent["cmdline"] == f"sh {script}"
-    monkeypatch.setattr(facts_mod, "in_ssh_session", lambda proc, pid: False)
+    monkeypatch.setattr(facts_rule, "in_ssh_session", lambda proc, pid: False)
     assert shell.pid in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set())]
     # a shell the trusted supervisor runs (a launcher) is rollout's own: not a loop
     assert shell.pid not in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set(), os.getpid())]
@@ -81,7 +82,7 @@ def test_a_loop_between_two_restarts_is_found_by_its_script(
     script = tmp_path / "entrypoint.sh"
     script.write_text("while true; do\n  sleep 30\n  ./cuzk -c cuzk.toml\ndone\n")
     shell = subprocess.Popen(["sh", str(script)])
-    monkeypatch.setattr(facts_mod, "in_ssh_session", lambda proc, pid: False)
+    monkeypatch.setattr(facts_rule, "in_ssh_session", lambda proc, pid: False)
     try:
         wait_for(lambda: children(shell.pid))
         loops = facts_mod.cuzk_loops("/proc", set())
@@ -101,6 +102,7 @@ def test_a_script_that_is_a_fifo_is_never_read(tmp_path: Path) -> None:
 
 def daemon(pid: int, *parents: dict[str, Any], supervised: bool = False) -> dict[str, Any]:
     return {"pid": pid, "cmdline": "cuzk-daemon -c /data/zk/cuzk.toml", "supervised": supervised,
+            "starttime": 4242,  # named by its start time: adoptable
             "ancestors": [p["pid"] for p in parents], "parents": list(parents)}
 
 

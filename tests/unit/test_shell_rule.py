@@ -10,11 +10,12 @@ import pytest
 
 from rollout.commands.app import load_fleet
 from rollout.config.inventory import Host
-from rollout.config.playbook import RESERVED_NAMES, load_playbook
+from rollout.config.playbook import RESERVED_NAMES
 from rollout.config.render import render_command
 from rollout.config.sections import ValidateSpec
 from rollout.config.shell_rule import RUNTIME_NAMES, SECTIONS, argv_spelling
 from rollout.errors import ConfigError
+from rollout.steps.kinds import load_playbook
 
 PLAYBOOK = """\
 name: test

@@ -11,14 +11,13 @@ import pytest
 from contexts import AgentTransport
 
 from rollout.config.inventory import Host
-from rollout.config.playbook import load_playbook
 from rollout.engine import run as engine_module
 from rollout.engine.plan import Plan
 from rollout.engine.run import Engine, EngineOptions
 from rollout.output.events import EventBus, StepResult, changed
-from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext, Release
 from rollout.steps.decision import Action, Stopped
+from rollout.steps.kinds import KINDS, load_playbook
 
 PLAYBOOK = """\
 name: test
@@ -60,9 +59,9 @@ def ends(engine: Engine) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    monkeypatch.setitem(HOST_STEPS, "stop", (act, fake_stop))
-    monkeypatch.setitem(HOST_STEPS, "start", (act, boom))
-    return HOST_STEPS
+    monkeypatch.setitem(KINDS, "stop", replace(KINDS["stop"], decide=act, apply=fake_stop))
+    monkeypatch.setitem(KINDS, "start", replace(KINDS["start"], decide=act, apply=boom))
+    return KINDS
 
 
 def test_any_exception_in_a_step_is_that_hosts_failed_step(

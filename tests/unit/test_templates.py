@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from rollout.config.inventory import Host
-from rollout.config.playbook import load_playbook, parse_set_options
+from rollout.config.playbook import parse_set_options
 from rollout.config.render import render_command, render_shell, render_value
 from rollout.errors import ConfigError, Location
+from rollout.steps.kinds import load_playbook
 
 PLAYBOOK = """\
 name: test

@@ -19,7 +19,6 @@ import pytest
 from contexts import AgentTransport, host_context, small_host
 
 from rollout import failpoints
-from rollout.config.steps import SwitchParams
 from rollout.engine.staging import stage, survey
 from rollout.errors import StepFailed
 from rollout.host.layout import Layout
@@ -28,7 +27,9 @@ from rollout.jsontypes import JSON
 from rollout.steps.base import Artifact, HostContext, Release
 from rollout.steps.decision import Action
 from rollout.steps.install import identities_of
-from rollout.steps.release import Switch, switch, switch_calls, upload
+from rollout.steps.kinds.switch import Switch, SwitchParams, switch_calls
+from rollout.steps.kinds.switch import apply as switch
+from rollout.steps.kinds.upload import apply as upload
 from rollout.transport.base import LocalFile, Progress, RunResult, opened, script_command
 from rollout.transport.channel import ChannelOutput, _collect, _stream
 from rollout.transport.local import LocalTransport

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from contexts import host_context, small_host
 
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
 from rollout.errors import ConfigError, StepFailed
 from rollout.host.reports import Job, WorkReport
 from rollout.host.scripts import ops
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Phase
+from rollout.steps.kinds import load_playbook
 from rollout.steps.work import (
     WorkHow,
     before_stop,

@@ -63,7 +63,8 @@ def lab_work() -> tuple[str, str, str]:
     """The lab playbook's cordon and uncordon commands and its work.settle, which rollout
     runs around each host's stop: the floor runs them too (the same steps, the user's own
     commands costing both sides alike)."""
-    from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+    from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
+    from rollout.steps.kinds import load_playbook
 
     work = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(())).work
     return str(work.cordon or ""), str(work.uncordon or ""), f"{float(work.settle):g}"

@@ -1,7 +1,9 @@
 """The options reference (`rollout docs`, docs/options.md), generated from the models
 that validate the files, so that it cannot drift from them.
 
-    python -m rollout.config.docs > docs/options.md
+    rollout docs > docs/options.md
+
+The host step kinds' params come from rollout.steps.kinds (passed in: config is below steps).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from .inventory_file import InventoryFile
-from .playbook import RUNTIME_TEMPLATES, Playbook
+from .playbook import RUNTIME_TEMPLATES, HostKinds, Playbook
 from .sections import RETIRED_KEYS
-from .steps import PARAMS
+from .steps import CONTROLLER_KINDS, NoParams
 
 _INTRO = """\
 # rollout options
@@ -44,12 +46,12 @@ _SCALARS: dict[Any, str] = {str: "string", int: "int", float: "number", bool: "b
 _SCALARS |= {Path: "path", Any: "any"}
 
 
-def options_markdown() -> str:
+def options_markdown(kinds: HostKinds) -> str:
     """The whole reference, as markdown."""
     parts = [_INTRO]
     parts += _file_section("Inventory (fleet.yaml)", InventoryFile, "")
     parts += _file_section("Playbook", Playbook, _PLAYBOOK_NOTES)
-    parts += _params_section()
+    parts += _params_section(kinds)
     parts += _retired_section()
     return "\n".join(parts)
 
@@ -66,18 +68,20 @@ def _retired_section() -> list[str]:
     return [*lines, ""]
 
 
-def _params_section() -> list[str]:
+def _params_section(kinds: HostKinds) -> list[str]:
     """`steps[].params`, per step kind: any other key is an error at load."""
     lines = ["## Step params by kind", "",
              "`steps[].params` takes only the keys of its kind; any other is an error at load.",
              "", "| Kind | Key | Type | Default | Description |",
              "| --- | --- | --- | --- | --- |"]
-    for kind, model in PARAMS.items():
+    every: dict[str, type[BaseModel]] = {**dict.fromkeys(CONTROLLER_KINDS, NoParams),
+                                         **kinds.params}
+    for kind, model in every.items():
         rows = list(_rows(model))
         if not rows:
-            lines.append(f"| `{kind.value}` | | | | {_cell(_doc(model))} |")
+            lines.append(f"| `{kind}` | | | | {_cell(_doc(model))} |")
         for key, type_, default, text in rows:
-            lines.append(f"| `{kind.value}` | `{key}` | {type_} | {default} | {text} |")
+            lines.append(f"| `{kind}` | `{key}` | {type_} | {default} | {text} |")
     return [*lines, ""]
 
 
@@ -161,5 +165,3 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-if __name__ == "__main__":
-    print(options_markdown(), end="")

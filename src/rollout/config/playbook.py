@@ -14,6 +14,7 @@ file. They are checked at load (syntax; names, per host: `playbook_checks`).
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -39,7 +40,15 @@ from .playbook_checks import (
 from .playbook_model import Playbook as Playbook  # re-exported: the playbook load_playbook gives
 from .render import render_tree, resolve_vars
 from .retired import retire_keys
-from .steps import PARAMS, StepSpec, corrected_order, step_order_problem
+from .steps import (
+    CONTROLLER_KINDS,
+    NoParams,
+    Rules,
+    StepSpec,
+    StrictParams,
+    corrected_order,
+    step_order_problem,
+)
 from .yamldepth import MAX_VALUE_DEPTH
 from .yamlfile import (
     MAX_VALUE_NODES,
@@ -77,11 +86,21 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
+class HostKinds:
+    """The host step kinds a playbook is checked against (config is below steps: the caller
+    passes them, rollout.steps.kinds.load_playbook)."""
+
+    params: Mapping[str, type[BaseModel]]  # each kind's params model, in the standard order
+    rules: Rules  # each kind's place in the order
+
+
+@dataclass(frozen=True)
 class PlaybookSource:
     """A parsed playbook file before rendering, kept for per-host rendering."""
 
     doc: YamlDoc
     overrides: Mapping[str, Any]
+    kinds: HostKinds
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Dotted keys set by flags (`--adopt`: `preflight.adopt`), over whatever the playbook
     and its variables say."""
@@ -133,13 +152,17 @@ class PlaybookSource:
         if self.builds and "build" not in data:
             raise ConfigError("missing required key", self.doc.location(("build",)))
         data["vars"] = variables
+        if "steps" not in data:
+            data["steps"] = standard_steps(self.kinds, "build" in root)
         apply_settings(data, self.settings)
         playbook = validate(Playbook, data, self.doc, base_dir=self.doc.base_dir)
-        _check_playbook(playbook, self.doc, self.builds)
+        warnings = _check_playbook(playbook, self.doc, self.builds, self.kinds)
         known = {*variables, *RESERVED_NAMES} if for_host else None
         outside = {n: "--set" if n in self.overrides else "the inventory" for n in fixed_vars}
         check_runtime_templates(playbook, self.doc, known, outside)
-        return _run_order(playbook, self.doc)
+        playbook = _run_order(playbook, self.doc, self.kinds.rules)
+        playbook._warnings = [*warnings, *playbook._warnings]
+        return playbook
 
     def _raw_vars(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
         raw = root.get("vars")
@@ -158,14 +181,24 @@ def load_playbook(
     overrides: Mapping[str, Any] | None = None,
     settings: Mapping[str, Any] | None = None,
     builds: bool = True,
+    *,
+    kinds: HostKinds,
 ) -> Playbook:
-    """Read, render (playbook vars + overrides) and validate a playbook. `settings` (dotted
-    keys a flag sets) win over the playbook; `builds=False` leaves the build section
-    unread (commands that only look at hosts)."""
+    """Read, render (playbook vars + overrides) and validate a playbook, its host steps
+    against `kinds`. `settings` (dotted keys a flag sets) win over the playbook;
+    `builds=False` leaves the build section unread (commands that only look at hosts)."""
     doc = load_yaml(path, "playbook")
     retired = tuple(retire_keys(doc))
-    source = PlaybookSource(doc, dict(overrides or {}), dict(settings or {}), builds, retired)
+    source = PlaybookSource(doc, dict(overrides or {}), kinds, dict(settings or {}), builds,
+                            retired)
     return source.render()
+
+
+def standard_steps(kinds: HostKinds, builds: bool) -> list[dict[str, str]]:
+    """The steps of a playbook without `steps`: build and extract where it has a build
+    section, then one step of each host kind, named after it, in the standard order."""
+    names = [*(CONTROLLER_KINDS if builds else ()), *kinds.params]
+    return [{"name": name, "kind": name} for name in names]
 
 
 def apply_settings(data: dict[str, Any], settings: Mapping[str, Any]) -> None:
@@ -337,22 +370,42 @@ def _is_runtime(path: KeyPath) -> bool:
     return in_step and (path[2:] == ("when",) or path[2:4] == ("params", "command"))
 
 
-def _check_params(playbook: Playbook, doc: YamlDoc) -> None:
-    """Each step's params against its kind's model: a misspelt key names its file:line."""
+def _check_kinds(playbook: Playbook, doc: YamlDoc, kinds: HostKinds) -> None:
+    """Each step's kind is build, extract or a host kind: else its file:line, and the
+    closest kind."""
+    known = [*CONTROLLER_KINDS, *kinds.params]
     for index, step in enumerate(playbook.steps):
-        model = PARAMS[step.kind]
+        if step.kind not in known:
+            close = difflib.get_close_matches(step.kind, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown step kind {step.kind!r}{hint}; expected one of: "
+                              f"{', '.join(map(repr, known))}",
+                              doc.location(("steps", index, "kind")))
+
+
+def _check_params(playbook: Playbook, doc: YamlDoc, kinds: HostKinds) -> list[str]:
+    """Each step's params against its kind's model: a misspelt key names its file:line.
+    The warnings of params that load but do not say what they seem to (file:line: why)."""
+    warnings = []
+    for index, step in enumerate(playbook.steps):
+        model = kinds.params.get(step.kind, NoParams)
+        at = ("steps", index, "params")
         try:
-            model.model_validate(step.params)
+            params = model.model_validate(step.params)
         except ValidationError as exc:
-            raise config_error(exc, model, step.params, doc, ("steps", index, "params")) from None
+            raise config_error(exc, model, step.params, doc, at) from None
+        notes = params.load_warnings() if isinstance(params, StrictParams) else []
+        warnings += [f"{doc.location((*at, key))}: step {step.name!r}: {note}"
+                     for key, note in notes]
+    return warnings
 
 
-def _run_order(playbook: Playbook, doc: YamlDoc) -> Playbook:
+def _run_order(playbook: Playbook, doc: YamlDoc, rules: Rules) -> Playbook:
     """The playbook with its steps in the order they run: an order an earlier release
-    allowed (steps.MOVED_AFTER) corrected, with a warning naming the step's file:line and
+    allowed (KindRule.moved_after) corrected, with a warning naming the step's file:line and
     the fix, kept in the playbook's warnings. Called once every check has read the steps in
     the file's order (their locations are the file's)."""
-    order, moved = corrected_order([(step.name, step.kind) for step in playbook.steps])
+    order, moved = corrected_order([(step.name, step.kind) for step in playbook.steps], rules)
     if not moved:
         return playbook
     fixed = playbook.model_copy(update={"steps": [playbook.steps[i] for i in order]})
@@ -368,9 +421,12 @@ def _moved_warning(doc: YamlDoc, step: StepSpec, anchor: StepSpec, index: int) -
             "will stop loading)")
 
 
-def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
+def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool, kinds: HostKinds
+                    ) -> list[str]:
+    """The checks across steps and sections; the warnings of the steps' params."""
     check_unique_names(doc, "steps", [step.name for step in playbook.steps], "step")
-    _check_params(playbook, doc)
+    _check_kinds(playbook, doc, kinds)
+    warnings = _check_params(playbook, doc, kinds)
     scopes = [step.scope for step in playbook.steps]
     if "host" in scopes and "controller" in scopes[scopes.index("host") :]:
         index = scopes.index("controller", scopes.index("host"))
@@ -379,16 +435,17 @@ def _check_playbook(playbook: Playbook, doc: YamlDoc, builds: bool) -> None:
             doc.location(("steps", index, "kind")),
         )
     steps = [(step.name, step.kind) for step in playbook.steps]
-    order, _ = corrected_order(steps)
-    problem = step_order_problem([steps[i] for i in order])
+    order, _ = corrected_order(steps, kinds.rules)
+    problem = step_order_problem([steps[i] for i in order], kinds.rules)
     if problem is not None:
         raise ConfigError(problem[1], doc.location(("steps", order[problem[0]], "kind")))
     check_files(playbook, doc)
     if not builds:
-        return
+        return warnings
     missing = [n for n in playbook.release.executables if n not in playbook.build.image_paths]
     if missing:
         raise ConfigError(
             f"no image path for executable(s) {', '.join(missing)}",
             doc.location(("build", "image_paths")),
         )
+    return warnings

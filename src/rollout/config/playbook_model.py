@@ -72,7 +72,12 @@ class Playbook(Section):
         default_factory=WorkSpec,
         description="Work in flight before a stop: cordon, the wait and its deadline.",
     )
-    steps: list[StepSpec] = Field(min_length=1, description="The steps, in order.")
+    steps: list[StepSpec] = Field(
+        default_factory=list, min_length=1,
+        description="The steps, in order. Without `steps`: build and extract where there is a "
+        "build section, then one step of each host kind, named after it, in the standard "
+        "order (that of Step params by kind).",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -9,26 +10,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .durations import Seconds
-from .sections import CommandField
 
 
 class StepKind(StrEnum):
+    """The controller's kinds; each host kind is a module of rollout.steps.kinds."""
+
     BUILD = "build"
     EXTRACT = "extract"
-    PREFLIGHT = "preflight"
-    SUPERVISE = "supervise"
-    UPLOAD = "upload"
-    CONFIG = "config"
-    STOP = "stop"
-    DRAIN = "drain"
-    SWITCH = "switch"
-    START = "start"
-    READY = "ready"
-    VALIDATE = "validate"
-    PRUNE = "prune"
 
 
-CONTROLLER_KINDS = frozenset({StepKind.BUILD, StepKind.EXTRACT})
+CONTROLLER_KINDS: tuple[str, ...] = (StepKind.BUILD, StepKind.EXTRACT)
 """Kinds that run once, on the controller, before any host step."""
 
 Scope = Literal["controller", "host"]
@@ -46,11 +37,18 @@ class FailureClass(StrEnum):
     STEP_FAILED = "step_failed"  # the step's check failed (e.g. the proof said FAILED)
 
 
-class _Strict(BaseModel):
+class StrictParams(BaseModel):
+    """A model of params: unknown keys refused, frozen."""
+
+
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
+    def load_warnings(self) -> list[tuple[str, str]]:
+        """(key, why) for each value that loads but does not do what it seems to."""
+        return []
 
-class RetryPolicy(_Strict):
+
+class RetryPolicy(StrictParams):
     """When and how often the engine repeats a failed step (exponential backoff)."""
 
     attempts: int = Field(default=1, ge=1, description="Total attempts, the first one included.")
@@ -82,115 +80,8 @@ class RetryPolicy(_Strict):
         return float(min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1)))
 
 
-class NoParams(_Strict):
+class NoParams(StrictParams):
     """This kind takes no params."""
-
-
-PreflightCheck = Literal[
-    "files", "ownership", "space", "budget", "cpu", "gpus", "executables", "input"
-]
-
-
-class PreflightParams(_Strict):
-    checks: list[PreflightCheck] | None = Field(
-        default=None,
-        description="The checks to run (default: all): files (no link where rollout writes, "
-        "root-owned folders no one else may write), ownership (no daemon the supervisor "
-        "does not own, no stranger on its ports), space, budget, cpu, gpus, executables "
-        "(needs the release on the host: run it again after the upload), input.",
-    )
-
-
-class SuperviseParams(_Strict):
-    launcher: str = Field(
-        default="",
-        description="Command words put before the daemon (`numactl -N 0 --`, or a script "
-        "that ends in `exec \"$@\"`), from the playbook (its vars or --set): an inventory var "
-        "may not set it (refused at load). The supervisor tracks the process that runs the "
-        "daemon's executable: the launcher itself once it execs it, else its nearest "
-        "descendant that does.",
-    )
-
-
-class StopParams(_Strict):
-    signal: str | None = Field(
-        default=None, description="Signal to stop with (daemon.stop_signal)."
-    )
-    grace: ParamSeconds | None = Field(
-        default=None, ge=0, description="Seconds before SIGKILL (daemon.stop_grace)."
-    )
-    force: bool = Field(
-        default=False, description="Stop even when the daemon already runs the release."
-    )
-    work: bool = Field(
-        default=True,
-        description="Cordon and wait for the work in flight before the stop (the `work` "
-        "section); false: stop at once (`rollout stop --force`).",
-    )
-
-
-class DrainParams(_Strict):
-    deadline: ParamSeconds | None = Field(
-        default=None, gt=0, description="daemon.drain.deadline."
-    )
-    plateau: ParamSeconds | None = Field(default=None, gt=0, description="daemon.drain.plateau.")
-    zombie_grace: ParamSeconds | None = Field(
-        default=None, ge=0, description="daemon.drain.zombie_grace."
-    )
-
-
-class SwitchParams(_Strict):
-    restore_config: bool = Field(
-        default=False, description="Also bring back the config the release last ran with."
-    )
-
-
-class StartParams(_Strict):
-    wait: ParamSeconds = Field(
-        default=30, gt=0, description="Seconds for the supervisor to start the daemon."
-    )
-
-
-class ReadyParams(_Strict):
-    timeout: ParamSeconds | None = Field(
-        default=None, gt=0, description="Seconds for the status port (daemon.ready_timeout)."
-    )
-
-
-class ValidateParams(_Strict):
-    command: CommandField | None = Field(
-        default=None,
-        description="Instead of validate.command (a string or an argv list; validate.env "
-        "applies to it too).",
-    )
-    success_pattern: str | None = Field(
-        default=None, description="Instead of validate.success_pattern."
-    )
-    timeout: ParamSeconds | None = Field(
-        default=None, gt=0, description="Seconds for the proof command (validate.timeout)."
-    )
-
-
-class PruneParams(_Strict):
-    keep: int | None = Field(default=None, ge=1, description="Releases kept (release.keep).")
-
-
-PARAMS: dict[StepKind, type[_Strict]] = {
-    StepKind.BUILD: NoParams,
-    StepKind.EXTRACT: NoParams,
-    StepKind.PREFLIGHT: PreflightParams,
-    StepKind.SUPERVISE: SuperviseParams,
-    StepKind.UPLOAD: NoParams,
-    StepKind.CONFIG: NoParams,
-    StepKind.STOP: StopParams,
-    StepKind.DRAIN: DrainParams,
-    StepKind.SWITCH: SwitchParams,
-    StepKind.START: StartParams,
-    StepKind.READY: ReadyParams,
-    StepKind.VALIDATE: ValidateParams,
-    StepKind.PRUNE: PruneParams,
-}
-"""Each kind's params: an unknown or misspelt one is an error at load (file:line:key)."""
 
 
 HOST_PHASES = ("untouched", "stopped", "switched", "started", "validated")
@@ -201,82 +92,61 @@ phase it reached (rollout.engine.hostplan.rollback_plan)."""
 @dataclass(frozen=True)
 class KindRule:
     """Where a host step kind stands in a playbook, and what the engine must know of it.
-    Declared once here (RULES); the engine's tables (rollout.engine.hostplan) derive from it."""
+    Declared in the kind's module (rollout.steps.kinds); the engine's tables derive from it."""
 
     phase: str | None  # the phase the host is in while it runs (None: anywhere)
     enters: str | None = None  # the phase a host is in as soon as an action of it begins
     reaches: str | None = None  # the phase a host reaches when an action of it succeeds
-    needs: tuple[StepKind, ...] = ()  # kinds one of which must come before it
-    after: tuple[StepKind, ...] = ()  # kinds that, where the playbook has them, come before it
+    needs: tuple[str, ...] = ()  # kinds one of which must come before it
+    after: tuple[str, ...] = ()  # kinds that, where the playbook has them, come before it
     changes: bool = False  # it changes what a host runs or holds: preflight guards it
     by_evidence: bool = False  # skipped where the running daemon already passed validation
+    moved_after: str | None = None  # an earlier release let it come before this kind: it
+    # still loads, with a warning, and runs right after the first step of that kind
 
 
-RULES: dict[StepKind, KindRule] = {
-    StepKind.PREFLIGHT: KindRule("untouched"),
-    StepKind.SUPERVISE: KindRule("untouched", changes=True),
-    StepKind.UPLOAD: KindRule("untouched", changes=True),
-    StepKind.STOP: KindRule("stopped", enters="stopped", changes=True),
-    # drain waits for the memory of the daemon the stop stopped (its pid from the stop)
-    StepKind.DRAIN: KindRule("stopped", needs=(StepKind.STOP,), changes=True),
-    # the new config is written only once the old daemon is stopped (the guard armed): a run
-    # refused or lost before the stop leaves the running release's config as it was
-    StepKind.CONFIG: KindRule("stopped", after=(StepKind.STOP,), changes=True),
-    # switch points current at the release the upload put on the host (and verified)
-    StepKind.SWITCH: KindRule("switched", enters="switched", needs=(StepKind.UPLOAD,),
-                              changes=True),
-    StepKind.START: KindRule("started", enters="started", changes=True),
-    # ready waits on the daemon the start saw the supervisor start
-    StepKind.READY: KindRule("started", needs=(StepKind.START,), by_evidence=True),
-    StepKind.VALIDATE: KindRule("validated", reaches="validated", by_evidence=True),
-    StepKind.PRUNE: KindRule(None),
-}
-"""Each host step kind's phase and prerequisites: host steps run in phase order, each after
-a step it needs (checked at load: step_order_problem)."""
+Rules = Mapping[str, KindRule]
+"""Each host kind's rule, by name (rollout.steps.kinds.KINDS gives them)."""
 
 
-def step_order_problem(steps: list[tuple[str, StepKind]]) -> tuple[int, str] | None:
+def step_order_problem(steps: list[tuple[str, str]], rules: Rules) -> tuple[int, str] | None:
     """(the index of the first host step out of order, why), or None when the host steps run
     in phase order and each comes after a step it needs. Controller kinds are not ranked."""
-    seen: list[tuple[str, StepKind]] = []
+    seen: list[tuple[str, str]] = []
     for index, (name, kind) in enumerate(steps):
-        rule = RULES.get(kind)
+        rule = rules.get(kind)
         if rule is None:
             continue
-        early = next((i for i, (_, k) in enumerate(seen) if kind in RULES[k].after), None)
+        early = next((i for i, (_, k) in enumerate(seen) if kind in rules[k].after), None)
         if early is not None:
             other, other_kind = seen[early]
             return _index_of(steps, other), (
                 f"a {other_kind} step must come after the {kind} step {name!r} "
                 f"(host steps run in the order {', '.join(HOST_PHASES)})")
         if rule.needs and not any(k in rule.needs for _, k in seen):
-            wanted = " or ".join(str(k) for k in rule.needs)
+            wanted = " or ".join(rule.needs)
             return index, (f"a {kind} step needs a step of kind {wanted} before it (host steps "
                            f"run in the order {', '.join(HOST_PHASES)})")
-        later = _later_step(rule, seen)
+        later = _later_step(rule, seen, rules)
         if later is not None:
             other, other_kind = later
             return index, (
                 f"a {kind} step (phase {rule.phase}) cannot come after step {other!r} "
-                f"({other_kind}, phase {RULES[other_kind].phase}): host steps run in phase "
+                f"({other_kind}, phase {rules[other_kind].phase}): host steps run in phase "
                 f"order {', '.join(HOST_PHASES)}"
             )
         seen.append((name, kind))
     return None
 
 
-MOVED_AFTER: dict[StepKind, StepKind] = {StepKind.CONFIG: StepKind.STOP}
-"""Orders an earlier release loaded and this one corrects with a warning (deprecated, never
-broken): a step of the kind before the first step of the kind it must follow runs right
-after that step."""
-
-
-def corrected_order(steps: list[tuple[str, StepKind]]) -> tuple[list[int], list[tuple[int, int]]]:
-    """The order the steps run in, as indexes into `steps` (MOVED_AFTER applied), and each
-    step moved: its index and the index of the step it now follows."""
+def corrected_order(steps: list[tuple[str, str]], rules: Rules
+                    ) -> tuple[list[int], list[tuple[int, int]]]:
+    """The order the steps run in, as indexes into `steps` (each rule's moved_after
+    applied), and each step moved: its index and the index of the step it now follows."""
     order = list(range(len(steps)))
     moved: list[tuple[int, int]] = []
-    for kind, anchor in MOVED_AFTER.items():
+    for kind, rule in rules.items():
+        anchor = rule.moved_after
         first = next((i for i in order if steps[i][1] == anchor), None)
         early = [] if first is None else [
             i for i in order[:order.index(first)] if steps[i][1] == kind]
@@ -289,28 +159,30 @@ def corrected_order(steps: list[tuple[str, StepKind]]) -> tuple[list[int], list[
     return order, moved
 
 
-def _index_of(steps: list[tuple[str, StepKind]], name: str) -> int:
+def _index_of(steps: list[tuple[str, str]], name: str) -> int:
     return next(i for i, (n, _) in enumerate(steps) if n == name)
 
 
-def _later_step(rule: KindRule, seen: list[tuple[str, StepKind]]) -> tuple[str, StepKind] | None:
+def _later_step(rule: KindRule, seen: list[tuple[str, str]], rules: Rules
+                ) -> tuple[str, str] | None:
     """The first step seen whose phase comes after `rule`'s."""
     if rule.phase is None:
         return None
     rank = HOST_PHASES.index(rule.phase)
     for name, kind in seen:
-        phase = RULES[kind].phase
+        phase = rules[kind].phase
         if phase is not None and HOST_PHASES.index(phase) > rank:
             return name, kind
     return None
 
 
-class StepSpec(_Strict):
+class StepSpec(StrictParams):
     """One step of the rollout. Steps run in the order given."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="Unique step name.")
-    kind: StepKind = Field(
-        description="What the step does: " + ", ".join(k.value for k in StepKind) + "."
+    kind: str = Field(
+        description="What the step does: build, extract (once, on the controller), or a host "
+        "step kind (see Step params by kind)."
     )
     timeout: Seconds | None = Field(
         default=None,
@@ -326,10 +198,6 @@ class StepSpec(_Strict):
         description="Run the step only when this is true: a bool or a Jinja2 expression, "
         "evaluated at run time (runtime template).",
     )
-
-    def typed_params(self) -> Any:
-        """The params as the kind's model (checked at load: rollout.config.playbook)."""
-        return PARAMS[self.kind].model_validate(self.params)
 
     @property
     def scope(self) -> Scope:

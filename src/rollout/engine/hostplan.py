@@ -13,27 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rollout.config.render import evaluate_condition
-from rollout.config.steps import (
-    PARAMS,
-    RULES,
-    DrainParams,
-    ReadyParams,
-    StartParams,
-    StopParams,
-    ValidateParams,
-)
 from rollout.errors import Location, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.output.events import StepResult, skipped
-from rollout.steps import HOST_STEPS
 from rollout.steps.base import HostContext
-from rollout.steps.daemon import ready_calls, start_calls, stop_action
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
-from rollout.steps.drain import drain_action
-from rollout.steps.release import switch_back
-from rollout.steps.validate import validation_call
+from rollout.steps.kinds import KINDS, UNDONE
 
-# The engine's tables, derived from the one declaration of each kind (config.steps.RULES).
+# The engine's tables, derived from each kind's own declaration (rollout.steps.kinds).
+RULES = {name: kind.rule for name, kind in KINDS.items()}
 PHASE_AT_START = {str(k): Phase[r.enters.upper()] for k, r in RULES.items() if r.enters}
 """The phase a host is in as soon as an action of this kind begins (it may fail half way)."""
 PHASE_AFTER = {str(k): Phase[r.reaches.upper()] for k, r in RULES.items() if r.reaches}
@@ -43,8 +31,6 @@ CHANGING = tuple(str(k) for k, r in RULES.items() if r.changes)
 nothing, and needs no preflight."""
 BY_EVIDENCE = tuple(str(k) for k, r in RULES.items() if r.by_evidence)
 """Kinds a host skips on the evidence that its running daemon already passed validation."""
-BACK_ON = ("stop", "drain", "switch", "start", "ready", "validate")
-"""A rollback's steps, in order; its switch points current back and restores the config."""
 LOST = "controller"
 """The `failed` of rollback_plan for a host whose controller was lost (the guard's plan):
 nothing failed, the controller died."""
@@ -89,7 +75,7 @@ def rollback_plan(
         return RollbackPlan(
             ("stop",), None, "NO PREVIOUS RELEASE to go back to: host left stopped and held", False
         )
-    kinds = tuple(k for k in BACK_ON if not (k == "drain" and failed == "drain"))
+    kinds = tuple(k for k in UNDONE if not (k == "drain" and failed == "drain"))
     return RollbackPlan(kinds, previous, f"rolled back to {previous}, validated", True,
                         release=previous)
 
@@ -120,28 +106,12 @@ class HostPlan:
         return replace(plan, actions=tuple(self.rollback_action(k, plan.to) for k in plan.kinds))
 
     def rollback_action(self, kind: str, to: str | None) -> Action:
-        """One rollback step's action: stop forced, drain with this plan's drain settings
-        and the budget rule's figure from its facts, switch back to `to` with its config,
-        start and ready with the playbook's settings, validate proving `to` with this
-        plan's validation (its command rendered for `to`; never a bench not on the host)."""
-        target = self.target
-        if kind == "stop":
-            return stop_action(HostFacts(), target, StopParams(force=True, work=False))
-        if kind == "drain":
-            return drain_action(target, self.params("drain", DrainParams()), self.facts.memory)
-        if kind == "switch":  # rollback_plan names `to` for every plan that switches
-            return switch_back(target, str(to))
-        if kind == "start":
-            return Action("rollback start", StartParams(), calls=start_calls(target, StartParams()))
-        if kind == "ready":
-            seconds = float(target.settings.daemon.ready_timeout)
-            return Action("rollback ready", ReadyParams(), calls=ready_calls(target, seconds))
-        params = self.params("validate", ValidateParams())
-        try:
-            calls = (validation_call(target, params, to, require_executable=True),)
-        except RolloutError as e:  # the validate step fails the same way
-            return Action(f"rollback {kind}", params, fails=str(e))
-        return Action(f"rollback {kind}", params, calls=calls)
+        """One rollback step's action, as its kind declares it (Kind.undo), with the params
+        of this plan's step of that kind (the kind's defaults where none acts)."""
+        undo = KINDS[kind].undo
+        if undo is None:  # rollback_plan names only kinds with an undo
+            raise ValueError(f"a rollback never runs {kind}")
+        return undo(self.target, self.facts, self.params(kind, KINDS[kind].params()), to)
 
     def params(self, kind: str, default: Any) -> Any:
         """The params this plan's step of `kind` acts with (the default where none acts)."""
@@ -189,8 +159,8 @@ def decide_step(
         context = target.template_context()
         if not evaluate_condition(spec.when, context, where(spec) if where else None):
             return Skip(f"when: {spec.when} is false"), True
-        decide, _ = HOST_STEPS[kind]
-        return decide(facts, target, PARAMS[spec.kind].model_validate(spec.params)), False
+        step = KINDS[kind]
+        return step.decide(facts, target, step.params.model_validate(spec.params)), False
     except Exception as e:  # noqa: BLE001 - it is the step's failure, not the run's
         return Action(kind, fails=failure_reason(e)), False
 
@@ -261,9 +231,8 @@ def apply(ctx: HostContext, kind: str, decision: Decision) -> StepResult:
         return skipped(decision.reason, **decision.data)
     if decision.fails:
         raise StepFailed(decision.fails, retryable=False)
-    _, act = HOST_STEPS[kind]
     try:
-        return act(ctx, decision)
+        return KINDS[kind].apply(ctx, decision)
     finally:
         ctx.state.facts = None  # an action may change the host: later ones read it afresh
 

@@ -75,7 +75,7 @@ class Plan:
             "controller": self.controller,
             "batches": self.batches,
             "steps": [
-                {"name": s.name, "kind": s.kind.value, "scope": s.scope}
+                {"name": s.name, "kind": s.kind, "scope": s.scope}
                 for s in self.playbook.steps
             ],
         }

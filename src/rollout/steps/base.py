@@ -7,12 +7,14 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
 from rollout.config.inventory import Host
 from rollout.config.playbook import Playbook
 from rollout.config.render import Command, render_command
+from rollout.config.steps import KindRule
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.layout import Layout, q
@@ -230,5 +232,21 @@ def _read_key(action: str, kwargs: JSONObject) -> str:
 
 
 Apply = Callable[[HostContext, Action], StepResult]
-Decide = Callable[[HostFacts, Target, BaseModel], Decision]
-"""A step kind's decide, its params checked (rollout.steps.decided)."""
+Decide = Callable[[HostFacts, Target, Any], Decision]
+"""A step kind's decide: from the host's facts, the target and the kind's params."""
+Undo = Callable[[Target, HostFacts, Any, "str | None"], Action]
+"""How a kind runs in a rollback: (target, the plan's facts, the params of the plan's step
+of this kind or the kind's defaults, the release to go back to) -> its action and calls."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A host step kind, declared once in its module (rollout.steps.kinds.<name>)."""
+
+    name: str
+    params: type[BaseModel]  # its params, checked at load (file:line:key)
+    rule: KindRule  # its place in the order, and what the engine must know of it
+    place: int  # its place in the standard order (a playbook without steps)
+    decide: Decide
+    apply: Apply
+    undo: Undo | None = None  # None: a rollback never runs it

@@ -5,26 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rollout.config.render import Command, render_command
-from rollout.config.steps import ValidateParams
 from rollout.errors import StepFailed
-from rollout.host.facts import HostFacts
 from rollout.host.layout import is_release_id
 from rollout.host.reports import BudgetWait, InputReport, ProbeReport, ProveReport, Report
 from rollout.jsontypes import JSONObject
-from rollout.output.events import StepResult, ok
-from rollout.secrets import tail
-from rollout.steps.base import HostContext, judged
-from rollout.steps.budget_wait import budget_wait_failure, watch_for
-from rollout.steps.daemon import already_validated, status_url
-from rollout.steps.decision import Action, Call, Decision, Release, Target
-from rollout.steps.identity import check_ports, ports_query
+from rollout.steps.base import HostContext
+from rollout.steps.budget_wait import watch_for
+from rollout.steps.daemon import status_url
+from rollout.steps.decision import Call, Release, Target
+from rollout.steps.identity import ports_query
 from rollout.steps.proof_budget import budget_too_small, budget_total
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
@@ -138,7 +133,18 @@ def prove_call(target: Target, command: str, seconds: float, pattern: str = "",
     }, seconds + float(KILL_AFTER) + 30)
 
 
-def validation_call(target: Target, params: ValidateParams, release_id: str | None,
+class ProofParams(Protocol):
+    """A validate step's own proof settings (its params), over validate.*."""
+
+    @property
+    def command(self) -> Command | None: ...
+    @property
+    def success_pattern(self) -> str | None: ...
+    @property
+    def timeout(self) -> float | None: ...
+
+
+def validation_call(target: Target, params: ProofParams, release_id: str | None,
                     require_executable: bool = False) -> Call:
     """The proof a validate step makes: its own command rendered for `release_id` (None:
     whatever current points at), its pattern and timeout over the playbook's."""
@@ -207,58 +213,3 @@ def fail_if_budget_too_small(status: dict[str, Any] | None, kind: str | None) ->
     if cause is not None:
         raise StepFailed(f"validation cannot run: {cause}", retryable=False,
                          data={"budget_total": budget_total(status), "proof_kind": kind})
-
-
-def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision:
-    skip = already_validated(facts, target)
-    if skip is not None:
-        return skip
-    pattern = params.success_pattern or target.settings.validation.success_pattern
-    return Action(f"run the validation proof; success is a line matching {pattern!r}", params,
-                  calls=(validation_call(target, params, target.release_id),))
-
-
-def validate(ctx: HostContext, action: Action) -> StepResult:
-    """Two round trips: the input check, /status and the ports' owners; then the action's
-    proof, bounded, with the evidence written where it passed (and /status again if it
-    hung). The controller decides from what they return, by the one judge."""
-    spec = ctx.settings.validation
-    seen = probe(ctx)
-    check_ports(ctx, seen.status, seen.owners)  # the proof must reach the daemon started
-    fail_if_budget_too_small(seen.status, spec.proof_kind)
-    staged = ensure_input(ctx, seen.input)  # (never staged for a daemon not running)
-    counters = (seen.status or {}).get("counters")
-    before = counters if isinstance(counters, dict) else None
-    record, evidence = evidence_doc(ctx)
-    call = action.calls[-1].plus(record=record)
-    proof = run_proof(ctx, call)
-    r = proof.result
-    output = tail(r.stdout + r.stderr, 4000)
-    if proof.budget_wait is not None:
-        raise budget_wait_failure(proof.budget_wait, spec.proof_kind, output)
-    if proof.hung:
-        counters = (proof.status_after or {}).get("counters")
-        after = counters if isinstance(counters, dict) else None
-        seconds = call.kwargs.get("timeout")
-        raise StepFailed(
-            f"validation hung (no result in {seconds:g} s): killed; daemon counters "
-            f"before {before}, after {after}",
-            retryable=False,
-            output=output,
-            data={"hung": True, "timeout": seconds, "counters_before": before,
-                  "counters_after": after},
-        )
-    try:
-        result = judged("validate", [call], [proof.report], output=output)
-    except StepFailed:
-        if proof.recorded:  # the verdict is the controller's: no evidence of a failed proof
-            ctx.call("forget_validated", root=ctx.layout.root)
-        raise
-    job = re.search(r"^job_id:\s*(\S+)", r.stdout, re.MULTILINE)
-    if record and not proof.recorded:  # the host's python read the pattern otherwise
-        record_evidence(ctx, record)
-    return ok(
-        f"{result.reason} ({staged}; {evidence})",
-        job_id=job.group(1) if job else None,
-        output_tail=tail(output, 1000),
-    )

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout.config.steps import DrainParams
+from pydantic import Field
+
+from rollout.config.steps import KindRule, ParamSeconds, StrictParams
 from rollout.host.facts import HostFacts, MemoryFacts
 from rollout.output.events import StepResult
-from rollout.steps.base import HostContext, judged
+from rollout.steps.base import HostContext, Kind, judged
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.daemon import serving
 from rollout.steps.decision import Action, Call, Decision, Skip, Stopped, Target
+
+
+class DrainParams(StrictParams):
+    deadline: ParamSeconds | None = Field(
+        default=None, gt=0, description="daemon.drain.deadline."
+    )
+    plateau: ParamSeconds | None = Field(default=None, gt=0, description="daemon.drain.plateau.")
+    zombie_grace: ParamSeconds | None = Field(
+        default=None, ge=0, description="daemon.drain.zombie_grace."
+    )
 
 
 @dataclass(frozen=True)
@@ -89,3 +101,14 @@ def _drain(ctx: HostContext, call: Call, kwargs: dict[str, object]) -> dict[str,
     args += ["--budget", given["budget"]] if "budget" in given else []
     _, out = ctx.script("drain", *args, timeout=call.timeout)
     return out if isinstance(out, dict) else {}
+
+
+def undo(target: Target, facts: HostFacts, params: DrainParams, to: str | None) -> Action:
+    """A rollback's drain: this plan's drain settings, the budget from its facts."""
+    return drain_action(target, params, facts.memory)
+
+
+KIND = Kind("drain", DrainParams,
+            # drain waits for the memory of the daemon the stop stopped (its pid from the stop)
+            KindRule("stopped", needs=("stop",), changes=True), place=50,
+            decide=decide, apply=apply, undo=undo)

@@ -11,20 +11,45 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
-from rollout.config.steps import PreflightParams
+from pydantic import Field
+
+from rollout.config.steps import KindRule, StrictParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, Parent, ProcessFacts
 from rollout.host.reports import CommandReport, OutputsReport, Report, TextReport
 from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, ok
-from rollout.steps.base import HostContext
+from rollout.steps.base import HostContext, Kind
 from rollout.steps.budget import BudgetRule, decide_budget
+from rollout.steps.daemon import cannot_adopt
 from rollout.steps.decision import Action, Decision, Target
 from rollout.steps.params import check_params, probe_reads
 from rollout.steps.preflight_inputs import c1_reads, check_c1_ids, check_pce_space, pce_reads
 from rollout.steps.validate import ensure_input, input_reads
 from rollout.units import format_size
+
+PreflightCheck = Literal[
+    "files", "ownership", "space", "budget", "cpu", "gpus", "executables", "input"
+]
+
+
+class PreflightParams(StrictParams):
+    checks: list[PreflightCheck] | None = Field(
+        default=None,
+        description="The checks to run (default: all): files (no link where rollout writes, "
+        "root-owned folders no one else may write), ownership (no daemon the supervisor "
+        "does not own, no stranger on its ports), space, budget, cpu, gpus, executables "
+        "(needs the release on the host: run it again after the upload), input.",
+    )
+
+    def load_warnings(self) -> list[tuple[str, str]]:
+        if self.checks == []:
+            return [("checks", "an empty list runs every check; name at least one check, or "
+                               "remove the step (an empty list will stop loading)")]
+        return []
+
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
@@ -208,6 +233,9 @@ def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> lis
         held = [str(port) for port, owners in sorted(facts.port_owners.items())
                 if any(o.pid == p.pid for o in owners)]
         ports = f"holding port(s) {', '.join(held)}" if held else "holding none of its ports"
+        if adopt and p.starttime is None:  # the stop refuses it the same way
+            problems.append(cannot_adopt(p))
+            continue
         if adopt:
             notes.append(f"will adopt daemon {p.describe()}, {ports}")
             continue
@@ -347,3 +375,7 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)
     return ok("; ".join(notes))
+
+
+KIND = Kind("preflight", PreflightParams, KindRule("untouched"), place=10, decide=decide,
+            apply=apply)
