@@ -22,11 +22,12 @@ from rollout.cli import namespace
 from rollout.cli.shortflags import SHORT_FLAGS
 from rollout.commands import app, dryrun, rollback
 from rollout.config.inventory import Host, Inventory
-from rollout.config.playbook import LAB_PLAYBOOK, load_playbook, parse_set_options
+from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
 from rollout.engine.plan import make_plan
 from rollout.errors import StepFailed, TransportError
 from rollout.steps.decision import Release
 from rollout.steps.identity import identity_problem
+from rollout.steps.kinds import load_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -235,7 +236,8 @@ def test_dash_e_is_set_in_rollout_and_build(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(app, "run_rollout",
                         lambda req: seen.append(req.sets) or dryrun.DryRun("r", {}))  # fmt: skip
     monkeypatch.setattr(app, "run_build",
-                        lambda playbook, sets, out: seen.append(sets) or _Manifest())  # fmt: skip
+                        lambda playbook, sets, out, verbose: seen.append(sets)
+                        or _Manifest())  # fmt: skip
     monkeypatch.setenv("ROLLOUT_HOSTS", str(_inventory(tmp_path)))
     assert run_rollout("rollout", "-e", "version=v9") == 0
     assert run_rollout("build", "--out", "x", "-e", "version=v9") == 0

@@ -20,10 +20,12 @@ from test_engine import NEW, release
 from test_reports import _run
 from test_work import RUNNING, Clock, scripted_context, status
 
+from rollout.commands import app
 from rollout.commands import status as health
 from rollout.config.inventory import Host, Inventory
-from rollout.config.playbook import load_playbook, parse_set_options
-from rollout.config.steps import StepKind, corrected_order
+from rollout.config.playbook import parse_set_options
+from rollout.config.steps import corrected_order
+from rollout.engine.hostplan import RULES
 from rollout.engine.locks import FoundLock, Holder, LockPolicy, _refusal
 from rollout.engine.outcome import HostOutcome, RunSummary
 from rollout.engine.plan import make_plan
@@ -34,6 +36,7 @@ from rollout.output.events import Event, EventBus
 from rollout.output.journal import latest_run
 from rollout.reports import prom
 from rollout.reports.output import write_atomic
+from rollout.steps.kinds import load_playbook
 from rollout.steps.work import before_stop, work_how
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +117,7 @@ def test_status_exits_1_naming_the_hosts_down_unless_a_minimum_tolerates_them(
 def status_cli(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                rows: list[dict[str, Any]], *args: str) -> CliResult:
     (tmp_path / "fleet.yaml").write_text("hosts: []\n")
-    monkeypatch.setattr(health, "load_fleet", lambda *a: None)
+    monkeypatch.setattr(health, "load_fleet_used", lambda *a: (None, app.Used("p", "--playbook")))
     monkeypatch.setattr(health, "fleet_rows", lambda plan: [dict(r) for r in rows])
     return cli("status", "--hosts", str(tmp_path / "fleet.yaml"), *args, cwd=tmp_path)
 
@@ -314,9 +317,9 @@ def test_other_order_problems_stay_errors(tmp_path: Path) -> None:
     path.write_text(text.replace(switch, "@@").replace(start, switch).replace("@@", start))
     with pytest.raises(ConfigError, match="a switch step .* cannot come after step 'start'"):
         load_playbook(path, overrides=parse_set_options(SETS), settings=OFF)
-    kinds = [("s0", StepKind.CONFIG), ("s1", StepKind.UPLOAD), ("s2", StepKind.STOP)]
-    assert corrected_order(kinds) == ([1, 2, 0], [(0, 2)])
-    assert corrected_order(kinds[:2]) == ([0, 1], [])  # no stop: nothing to follow
+    kinds = [("s0", "config"), ("s1", "upload"), ("s2", "stop")]
+    assert corrected_order(kinds, RULES) == ([1, 2, 0], [(0, 2)])
+    assert corrected_order(kinds[:2], RULES) == ([0, 1], [])  # no stop: nothing to follow
 
 
 def test_a_rollout_through_the_fake_host_writes_the_config_after_the_stop(

@@ -12,7 +12,14 @@ import sys
 from invoke.collection import Collection
 
 from rollout import __version__
-from rollout.cli import bench_tasks, inventory_tasks, lab_tasks, release_tasks, rollout_tasks
+from rollout.cli import (
+    bench_tasks,
+    init_tasks,
+    inventory_tasks,
+    lab_tasks,
+    release_tasks,
+    rollout_tasks,
+)
 from rollout.cli.program import RolloutProgram
 
 namespace = Collection(
@@ -31,6 +38,7 @@ namespace = Collection(
     release_tasks.build,
     release_tasks.publish,
     bench_tasks.bench,
+    init_tasks.init,
 )
 namespace.add_collection(lab_tasks.ns)
 

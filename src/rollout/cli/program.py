@@ -16,7 +16,12 @@ from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 from invoke.program import Program
 
+from rollout.errors import RolloutError
+from rollout.output.escape import report_text
+
 CORE_OPTIONS = {"help": ("help", "h"), "list": ("list",), "version": ("version", "V")}
+PROJECT_HELP = ("The project file (default: $ROLLOUT_PROJECT, else rollout.yaml here or in the "
+                "nearest parent folder): the inventory, the playbook, options' defaults.")
 """The command's own options, given before a task: name -> its names on the command line."""
 
 USAGE_EXIT = 2
@@ -39,7 +44,8 @@ class RolloutProgram(Program):
         own = {str(arg.name): arg for arg in super().core_args() if arg.name in CORE_OPTIONS}
         for name, arg in own.items():
             arg.names = CORE_OPTIONS[name]  # no -l: that is --limit in the tasks
-        return list(own.values())
+        project = Argument(names=("project",), kind=str, help=PROJECT_HELP)
+        return [*own.values(), project]
 
     def task_args(self) -> list[Argument]:
         return []  # the task runner's --collection and --search-root: rollout's are bundled
@@ -54,6 +60,24 @@ class RolloutProgram(Program):
     def parse_tasks(self) -> None:
         with usage_errors(self.binary):
             super().parse_tasks()
+        self.apply_project()
+
+    def apply_project(self) -> None:
+        """The project file's defaults on the parsed command's unset options (exit 2 for a
+        bad project file, naming its file, line and key)."""
+        asked_help = self.args["help"].value or self.args["list"].value
+        if asked_help or not self.tasks or any(
+                t.args["help"].value for t in self.tasks if "help" in t.args):
+            return  # help and --version work whatever the project file holds
+        from rollout.cli import project  # for start-up time: --version reads no project
+
+        project.use_project(self.args["project"].value)
+        try:
+            found = project.current()
+            if found is not None:
+                project.apply_defaults(found, self.parser.contexts, self.tasks)
+        except RolloutError as e:
+            raise Exit(report_text(f"error: {e}"), e.exit_code) from e
 
     def parse_cleanup(self) -> None:
         with usage_errors(self.binary):

@@ -7,7 +7,7 @@ from pathlib import Path
 from invoke.context import Context
 
 from rollout.cli.errors import reports_errors
-from rollout.cli.rollout_tasks import PLAYBOOK_HELP
+from rollout.cli.rollout_tasks import PLAYBOOK_HELP, playbook_file
 from rollout.cli.taskdef import task
 from rollout.errors import UserError
 
@@ -20,11 +20,13 @@ from rollout.errors import UserError
         "set_": "Override a playbook variable, KEY=VALUE (repeatable), like Ansible's -e: "
         "the value is a string (1.10 stays 1.10); one starting with { or [ is JSON/YAML; "
         "@FILE reads a YAML/JSON file of variables, typed as written.",
+        "verbose": "Print every line of the Docker build's output (escaped).",
     },
 )
 @reports_errors
 def build(
-    c: Context, out: str = "", playbook: str | None = None, set_: list[str] | None = None
+    c: Context, out: str = "", playbook: str | None = None, set_: list[str] | None = None,
+    verbose: bool = False,
 ) -> None:
     """Build the release once and write it as a bundle; deploy it with --release."""
     if not out:
@@ -32,7 +34,7 @@ def build(
     # for start-up time: --version and --help load no command
     from rollout.commands import app
 
-    manifest = app.run_build(playbook, tuple(set_ or ()), Path(out))
+    manifest = app.run_build(playbook_file(playbook), tuple(set_ or ()), Path(out), verbose)
     print(f"release {manifest.release} (version {manifest.version}) written to {out}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,15 +15,17 @@ from rollout.errors import UserError
 HOSTS_HELP = (
     "Inventory: fleet.yaml, or an Ansible inventory (INI, or YAML named .yaml/.yml). "
     "Or vastai:LABEL: the running vast.ai instances so labelled (a glob). "
-    "Default: $ROLLOUT_HOSTS, else lab/fleet.yaml."
+    "Default: $ROLLOUT_HOSTS, else the project file's `inventory` (rollout.yaml), else "
+    "lab/fleet.yaml."
 )
 LIMIT_HELP = (
     "Only these hosts, as Ansible's --limit: names, groups, globs, ~regex, @FILE; "
     "`a:!b` all of a but b, `a:&b` those in both (docs/inventory.md)."
 )
 PLAYBOOK_HELP = (
-    "Playbook file. Default: the one the inventory names (the lab's names the lab playbook), "
-    "else playbooks/rollout.yaml, else the built-in real cuzk playbook."
+    "Playbook file. Default: $ROLLOUT_PLAYBOOK, else the project file's `playbook` "
+    "(rollout.yaml), else the one the inventory names (the lab's names the lab playbook), "
+    "else playbooks/rollout.yaml, else the built-in real cuzk playbook (with a warning)."
 )
 NO_MINIMUM = -1.0  # `status` without --min-capacity: invoke needs a float default for its type
 
@@ -40,15 +41,26 @@ RUN_OUTPUT_HELP = {
 
 
 def hosts_file(hosts: str | None) -> str:
+    """The inventory: --hosts, else $ROLLOUT_HOSTS, else the project file's, else the lab's
+    (each remembers where it came from, for the line every command prints)."""
     # for start-up time: --version and --help load no command
+    from rollout.cli.project import LAB_INVENTORY, inventory_for
     from rollout.config.vastai import is_ref
 
-    path = hosts or os.environ.get("ROLLOUT_HOSTS") or "lab/fleet.yaml"
+    path = inventory_for(hosts)
     if not is_ref(path) and not Path(path).exists():
         lab_hint = " (bring up the lab with `rollout lab.up`, or pass --hosts FILE)"
-        hint = lab_hint if path == "lab/fleet.yaml" else ""
-        raise UserError(f"inventory {path} does not exist{hint}")
+        hint = lab_hint if path == LAB_INVENTORY else ""
+        raise UserError(f"inventory {path} ({path.source}) does not exist{hint}")
     return path
+
+
+def playbook_file(playbook: str | None) -> str | None:
+    """--playbook, else $ROLLOUT_PLAYBOOK, else the project file's; None: the inventory's
+    own, else the default (commands.app.choose_playbook says which, and warns)."""
+    from rollout.cli.project import playbook_for  # for start-up time
+
+    return playbook_for(playbook)
 
 
 @task(
@@ -62,7 +74,7 @@ def hosts_file(hosts: str | None) -> str:
         "limit": LIMIT_HELP,
         "dry_run": "Read facts and print each host's plan; change nothing.",
         **RUN_OUTPUT_HELP,
-        "verbose": "Also print each step's start.",
+        "verbose": "Also print each step's start and every line of the Docker build.",
         "lock_wait": "Seconds to wait for host locks held by another rollout.",
         "break_lock": "Break a host lock that is stale (no heartbeat for "
         "rolling.lock_stale_after) or unreadable; the break is logged.",
@@ -99,7 +111,7 @@ def rollout(
     inventory = hosts or "" if resume else hosts_file(hosts)
     request = app.RolloutRequest(
         inventory,
-        playbook,
+        playbook if resume else playbook_file(playbook),
         tuple(set_ or ()),
         limit,
         dry_run,
@@ -149,7 +161,7 @@ def rollback(
 
     request = app.RolloutRequest(
         hosts_file(hosts),
-        playbook,
+        playbook_file(playbook),
         (),
         limit,
         False,
@@ -170,8 +182,8 @@ def _single(kinds: tuple[str, ...], host: str, hosts: str | None, playbook: str 
     from rollout.commands import single
 
     forced = {"force": True} if force else {}  # the stop waits for no work in flight
-    results = single.run_steps(hosts_file(hosts), playbook, host, kinds, lock_wait, break_lock,
-                               **forced)
+    results = single.run_steps(hosts_file(hosts), playbook_file(playbook), host, kinds,
+                               lock_wait, break_lock, **forced)
     why = single.not_done(results)
     if why:
         print(f"{' '.join(kinds)} {host}: not done: {'; '.join(why)}", file=sys.stderr)
@@ -272,11 +284,11 @@ def status(
     # for start-up time: --version and --help load no command
     from rollout.commands import status as health
 
-    path = hosts_file(hosts)
+    path, chosen = hosts_file(hosts), playbook_file(playbook)
 
     def once() -> int:
         return health.status(
-            path, playbook, limit, as_json=json_, prom=prom,
+            path, chosen, limit, as_json=json_, prom=prom,
             min_capacity=None if min_capacity == NO_MINIMUM else min_capacity,
         )
 
@@ -285,7 +297,7 @@ def status(
         # loaded when the task runs: the CLI starts without it
         from rollout.commands.heal import heal as heal_fleet
 
-        code = max(code, heal_fleet(path, playbook, limit))
+        code = max(code, heal_fleet(path, chosen, limit))
     if code:
         raise Exit(code=code)
 
@@ -307,7 +319,7 @@ def heal(c: Context, hosts: str | None = None, playbook: str | None = None,
     # loaded when the task runs: the CLI starts without it
     from rollout.commands.heal import heal as heal_fleet
 
-    code = heal_fleet(hosts_file(hosts), playbook, limit, lock_wait, break_lock)
+    code = heal_fleet(hosts_file(hosts), playbook_file(playbook), limit, lock_wait, break_lock)
     if code:
         raise Exit(code=code)
 
@@ -342,7 +354,7 @@ def diagnose(
     from rollout.commands import app
     from rollout.commands import diagnose as diagnose_mod
 
-    plan = app.load_fleet(hosts_file(hosts), playbook, host)
+    plan = app.load_fleet(hosts_file(hosts), playbook_file(playbook), host)
     code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
         raise Exit(code=code)
@@ -354,8 +366,9 @@ def docs(c: Context, output: str | None = None) -> None:
     """Print the reference of every inventory and playbook option."""
     # loaded when the task runs: the CLI starts without it
     from rollout.config.docs import options_markdown
+    from rollout.steps.kinds import HOST_KINDS
 
-    text = options_markdown()
+    text = options_markdown(HOST_KINDS)
     if output:
         Path(output).write_text(text)
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.commands.app import load_fleet
+from rollout.commands.app import load_fleet_used
 from rollout.commands.diagnose import HostEvidence, classify, collect, whole_tree_kill
 from rollout.engine.plan import Plan
 from rollout.errors import UserError
@@ -203,10 +203,11 @@ def same_machines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def print_status(rows: list[dict[str, Any]], as_json: bool) -> None:
+def print_status(rows: list[dict[str, Any]], as_json: bool,
+                 used: dict[str, Any] | None = None) -> None:
     cap = capacity(rows)
     if as_json:
-        doc = {"hosts": rows, "capacity": {"serving": cap.serving, "total": cap.total,
+        doc = {"used": used, "hosts": rows, "capacity": {"serving": cap.serving, "total": cap.total,
                                            "share": round(cap.share, 3)}}
         print(json.dumps(doc, indent=2, default=str))
         return
@@ -257,12 +258,13 @@ def status(hosts_file: str, playbook: str | None, limit: str | None, as_json: bo
     the hosts serve."""
     if min_capacity is not None and not 0.0 <= min_capacity <= 1.0:
         raise UserError(f"--min-capacity must be a share between 0 and 1, got {min_capacity}")
-    rows = fleet_rows(load_fleet(hosts_file, playbook, limit))
+    plan, used = load_fleet_used(hosts_file, playbook, limit)
+    rows = fleet_rows(plan)
     if prom:
         from rollout.reports import prom as prom_file  # prometheus_client: only for --prom
 
         prom_file.write(Path(prom), rows, time.time())
-    print_status(rows, as_json)
+    print_status(rows, as_json, used.as_json())
     return check_capacity(rows, min_capacity)
 
 

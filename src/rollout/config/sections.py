@@ -604,7 +604,12 @@ class ValidateSpec(Section):
     )
     env: dict[EnvName, str] = Field(default_factory=dict, description=ENV_HELP)
     success_pattern: Regex = Field(
-        default=r"^status:\s+COMPLETED", description="Regex (multiline) the output must match."
+        default=r"^status:\s+COMPLETED",
+        description="Regex (multiline) a line of the result block must match. "
+        "A proof passes only when the bench's stdout has exactly one `=== Proof Result ===` "
+        "block (up to a blank line) with exactly one `status:` line, COMPLETED, no "
+        "`status: FAILED` line anywhere, and this pattern matching inside that block; the "
+        "exit code and stderr never make a success (docs/daemon.md)."
     )
     timeout: Seconds = Field(
         default=600,

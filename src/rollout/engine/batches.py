@@ -16,6 +16,7 @@ from rollout.engine.options import EngineOptions
 from rollout.engine.outcome import HostOutcome, RunSummary
 from rollout.engine.runlocks import RunLocks
 from rollout.engine.staging import Stager, staging
+from rollout.engine.stepper import DEFAULT_STEP_TIMEOUT
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release
 
@@ -34,8 +35,15 @@ class Batches:
         later = [h for batch in plan.batches[1:] for h in batch
                  if h not in self.options.done_hosts
                  and self.locks.not_locked(h) is None]  # fmt: skip
-        with staging(release, self.hosts.bus, self._staging_host, later) as stager:
+        with staging(release, self.hosts.bus, self._staging_host, later,
+                     self._upload_timeout()) as stager:
             self._each(release, summary, stager)
+
+    def _upload_timeout(self) -> float:
+        """The upload step's timeout: what bounds a host's download when staged ahead."""
+        specs = self.options.host_steps or self.hosts.plan.host_steps
+        upload = next((s for s in specs if s.kind == "upload"), None)
+        return float(upload.timeout or DEFAULT_STEP_TIMEOUT) if upload else DEFAULT_STEP_TIMEOUT
 
     def _staging_host(self, name: str) -> AbstractContextManager[HostContext]:
         """A context for staging on a host: on its lock's connection when there is one."""

@@ -110,7 +110,8 @@ class Engine:
 
     def build(self) -> image.ControllerContext | None:
         """The controller steps (build, extract) alone: what they made, None if one failed."""
-        ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version, self.cache_dir)
+        ctx = image.ControllerContext(self.plan.playbook.build, self.plan.version, self.cache_dir,
+                                      emit=self.bus.emit)
         for spec in self.plan.controller_steps:
             fn = image.build if spec.kind == "build" else image.extract
             result = self.steps.run(None, spec, partial(fn, ctx, spec.params))

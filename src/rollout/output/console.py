@@ -54,6 +54,8 @@ _STYLE = {
 }
 
 
+BUILD_PLAIN_INTERVAL = 4.0  # seconds: off a terminal, a build's line this often (its heartbeat
+# events come every 5 s at most: each prints)
 PLAIN_WIDTH = 100_000  # without a terminal: one full line per event, never wrapped
 
 
@@ -91,6 +93,7 @@ class ConsoleSink:
         self.verbose = verbose and not quiet
         self.quiet = quiet
         self.plain = PlainLines()
+        self.build_plain = PlainLines(BUILD_PLAIN_INTERVAL, step=1)  # at each step, and often
         self._live: Progress | None = None
         self._tasks: dict[tuple[str, str], TaskID] = {}
 
@@ -99,9 +102,11 @@ class ConsoleSink:
             return
         if event.kind == "progress":
             return self._progress(event)
+        if event.kind == "build_progress":
+            return self._build_progress(event)
         if event.kind in ("step_end", "host_end"):
-            self._end_live(event.host or "")
-            self.plain.forget(event.host or "")
+            self._end_live(event.host or "controller")
+            self.plain.forget(event.host or "controller")
         line = self._line(event)
         if line:
             self.console.print(line)
@@ -120,6 +125,19 @@ class ConsoleSink:
                 self.console.print(text)
             return
         self._live_update(key, text, done, total, finished)
+
+    def _build_progress(self, e: Event) -> None:
+        """The build's step and last line: a live line on a terminal, else a whole line at
+        each step and every BUILD_PLAIN_INTERVAL seconds while it runs."""
+        key = (e.host or "controller", "build")
+        text = (f"[bold]{console_text(key[0]):<12}[/bold] {console_text(e.step or ''):<10} "
+                f"{console_text(format_build(e.data))}")
+        number, count = _count(e.data.get("step_number")), _count(e.data.get("step_count"))
+        if not self.console.is_terminal:
+            if self.build_plain.due(key, e.time, float(number), False):
+                self.console.print(text)
+            return
+        self._live_update(key, text, number, count or None, False)
 
     def _live_update(self, key: tuple[str, str], text: str, done: object, total: object,
                      finished: bool) -> None:
@@ -155,7 +173,11 @@ class ConsoleSink:
             secs = e.data.get("duration", 0)
             status = e.status or ""
             reason = console_text(e.reason or "")
-            return f"{who} {e.step:<10} {styled(status, f'{status:<8}')} {reason} ({secs:.1f}s)"
+            line = f"{who} {e.step:<10} {styled(status, f'{status:<8}')} {reason} ({secs:.1f}s)"
+            return "\n".join([line, *_last_lines(e)])
+        if e.kind == "build_output" and self.verbose:
+            line = console_text(e.data.get("line", ""))
+            return f"{who} {console_text(e.step or ''):<10} | {line}"
         if e.kind == "step_start" and self.verbose:
             return f"{who} {e.step:<10} ..."
         if e.kind == "retry":
@@ -179,6 +201,31 @@ class ConsoleSink:
         if e.kind == "warning":
             return f"{who} [bold yellow]{console_text(e.reason or '')}[/]"
         return None
+
+
+def format_build(data: Mapping[str, Any]) -> str:
+    """`step 2/5 RUN make (41 s, build 63 s): cc -c foo.c` from a build_progress event."""
+    number, count = _count(data.get("step_number")), _count(data.get("step_count"))
+    elapsed, step_elapsed = _count(data.get("elapsed")), _count(data.get("step_elapsed"))
+    if not number:
+        return f"sending the context to Docker ({elapsed} s)"
+    text = (f"step {number}/{count} {data.get('instruction', '')} "
+            f"({step_elapsed} s, build {elapsed} s)")
+    line = data.get("line")
+    return f"{text}: {line}" if line else text
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _last_lines(e: Event) -> list[str]:
+    """A failed step's last lines of output (a failed build's), each escaped and indented."""
+    lines = e.data.get("last_lines") if e.status == "failed" else None
+    if not isinstance(lines, list) or not lines:
+        return []
+    return [f"  [dim]{console_text(e.step or '')} output (last {len(lines)} lines):[/dim]",
+            *(f"  | {console_text(line)}" for line in lines)]
 
 
 def _is_failure(e: Event) -> bool:

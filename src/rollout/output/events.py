@@ -87,6 +87,11 @@ def _plain(value: Any) -> Any:
 
 Sink = Callable[[Event], None]
 
+LIVE_ONLY = frozenset({"build_output"})
+"""Events for a live reader alone (the console under -v, a --json stream): every line a
+build prints. The bus keeps none in its history, the journal and the reports none: they
+keep the step's last lines instead."""
+
 
 def open_private(path: Path, append: bool = False) -> IO[str]:
     """Open a file for writing that only its owner may read (0600: reports name hosts,
@@ -128,7 +133,8 @@ class EventBus:
     def emit(self, kind: str, **fields: Any) -> Event:
         event = Event(kind=kind, run_id=self.run_id, **redact(fields))
         with self._lock:
-            self.history.append(event)
+            if kind not in LIVE_ONLY:
+                self.history.append(event)
             for sink in self._sinks:
                 sink(event)
         return event
@@ -168,6 +174,8 @@ class JsonLinesSink:
         return cls(stream, durable)
 
     def __call__(self, event: Event) -> None:
+        if self.durable and event.kind in LIVE_ONLY:
+            return
         self.stream.write(event.to_json() + "\n")
         self.stream.flush()
         if self.durable and event.kind in MILESTONES:

@@ -33,6 +33,14 @@ def _failure_text(host: HostRun) -> str:
     return "\n".join(lines)
 
 
+def _controller_text(message: str, host: HostRun) -> str:
+    """A failed controller step (a build): the reason, then its last lines of output."""
+    failed = _failed_step(host)
+    if failed is None or not failed.output:
+        return message
+    return f"{message}\n--- last lines of {failed.name} ---\n{failed.output[-OUTPUT_TAIL:]}"
+
+
 def _controller_status(host: HostRun) -> str:
     return "failed" if _failed_step(host) else "validated"
 
@@ -51,7 +59,8 @@ def testcase(record: RunRecord, host: HostRun) -> ET.Element:
         failed = _failed_step(host)
         message = host.reason or (f"{failed.name} failed: {failed.reason}" if failed else status)
         failure = ET.SubElement(case, "failure", message=printable(message), type=status)
-        failure.text = printable(_failure_text(host) if host.name != CONTROLLER else message)
+        failure.text = printable(_failure_text(host) if host.name != CONTROLLER
+                                 else _controller_text(message, host))
     out = ET.SubElement(case, "system-out")
     out.text = printable("\n".join(step_line(s) for s in host.steps) + f"\nresult: {status}")
     return case

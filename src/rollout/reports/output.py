@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.output.escape import report_text
-from rollout.output.events import Event, open_private, refuse_link
+from rollout.output.events import LIVE_ONLY, Event, open_private, refuse_link
 from rollout.reports.runlog import RunRecord, fold
 
 # Characters XML 1.0 forbids (ANSI escapes in a daemon's log would make the file invalid).
@@ -60,6 +60,7 @@ class ReportSink:
         self.events: list[Event] = []
 
     def __call__(self, event: Event) -> None:
-        self.events.append(event)
+        if event.kind not in LIVE_ONLY:
+            self.events.append(event)
         if event.kind == "run_end":
             self.write(self.render(fold(self.events)))

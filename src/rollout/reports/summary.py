@@ -3,7 +3,7 @@ what changed, and each host's steps folded under it."""
 
 from __future__ import annotations
 
-from rollout.output.escape import report_text
+from rollout.output.escape import html_text, report_text
 from rollout.reports.runlog import CONTROLLER, HostRun, RunRecord, StepRun
 
 ICON = {"validated": "✅", "rolled_back": "↩️", "not_started": "⏸️", "skipped": "⏭️"}
@@ -47,6 +47,14 @@ def _steps(host: HostRun) -> list[str]:
             *map(_step_row, host.steps), "", "</details>", ""]
 
 
+def _output(step: StepRun) -> list[str]:
+    """A failed controller step's last lines of output (a build's), as preformatted text."""
+    if step.status != "failed" or not step.output:
+        return []
+    return [f"<details open><summary>last lines of {cell(step.name)}</summary>", "",
+            f"<pre>{html_text(step.output, quote=False)}</pre>", "", "</details>", ""]
+
+
 def render(record: RunRecord) -> str:
     hosts = [h for h in record.hosts.values() if h.name != CONTROLLER]
     good = sum(1 for h in hosts if h.status == "validated")
@@ -61,6 +69,7 @@ def render(record: RunRecord) -> str:
     if controller and controller.steps:
         lines += ["| controller step | status | duration | reason |", "| --- | --- | --- | --- |",
                   *map(_step_row, controller.steps), ""]
+        lines += [line for step in controller.steps for line in _output(step)]
     lines += ["| host | result | release | duration | changed | reason |",
               "| --- | --- | --- | --- | --- | --- |", *map(_host_row, hosts), ""]
     for host in hosts:

@@ -16,7 +16,8 @@ from rollout.config.sections import BuildSpec
 from rollout.errors import EnvironmentProblem, StepFailed
 from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, changed, skipped
-from rollout.secrets import tail
+from rollout.output.progress import Emit
+from rollout.steps.buildwatch import BuildWatch, heartbeat
 from rollout.steps.decision import Artifact, Release
 from rollout.transport.failures import docker_failure
 from rollout.units import format_size
@@ -37,6 +38,7 @@ class ControllerContext:
     cache_dir: Path
     image: str | None = None
     release: Release | None = None
+    emit: Emit | None = None  # the run's events (the build's progress); None: none
     _client: docker.DockerClient | None = None
 
     def docker(self) -> docker.DockerClient:
@@ -119,7 +121,7 @@ def existing_image(ctx: ControllerContext) -> str | None:
 
 
 def build(ctx: ControllerContext, params: JSONObject) -> StepResult:
-    from docker.errors import BuildError, ImageNotFound
+    from docker.errors import ImageNotFound
 
     spec = ctx.build
     repository = _repository(spec.tag)
@@ -132,28 +134,38 @@ def build(ctx: ControllerContext, params: JSONObject) -> StepResult:
         return skipped(f"image {tag} for these inputs exists ({image.short_id})", image=tag)
     except ImageNotFound:
         pass
+    watch = _watched_build(ctx, client, tag)
+    image = client.images.get(watch.image_id)
+    image.tag(repository, spec.tag.rsplit(":", 1)[-1] if spec.tag != repository else None)
+    ctx.image = tag
+    result = changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)
+    result.output = "\n".join(watch.tail)
+    return result
+
+
+def _watched_build(ctx: ControllerContext, client: docker.DockerClient, tag: str) -> BuildWatch:
+    """Run the build, its output followed as it comes (progress events, every line for -v);
+    the failing step's instruction, exit code and last lines when it fails."""
+    spec, watch = ctx.build, BuildWatch(ctx.emit)
     fileobj, dockerfile = buildcontext.archive(Path(spec.context), Path(spec.dockerfile))
     try:
-        image, _logs = client.images.build(
-            fileobj=fileobj,
-            custom_context=True,
-            dockerfile=dockerfile,
-            buildargs=spec.build_args(),
-            tag=tag,
-            target=spec.target,
-            rm=True,
-            forcerm=True,
-        )
-        image.tag(repository, spec.tag.rsplit(":", 1)[-1] if spec.tag != repository else None)
-    except BuildError as e:
-        lines = [str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log]
-        raise StepFailed(
-            f"docker build failed: {e.msg}", retryable=False, output=tail("".join(lines), 3000)
-        ) from e
+        watch.tick()
+        with heartbeat(watch):
+            for chunk in client.api.build(
+                fileobj=fileobj, custom_context=True, dockerfile=dockerfile,
+                buildargs=spec.build_args(), tag=tag, target=spec.target, rm=True,
+                forcerm=True, decode=True,
+            ):
+                watch.feed(chunk)
+            watch.finish()
     finally:
         fileobj.close()
-    ctx.image = tag
-    return changed(f"built {tag} ({image.short_id})", image=tag, id=image.id)
+    if watch.error is not None:
+        raise watch.failure()
+    if watch.image_id is None:
+        raise StepFailed(f"docker build ended {watch.where()} without an image and without "
+                         "an error (the Docker engine stopped?)", retryable=False)
+    return watch
 
 
 def _read_from_image(client: docker.DockerClient, image: str, path: str) -> bytes:
