@@ -58,7 +58,7 @@ def test_a_playbook_without_steps_runs_the_standard_order(tmp_path: Path) -> Non
     assert [(s.name, s.kind) for s in playbook.steps] == [
         (k, k) for k in ("build", "extract", *KINDS)]
     assert list(KINDS) == ["preflight", "supervise", "upload", "stop", "drain", "config",
-                           "switch", "start", "ready", "validate", "prune"]
+                           "switch", "start", "ready", "preload", "validate", "prune"]
     assert not [w for w in playbook.warnings if "steps" in w]  # no order correction
 
 

@@ -241,3 +241,36 @@ def _age(value: Any) -> float | None:
 def _job_id(value: Any) -> str:
     ok = isinstance(value, (str, int)) and not isinstance(value, bool)
     return str(value)[:128] if ok else "?"
+
+
+@action("command:[str] circuit:str timeout:float", "exit:int load_ms:int? output:str",
+        "missing loaded kept failed timeout")
+def preload(command: list[str], circuit: str, timeout: float = 300.0) -> dict[str, Any]:
+    """Load a circuit's SRS in the running daemon ahead of its first proof: `command` is the
+    bench's argv (cuzk-bench -a ADDR preload -c CIRCUIT: cuzk's PreloadSRS). "kept": it was
+    loaded already; "loaded": loaded now (load_ms); "timeout": not within `timeout` (cuzk's
+    call waits for ever where the budget cannot hold the SRS); "failed": the bench's error,
+    or an answer that names another circuit."""
+    import re
+    import subprocess
+
+    exe = command[0] if command else ""
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        return _report("missing", f"the bench is not on the host: {exe[:200]!r}")
+    r = subprocess.run(["timeout", "-k", "5", f"{timeout:g}", *command],
+                       stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    code = 128 - r.returncode if r.returncode < 0 else r.returncode
+    out = r.stdout.decode("utf-8", "replace")
+    output = (out + r.stderr.decode("utf-8", "replace"))[-2000:]
+    if code in STOPPED:
+        return _report("timeout", f"{circuit}: not loaded within {timeout:g}s", exit=code,
+                       output=output)
+    last = ([ln.strip() for ln in out.splitlines() if ln.strip()] or [""])[-1]
+    if code == 0 and last == f"{circuit} already loaded":
+        return _report("kept", f"{circuit} already loaded", exit=code, output=output)
+    loaded = re.fullmatch(re.escape(circuit) + r" loaded in (\d{1,9}) ms", last)
+    if code == 0 and loaded:
+        return _report("loaded", last, exit=code, load_ms=int(loaded.group(1)), output=output)
+    return _report("failed", f"{circuit}: the bench exited {code} without loading it",
+                   exit=code, output=output)
+
