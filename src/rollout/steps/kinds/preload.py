@@ -7,7 +7,7 @@ daemon; so a rollback never runs it (no `undo`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
@@ -22,7 +22,7 @@ from rollout.steps.daemon import already_validated
 from rollout.steps.decision import Action, Call, Decision, Target
 
 Circuit = Literal["porep-32g", "porep-64g", "wpost-32g", "winning-32g", "snap-32g", "snap-64g"]
-CIRCUITS: tuple[str, ...] = Circuit.__args__  # cuzk's CircuitId (srs_manager.rs from_str_id)
+CIRCUITS: tuple[str, ...] = get_args(Circuit)  # cuzk's CircuitId (srs_manager.rs from_str_id)
 TIMEOUT = 300.0
 
 
@@ -47,7 +47,8 @@ def decide(facts: HostFacts, target: Target, params: PreloadParams) -> Decision:
     if rid is None and not target.pending:
         return Action("preload", params, fails="no release: current points at none")
     kind = target.settings.validation.proof_kind
-    circuits = params.circuits or [kind if kind in CIRCUITS else "porep-32g"]
+    circuits: list[str] = list(params.circuits or [])
+    circuits = circuits or [kind if kind in CIRCUITS else "porep-32g"]
     listen = target.settings.daemon.listen
     address = listen if listen.startswith("unix://") else f"http://{listen}"
     where = target.layout.release_dir(rid) if rid else target.layout.current  # a build to come
