@@ -1,7 +1,8 @@
 """Errors in the operator's words, caused for real on the lab (issue 29): a wrong port, a key
 file that is missing or a folder, a user the host refuses, an unknown and a changed host key,
 sshd stopped, an ssh-agent with the wrong key, a closed manifest URL, permission denied on the
-host's state folder. Each names its kind and fix, and no library text."""
+host's state folder, Docker down, a paused host. Each names its kind and fix, and no library
+text."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from rollout import lab as lab_hosts
+from rollout.config.playbook import LAB_PLAYBOOK
 
 from .conftest import LabFleet
 from .rollout_helpers import inventory_with, run_cli
@@ -24,7 +27,8 @@ from .rollout_helpers import sh as lab_sh
 
 pytestmark = pytest.mark.lab
 
-LIBRARY_TEXT = ("Errno", "HTTPConnectionPool", "No existing session", "<class", "object at 0x")
+LIBRARY_TEXT = ("Errno", "HTTPConnectionPool", "No existing session", "<class", "object at 0x",
+                "DockerException(")
 
 
 def no_library_text(text: str) -> bool:
@@ -178,3 +182,45 @@ def test_permission_denied_on_the_state_folder_names_path_and_user(
     assert "permission denied on /data/rollout" in out and "for user prover" in out, out
     assert "(fix: let prover write there" in out, out
     no_library_text(out)
+
+
+def test_docker_down_in_words(tmp_path: Path) -> None:
+    """Docker down, for real without stopping the lab's engine: DOCKER_HOST at a socket that
+    does not exist. `build` and `lab.status` say so with the fix (exit 3), no library text."""
+    down = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    for args in (("build", "-p", str(LAB_PLAYBOOK), "--out", str(tmp_path / "out")),
+                 ("lab.status",)):
+        run = run_cli(tmp_path, *args, env=down, cwd=tmp_path)
+        out = run.stdout + run.stderr
+        assert run.code == 3, f"{args}: {out}"
+        assert ("error: Docker is not running (could not reach unix:///nonexistent/docker.sock) "
+                "(fix: start it with") in run.stderr, f"{args}: {out}"
+        assert "Traceback" not in out and "DockerException(" not in out and no_library_text(out)
+
+
+def test_a_paused_host_times_out_in_words(lab_fleet: LabFleet, docker_client: docker.DockerClient,
+                                          tmp_path: Path) -> None:
+    """A host frozen by `docker pause` (sshd accepts nothing more, the port still open): with
+    connect_timeout 3, `status` reads it as unreachable, timed out, within the wait; the
+    other hosts answer as ever."""
+    paused = lab_fleet.hosts[1]
+    fleet = inventory_with(tmp_path, lab_fleet.fleet_path, paused.name, "job: x")
+    fleet.write_text(fleet.read_text().replace("  host_key_policy: strict\n",
+                                               "  host_key_policy: strict\n  connect_timeout: 3\n"))
+    container = docker_client.containers.get(f"{lab_hosts.lab_prefix()}-{paused.name}")
+    container.pause()
+    try:
+        started = time.monotonic()
+        run = run_cli(tmp_path, "status", "--json", "--hosts", str(fleet))
+        took = time.monotonic() - started
+    finally:
+        container.unpause()
+    assert run.code == 1, run.stdout + run.stderr
+    rows = {row["host"]: row for row in json.loads(run.stdout)["hosts"]}
+    error = rows[paused.name]["error"]
+    assert rows[paused.name]["state"] == "unreachable", rows
+    assert error.startswith(f"unreachable: 127.0.0.1:{paused.port} did not finish the SSH "
+                            "handshake in time (fix: "), error
+    assert "paused" in error and no_library_text(run.stdout + run.stderr)
+    assert all(row.get("error") is None for name, row in rows.items() if name != paused.name), rows
+    assert took < 30, took

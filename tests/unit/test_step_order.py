@@ -43,7 +43,7 @@ def test_the_engine_tables_derive_from_the_declaration() -> None:
     assert hostplan.PHASE_AFTER == {"validate": hostplan.Phase.VALIDATED}
     assert set(hostplan.CHANGING) == {"supervise", "upload", "config", "stop", "drain", "switch",
                                       "start"}
-    assert set(hostplan.BY_EVIDENCE) == {"ready", "validate"}
+    assert set(hostplan.BY_EVIDENCE) == {"ready", "preload", "validate"}
 
 
 @pytest.mark.parametrize("kinds", [

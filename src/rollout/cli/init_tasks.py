@@ -65,4 +65,5 @@ def init(c: Context, lab: bool = False, build: str | None = None, bundles: bool 
     )
     for path in write_project(Path(os.getcwd()), project_files(choices), force):
         print(f"wrote {path}")
-    print("next: edit fleet.yaml (or use --hosts), then `rollout rollout --dry-run`")
+    first = "`rollout lab.up` (if the lab is not up)" if lab else "edit fleet.yaml (or use --hosts)"
+    print(f"next: {first}, then `rollout rollout --dry-run`")

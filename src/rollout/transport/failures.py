@@ -61,9 +61,11 @@ class Dialled:
     via: str = ""  # " via USER@JUMP:PORT, ..." or ""
 
 
-def connect_failure(error: BaseException, to: Dialled, keys: Callable[[], str]) -> TransportError:
+def connect_failure(error: BaseException, to: Dialled, keys: Callable[[], str],
+                    waited: float = 0.0) -> TransportError:
     """The TransportError for a connection or login that failed, by its kind; `keys`: the
-    keys offered, asked only for an authentication refused."""
+    keys offered, asked only for an authentication refused; `waited`: seconds the attempt
+    took (a handshake that used all of `to.seconds` timed out, whatever paramiko raised)."""
     import paramiko
 
     if isinstance(error, paramiko.AuthenticationException) or (
@@ -73,7 +75,7 @@ def connect_failure(error: BaseException, to: Dialled, keys: Callable[[], str]) 
                        keys=keys())
     host, port = _dialled_address(error, to)
     where = {"host": host, "port": port, "via": to.via}
-    cause = network_cause(error)
+    cause = network_cause(error) or ("timed out" if waited >= to.seconds > 0 else None)
     if isinstance(error, paramiko.SSHException | EOFError) and cause != "connection refused":
         how = ("did not finish the SSH handshake in time" if cause == "timed out"
                else "closed the connection during the SSH handshake")

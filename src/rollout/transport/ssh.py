@@ -17,6 +17,7 @@ import os
 import posixpath
 import shlex
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -243,6 +244,7 @@ class SshTransport(Transport):
             conn = self._unopened()
         except UnreadableFile as e:
             raise failure(TransportError, "key-file", path=e.path, why=e.why) from None
+        started = time.monotonic()
         try:
             conn.open()
         except HostKeyError:
@@ -252,7 +254,8 @@ class SshTransport(Transport):
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             _close_all(conn)
             to = Dialled(t.user, t.address, t.port, t.connect_timeout, _via(t))
-            raise connect_failure(e, to, lambda: offered_keys(t.key_file, self._pkey)) from e
+            raise connect_failure(e, to, lambda: offered_keys(t.key_file, self._pkey),
+                                  time.monotonic() - started) from e
         for hop_conn in _chain(conn):
             transport = hop_conn.client.get_transport()
             if transport is not None:
