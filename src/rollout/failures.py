@@ -84,7 +84,11 @@ FAILURES: dict[str, Failure] = {
                            "let {user} write there (chown or chmod on the host), or "
                            "connect as a user who can"),
     "docker-down": Failure("Docker is not running (could not reach {socket})",
-                           "start it with 'systemctl start docker' or 'dockerd &'"),
+                           "start it with 'systemctl start docker' or 'dockerd &' (run as "
+                           "root, rollout starts dockerd itself)"),
+    "docker-host": Failure("the Docker engine at DOCKER_HOST={socket} does not answer",
+                           "check that engine, or unset DOCKER_HOST (rollout starts a local "
+                           "dockerd only when it is unset)"),
     "docker-denied": Failure("Docker refused this user at {socket} (permission denied)",
                              "add the user to the docker group, or run as root"),
     "url": Failure("cannot fetch {url}: {why}",
@@ -164,6 +168,8 @@ def docker_failure(cls: type[E], error: BaseException) -> E:
     socket_path = os.environ.get("DOCKER_HOST") or "/var/run/docker.sock"
     if any(isinstance(x, PermissionError) for x in chain(error)):
         return failure(cls, "docker-denied", socket=socket_path)
+    if os.environ.get("DOCKER_HOST"):
+        return failure(cls, "docker-host", socket=socket_path)
     return failure(cls, "docker-down", socket=socket_path)
 
 

@@ -142,7 +142,7 @@ def test_engine_at_docker_host_that_does_not_answer_is_never_started(
     from rollout.errors import EnvironmentProblem
     from rollout.lab import engine
 
-    monkeypatch.setattr(engine, "_client", lambda: None)
+    monkeypatch.setattr(engine, "_client", lambda: docker.errors.DockerException("down"))
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
     monkeypatch.setattr(engine, "_start_dockerd", lambda: pytest.fail("started dockerd"))
     with pytest.raises(EnvironmentProblem, match="DOCKER_HOST=tcp://127.0.0.1:9 does not"):
@@ -186,10 +186,10 @@ def test_engine_down_and_not_root_is_a_clear_environment_problem(
     from rollout.errors import EnvironmentProblem
     from rollout.lab import engine
 
-    monkeypatch.setattr(engine, "_client", lambda: None)
+    monkeypatch.setattr(engine, "_client", lambda: docker.errors.DockerException("down"))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr("os.geteuid", lambda: 1000)
-    with pytest.raises(EnvironmentProblem, match="not running and rollout is not root"):
+    with pytest.raises(EnvironmentProblem, match="Docker is not running .* starts dockerd itself"):
         engine.ensure_engine()
 
 
@@ -197,7 +197,8 @@ def test_engine_down_as_root_installs_and_starts_dockerd(monkeypatch: pytest.Mon
     from rollout.lab import engine
 
     calls: list[str] = []
-    answers = iter([None, None, "client"])
+    down = docker.errors.DockerException("down")
+    answers = iter([down, down, "client"])
     monkeypatch.setattr(engine, "_client", lambda: next(answers))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr("os.geteuid", lambda: 0)

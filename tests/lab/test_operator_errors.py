@@ -193,8 +193,9 @@ def test_docker_down_in_words(tmp_path: Path) -> None:
         run = run_cli(tmp_path, *args, env=down, cwd=tmp_path)
         out = run.stdout + run.stderr
         assert run.code == 3, f"{args}: {out}"
-        assert ("error: Docker is not running (could not reach unix:///nonexistent/docker.sock) "
-                "(fix: start it with") in run.stderr, f"{args}: {out}"
+        assert ("error: the Docker engine at DOCKER_HOST=unix:///nonexistent/docker.sock does "
+                "not answer (fix: check that engine, or unset DOCKER_HOST") in run.stderr, (
+            f"{args}: {out}")
         assert "Traceback" not in out and "DockerException(" not in out and no_library_text(out)
 
 

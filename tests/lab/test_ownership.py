@@ -4,8 +4,10 @@ points (failpoints): the test acts there, waiting on events, never on time."""
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import tarfile
 from pathlib import Path
 
 import docker
@@ -170,6 +172,18 @@ def test_stranger_bound_after_start_fails_ready_and_the_host_rolls_back(
     assert_serving(HOST)
 
 
+def put_file(host: str, path: str, data: bytes) -> None:
+    """A file on a lab host, through Docker's archive API (any size)."""
+    folder, _, name = path.rpartition("/")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    container = docker.from_env().containers.get(f"{lab.lab_prefix()}-{host}")
+    container.put_archive(folder or "/", buf.getvalue())
+
+
 def test_hand_started_daemon_with_adopt_is_replaced_by_the_supervisors(
     fleet: LabFleet, tmp_path: Path
 ) -> None:
@@ -184,7 +198,7 @@ def test_hand_started_daemon_with_adopt_is_replaced_by_the_supervisors(
     [pid] = cuzk_pids(HOST)
     supervisor = int(sh(HOST, "cut -d' ' -f1 /data/rollout/supervisor.pid"))
     assert sh(HOST, f"cut -d')' -f2 /proc/{pid}/stat").split()[1] == str(supervisor)
-    sh(HOST, "printf '%s' " + shlex.quote(script_text("ops")) + " > /tmp/ops.py")
+    put_file(HOST, "/tmp/ops.py", script_text("ops").encode())  # over ARG_MAX as an argument
     kwargs = shlex.quote(json.dumps({"ports": [9820, 9821]}))
     owners = json.loads(sh(HOST, f"python3 /tmp/ops.py --call owners --kwargs {kwargs}"))["ports"]
     assert {o["pid"] for port in ("9820", "9821") for o in owners[port]} == {pid}

@@ -171,7 +171,8 @@ def test_lab_tasks_without_an_engine_exit_3(monkeypatch: pytest.MonkeyPatch,
     for name in ("lab.status", "lab.down"):
         assert run_rollout(name) == 3
         err = capsys.readouterr().err
-        assert "Docker is not running (could not reach unix:///nonexistent/docker.sock)" in err, err
+        assert "the Docker engine at DOCKER_HOST=unix:///nonexistent/docker.sock does not answer" \
+            in err, err
         assert "Traceback" not in err
 
 

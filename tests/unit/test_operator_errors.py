@@ -213,8 +213,14 @@ def test_docker_down_is_said_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyP
         docker.from_env(version="auto", environment={"DOCKER_HOST": sock})
     monkeypatch.setenv("DOCKER_HOST", sock)
     message = no_library_text(str(docker_failure(EnvironmentProblem, caught.value)))
-    assert message == (f"Docker is not running (could not reach {sock}) (fix: start it with "
-                       "'systemctl start docker' or 'dockerd &')")
+    assert message == (f"the Docker engine at DOCKER_HOST={sock} does not answer (fix: check "
+                       "that engine, or unset DOCKER_HOST (rollout starts a local dockerd only "
+                       "when it is unset))")
+    monkeypatch.delenv("DOCKER_HOST")
+    assert str(docker_failure(EnvironmentProblem, caught.value)) == (
+        "Docker is not running (could not reach /var/run/docker.sock) (fix: start it with "
+        "'systemctl start docker' or 'dockerd &' (run as root, rollout starts dockerd itself))")
+    monkeypatch.setenv("DOCKER_HOST", sock)
     with pytest.raises(EnvironmentProblem) as down:
         engine.ensure_engine()  # DOCKER_HOST set: rollout starts none of its own
     assert str(down.value) == message

@@ -203,7 +203,9 @@ def lock(root: str, do: str, holder: dict[str, Any], expect: str | None = None
     except OSError as e:  # a full or read-only /data: said plainly, never a traceback
         why = f"{state_dir}: the deploy lock cannot be written there: {e.strerror or e}"
         if e.errno in DENIED:
-            path = str(e.filename or state_dir)
+            name = str(e.filename or "")  # safe_open names the file by itself (dir_fd)
+            path = name if name.startswith("/") else os.path.join(state_dir, name) if name \
+                else state_dir
             return _report("denied", why, ok=False, refused=why, denied=path)
         return _report("refused", why, ok=False, refused=why)
     held = not out["ok"]
