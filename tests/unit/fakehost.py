@@ -47,7 +47,7 @@ def sha(data: bytes | str) -> str:
 SPECS: dict[str, Any] = ops.SPECS
 CANNED = {"make_folder": "kept", "config_folders": "kept", "log_tail": "read",
           "cpu_info": "none", "gpus": "ran", "ldd": "read", "file_present": "present",
-          "register": "none"}
+          "register": "none", "check_root": "clean"}
 """The actions this host answers with one outcome word and nothing read (every folder is
 there, no CPU flags listed, no GPU, libraries all found, no start-up mechanism)."""
 _ZERO = {"str": "", "int": 0, "float": 0.0, "bool": False, "obj": {}, "list": [], "any": None}
@@ -344,6 +344,22 @@ class FakeHost(Transport):
         removed = [p for p in paths if self.files.pop(p, None) is not None]
         return _report("removed" if removed else "none", f"removed {len(removed)} file(s)",
                        removed=removed)
+
+    def _op_write_file(self, path: str, text: str, keep: str | None,
+                       if_changed: bool) -> dict[str, Any]:
+        if if_changed and self.files.get(path) == sha(text):
+            return _report("unchanged", path, ok=True, changed=False)
+        if keep and path in self.files:
+            self.files[keep] = self.files[path]
+        self.files[path] = sha(text)
+        if path.endswith("/previous_release"):
+            self.previous = text
+        return _report("written", path, ok=True, changed=True)
+
+    def _op_drain(self, **_: Any) -> dict[str, Any]:
+        if "drain" in self.faults:
+            return _report("deadline", "memory not back", memory={"usage": 9, "limit": 10})
+        return _report("drained", "drained", started=1.0, ended=1.5)
 
     def _op_pull_folder(self, name: str, **_: Any) -> dict[str, Any]:
         if not (name.startswith(".partial-") and name.endswith("-pull")) or "/" in name:

@@ -33,6 +33,7 @@ from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Target
 from rollout.steps.kinds import drain, preflight
 from rollout.steps.kinds.drain import DrainParams
+from rollout.steps.preflight_inputs import Look
 
 CASES = sorted((Path(__file__).parent / "cases" / "budget").glob("*.json"))
 
@@ -84,7 +85,7 @@ def test_budget_case(path: Path, tmp_path: Path) -> None:
     assert (budget.refusal is not None) == bool(refused), budget
 
     notes: list[str] = []  # preflight: the rule's refusal, word for word, or its note
-    problems = preflight.check_budget(ctx, facts, notes)  # type: ignore[arg-type]
+    problems = preflight.check_budget(Look(target, facts), notes)  # type: ignore[arg-type]
     if refused:
         assert problems == [budget.refusal]
         assert all(words in problems[0] for words in refused), problems
@@ -104,7 +105,7 @@ def test_budget_case(path: Path, tmp_path: Path) -> None:
     # drain and the guard's recipe carry the same figure, as data; none without one
     how = drain.drain_action(target, DrainParams(), facts.memory).detail
     assert how.budget == expect["budget"]
-    assert how.budget_args() == ([] if how.budget is None else ["--budget", how.budget])
+    assert how.settings().get("budget") == how.budget
     assert (how.no_budget is None) == (expect["budget"] is not None)
     recipe = drain_recipe(ctx, HostPlan(facts, target, None, ()))  # type: ignore[arg-type]
     assert recipe.get("budget") == expect["budget"]

@@ -19,7 +19,9 @@ from rollout.config.inventory import Host
 from rollout.config.playbook import DEFAULT_PLAYBOOK, parse_set_options
 from rollout.config.sections import Retired
 from rollout.errors import ConfigError, UserError
+from rollout.host.facts import HostFacts
 from rollout.steps.kinds import load_playbook, preflight
+from rollout.steps.preflight_inputs import Look
 
 PLAYBOOK = """\
 name: plain
@@ -283,7 +285,7 @@ def gpu_ctx(exit_code: int, stdout: str, devices: list[int] | None = None) -> An
     ],
 )
 def test_a_failing_gpu_check_names_the_setting_that_turns_it_off(ctx: Any, problem: str) -> None:
-    (message,) = preflight.check_gpus(ctx, None, [])  # type: ignore[arg-type]
+    (message,) = preflight.check_gpus(Look(ctx, HostFacts(), ctx), [])  # type: ignore[arg-type]
     assert problem in message and "preflight.gpus false" in message and "has_gpu" in message
 
 
@@ -291,7 +293,7 @@ def test_a_failing_cpu_check_names_the_setting_that_turns_it_off() -> None:
     settings = SimpleNamespace(preflight=SimpleNamespace(cpu_flags=["adx"]))
     ctx = SimpleNamespace(settings=settings,
                           call=lambda *a, **k: {"outcome": "read", "text": "flags : fpu sse"})
-    (message,) = preflight.check_cpu(ctx, None, [])  # type: ignore[arg-type]
+    (message,) = preflight.check_cpu(Look(ctx, HostFacts(), ctx), [])  # type: ignore[arg-type]
     assert "lacks adx" in message and "preflight.cpu_flags" in message and "[]" in message
 
 

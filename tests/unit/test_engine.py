@@ -25,7 +25,7 @@ from rollout.engine.run import Engine, EngineOptions, RunSummary
 from rollout.output.events import Event, EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Artifact, Phase, Release
-from rollout.steps.kinds import load_playbook
+from rollout.steps.kinds import load_playbook, preflight
 
 OLD, NEW = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
 OLDER = ("111111111111", "222222222222", "333333333333")
@@ -273,11 +273,15 @@ def test_dry_run_prints_exactly_what_the_engine_does(
     if case == "held with a dead daemon":
         assert fleet.roll(NEW).exit_code == 0
         fleet.hosts["h1"].daemon, fleet.hosts["h1"].held = None, True
+    target = _plan_of(fleet, "h1", rid).target
+    reads = {f.name for f in preflight.facts_of(target, list(preflight.CHECKS))}
     before = {n: len(h.sent) for n, h in fleet.hosts.items()}
     print_host_plans(fleet.plan(), lambda h: fleet.hosts[h.name], release(fleet.tmp, rid))
     printed = capsys.readouterr().out
-    for name, host in fleet.hosts.items():  # a dry run only reads the facts
-        assert all(c.startswith("python3 - ") for c in host.sent[before[name]:])
+    for name, host in fleet.hosts.items():  # a dry run only reads: the facts, in one batch
+        for sent in host.sent[before[name]:]:
+            assert sent.startswith(("python3 - ", "call ops.batch ")) or (
+                sent.startswith("batched ") and sent.split()[1] in reads), sent
     assert fleet.roll(rid).exit_code == 0
     for name in fleet.hosts:
         planned = _printed_decisions(printed, name)
@@ -467,5 +471,5 @@ def test_preflights_reads_go_to_the_host_in_one_round_trip(fleet: Fleet) -> None
     assert fleet.roll(NEW).exit_code == 0
     batches = [c for c in host.sent if c.startswith("call ops.batch ")]
     batched = [c.split(" ")[1] for c in host.sent if c.startswith("batched ")]
-    assert len(batches) == 1 and batched == ["file_present", "input_check"]
+    assert len(batches) == 1 and batched == ["file_present", "check_root", "ldd", "input_check"]
     assert not host.commands(r"^call ops\.(file_present|input_check) ")

@@ -426,9 +426,9 @@ def test_the_script_sent_is_the_inlined_one() -> None:
     text = script_text("guard")
     assert "inlined from rollout/host/scripts/common.py" in text
     assert arm_input({"a": 1}).startswith(f"{len(text.encode())}\n".encode())
-    drain, ops_text = script_text("drain").encode(), script_text("ops").encode()
-    assert arm_input({"a": 1}).endswith(b'{"a": 1}\n' + f"{len(drain)}\n".encode() + drain
-                                        + f"{len(ops_text)}\n".encode() + ops_text)
+    ops_text = script_text("ops").encode()
+    assert arm_input({"a": 1}).endswith(b'{"a": 1}\n' + f"{len(ops_text)}\n".encode()
+                                        + ops_text)
 
 
 def test_validated_evidence_of_the_daemon_running_now_keeps_it() -> None:
@@ -524,7 +524,7 @@ def test_prune_keeps_the_newest_and_whatever_is_not_done(tmp_path: Path) -> None
     assert guard.prune_runs(str(tmp_path / "nothing"), keep="x", now=now) == []
 
 
-def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoReleases) -> None:
+def test_arm_prunes_and_refuses_an_input_without_the_ops_script(host: TwoReleases) -> None:
     runs = host.root / "rollout" / "runs"
     old = [make_run(runs, f"old-{i:02d}", 10 + i, time.time(), ended="validated")
            for i in range(21)]
@@ -532,16 +532,16 @@ def test_arm_prunes_and_refuses_an_input_without_the_drain_script(host: TwoRelea
     # this run's folder is the newest of 22: the two oldest go
     assert sorted(stream.answer["pruned"]) == ["old-19", "old-20"], stream.answer
     assert not old[19].exists() and not old[20].exists() and old[18].exists()
-    assert (runs / "run-p" / "drain.py").read_text() == script_text("drain")
+    assert not (runs / "run-p" / "drain.py").exists()  # the drain is an ops action
     assert (runs / "run-p" / "ops.py").read_text() == script_text("ops")
     stream.write("settled\n")
     stream.close()
     command = f"python3 -c {shlex.quote(BOOTSTRAP)} --arm"
     bare = script_text("guard").encode()
-    no_drain = f"{len(bare)}\n".encode() + bare + json.dumps(host.recipe("run-q", OLD)).encode()
-    refused = LocalTransport().open_stream(command, no_drain + b"\n0\n")
+    no_ops = f"{len(bare)}\n".encode() + bare + json.dumps(host.recipe("run-q", OLD)).encode()
+    refused = LocalTransport().open_stream(command, no_ops + b"\n0\n")
     answer = json.loads(refused.readline(60))
-    assert answer == {"ready": False, "reason": "no drain script after the recipe"}, answer
+    assert answer == {"ready": False, "reason": "no ops script after the recipe"}, answer
 
 
 def test_a_failed_drain_is_reported_and_the_previous_release_restarted_all_same(

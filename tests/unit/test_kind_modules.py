@@ -17,6 +17,7 @@ from rollout.host.facts import HostFacts
 from rollout.steps import kinds as kinds_pkg
 from rollout.steps.daemon import cannot_adopt
 from rollout.steps.kinds import KINDS, UNDONE, load_playbook, preflight
+from rollout.steps.preflight_inputs import Look
 
 REPO = Path(__file__).resolve().parents[2]
 SETS = ("params_files=[]", "pce_bytes=0")
@@ -97,7 +98,7 @@ def test_preflight_refuses_by_name_the_adoption_the_stop_refuses() -> None:
         {"pid": 5000, "supervised": False, "starttime": "900", "state": "running"}]})
     ctx = SimpleNamespace(settings=SimpleNamespace(preflight=SimpleNamespace(adopt=True)))
     notes: list[str] = []
-    problems = preflight.check_ownership(ctx, facts, notes)  # type: ignore[arg-type]
+    problems = preflight.check_ownership(Look(ctx, facts), notes)  # type: ignore[arg-type]
     [daemon] = facts.foreign_daemons
     assert problems == [cannot_adopt(daemon)] and not notes
     assert problems[0].startswith("cannot adopt daemon pid 5000 ")

@@ -9,6 +9,7 @@ from contexts import settings_for, small_host
 
 from rollout.host.facts import HostFacts
 from rollout.steps.kinds import preflight
+from rollout.steps.preflight_inputs import Look
 
 LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd)
 \tlibcuda.so.1 => not found
@@ -53,17 +54,17 @@ FACTS = HostFacts.parse({"cgroup": {"memory": {"limit": 512 * 2**20}}})
 
 def test_budget_below_the_proof_minimum_is_refused_naming_both_numbers() -> None:
     notes: list[str] = []
-    problems = preflight.check_budget(ctx_with(min_budget="1GiB"), FACTS, notes)
+    problems = preflight.check_budget(Look(ctx_with(min_budget="1GiB"), FACTS), notes)
     assert problems == [
         "memory budget 448.0MiB (469762048 bytes) is below the minimum 1.0GiB "
         "(1073741824 bytes) the proof needs (preflight.min_budget)"
     ]
-    assert preflight.check_budget(ctx_with(min_budget="448MiB"), FACTS, notes) == []
+    assert preflight.check_budget(Look(ctx_with(min_budget="448MiB"), FACTS), notes) == []
     assert notes == ["budget 448.0MiB fits"]
 
 
 def test_fixed_budget_over_the_limit_is_refused() -> None:
-    problems = preflight.check_budget(ctx_with(total_budget="1GiB"), FACTS, [])
+    problems = preflight.check_budget(Look(ctx_with(total_budget="1GiB"), FACTS), [])
     assert problems and "exceeds the cgroup limit minus the safety margin" in problems[0]
 
 
@@ -72,9 +73,9 @@ def test_no_visible_cgroup_limit_is_refused_naming_the_setting_never_memtotal() 
     facts = HostFacts.parse({"cgroup": {"memory": {"limit": None, "source": "cgroup-v2"}},
                              "meminfo": {"total": 512 * 2**30, "available": 500 * 2**30}})
     notes: list[str] = []
-    problems = preflight.check_budget(ctx_with(), facts, notes)
+    problems = preflight.check_budget(Look(ctx_with(), facts), notes)
     assert len(problems) == 1 and "set daemon.total_budget" in problems[0], problems
     assert "cgroup-v2: none set" in problems[0] and notes == []
-    assert preflight.check_budget(ctx_with(total_budget="400GiB"), facts, notes) == []
+    assert preflight.check_budget(Look(ctx_with(total_budget="400GiB"), facts), notes) == []
     assert notes == ["budget 400.0GiB as set (daemon.total_budget; the host shows no cgroup "
                      "memory limit to hold it against)"]

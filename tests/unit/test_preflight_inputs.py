@@ -24,6 +24,7 @@ from rollout.steps.base import HostContext
 from rollout.steps.kinds import load_playbook
 from rollout.steps.kinds.preflight import CHECKS, reads_ahead
 from rollout.steps.preflight_inputs import (
+    Look,
     check_c1_ids,
     check_pce_space,
     leftover_pce_tmp,
@@ -104,11 +105,11 @@ def sparse(path: Path, size: int) -> Path:
 def test_preflight_refuses_a_host_without_room_for_the_rewrite(tmp_path: Path) -> None:
     ctx = pce_context(tmp_path)
     notes: list[str] = []
-    assert check_pce_space(ctx, None, notes) == []  # no PCE yet: 1 MiB fits
+    assert check_pce_space(Look.running(ctx), notes) == []  # no PCE yet: 1 MiB fits
     assert "room for the PCE rewrite: 1.0MiB" in notes[0]
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
     sparse(tmp_path / "params" / "pce-porep-32g.bin", free + 1024**4)  # larger than the disk
-    problems = check_pce_space(ctx, None, [])
+    problems = check_pce_space(Look.running(ctx), [])
     assert len(problems) == 1 and "rewrites the PCE file" in problems[0]
     assert "existing PCE file" in problems[0]
 
@@ -118,12 +119,12 @@ def test_a_link_in_place_of_the_pce_is_not_measured_through(tmp_path: Path) -> N
     huge = sparse(tmp_path / "elsewhere" / "big", free + 1024**4)
     (tmp_path / "params").mkdir()
     (tmp_path / "params" / "pce-porep-32g.bin").symlink_to(huge)
-    assert check_pce_space(pce_context(tmp_path), None, []) == []
+    assert check_pce_space(Look.running(pce_context(tmp_path)), []) == []
 
 
 def test_pce_bytes_zero_turns_the_check_off(tmp_path: Path) -> None:
     notes: list[str] = []
-    assert check_pce_space(pce_context(tmp_path, "0"), None, notes) == []
+    assert check_pce_space(Look.running(pce_context(tmp_path, "0")), notes) == []
     assert "no PCE space check" in notes[0]
 
 
@@ -239,7 +240,7 @@ def test_a_c1_for_the_asked_sector_and_miner_passes(tmp_path: Path, on: str) -> 
     (tmp_path / "host-c1.json").write_bytes(source.read_bytes())
     notes: list[str] = []
     ctx = c1_context(tmp_path, 5, 4321, source if on == "controller" else None)
-    assert check_c1_ids(ctx, None, notes) == []
+    assert check_c1_ids(Look.running(ctx), notes) == []
     assert notes == ["C1 made for miner 4321, sector 5"]
 
 
@@ -255,7 +256,7 @@ def test_a_wrong_sector_or_miner_is_refused(
     source.write_bytes(make_c1(sector=5, miner=4321))
     (tmp_path / "host-c1.json").write_bytes(source.read_bytes())
     ctx = c1_context(tmp_path, sector, miner, source if on == "controller" else None)
-    problems = check_c1_ids(ctx, None, [])
+    problems = check_c1_ids(Look.running(ctx), [])
     assert len(problems) == 1 and said in problems[0], problems
     assert "the proof would fail after the stop" in problems[0]
 
@@ -263,9 +264,9 @@ def test_a_wrong_sector_or_miner_is_refused(
 def test_the_lab_c1_is_checked_as_a_real_one(tmp_path: Path) -> None:
     source = LAB_PLAYBOOK.parent / "files" / "c1.json"  # made for miner 1000, sector 1
     notes: list[str] = []
-    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, notes) == []
+    assert check_c1_ids(Look.running(c1_context(tmp_path, 1, 1000, source)), notes) == []
     assert notes == ["C1 made for miner 1000, sector 1"]
-    assert "replica id" in check_c1_ids(c1_context(tmp_path, 1, 1001, source), None, [])[0]
+    assert "replica id" in check_c1_ids(Look.running(c1_context(tmp_path, 1, 1001, source)), [])[0]
 
 
 def test_the_miner_comparison_alone_can_be_turned_off(tmp_path: Path) -> None:
@@ -273,13 +274,15 @@ def test_the_miner_comparison_alone_can_be_turned_off(tmp_path: Path) -> None:
     compared. The refusal names the switch."""
     source = tmp_path / "c1.json"
     source.write_bytes(make_c1(sector=5, miner=4321))
-    refused = check_c1_ids(c1_context(tmp_path, 5, 1000, source), None, [])
+    refused = check_c1_ids(Look.running(c1_context(tmp_path, 5, 1000, source)), [])
     assert "preflight.c1_miner: false turns this comparison off" in refused[0]
     off = {"preflight.c1_miner": False}
     notes: list[str] = []
-    assert check_c1_ids(c1_context(tmp_path, 5, 1000, source, settings=off), None, notes) == []
+    ctx = c1_context(tmp_path, 5, 1000, source, settings=off)
+    assert check_c1_ids(Look.running(ctx), notes) == []
     assert notes == ["C1 is sector 5; miner not compared (preflight.c1_miner false)"]
-    wrong_sector = check_c1_ids(c1_context(tmp_path, 6, 1000, source, settings=off), None, [])
+    ctx = c1_context(tmp_path, 6, 1000, source, settings=off)
+    wrong_sector = check_c1_ids(Look.running(ctx), [])
     assert "sector 5, but the validation command asks for sector 6" in wrong_sector[0]
 
 
@@ -288,12 +291,13 @@ def test_a_c1_of_another_kind_than_the_validations_is_refused(tmp_path: Path) ->
     lab's lab-porep (32 GiB) is refused, naming both."""
     source = tmp_path / "c1.json"
     source.write_bytes(make_c1(proof="StackedDrg64GiBV1_1"))
-    problems = check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, [])
+    problems = check_c1_ids(Look.running(c1_context(tmp_path, 1, 1000, source)), [])
     assert len(problems) == 1
     assert "it is a StackedDrg64GiBV1_1 C1, but validate.proof_kind is lab-porep" in problems[0]
     assert "StackedDrg32GiBV1, StackedDrg32GiBV1_1" in problems[0]
     notes: list[str] = []  # no kind set: the 64 GiB C1's replica id is checked with its number
-    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source, "proof_kind="), None, notes) == []
+    ctx = c1_context(tmp_path, 1, 1000, source, "proof_kind=")
+    assert check_c1_ids(Look.running(ctx), notes) == []
     assert notes == ["C1 made for miner 1000, sector 1"]
 
 
@@ -301,14 +305,14 @@ def test_a_c1_that_names_no_sector_is_noted_not_refused(tmp_path: Path) -> None:
     source = tmp_path / "c1.json"
     source.write_text(json.dumps({"note": "a stand-in's input"}))
     notes: list[str] = []
-    assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, notes) == []
+    assert check_c1_ids(Look.running(c1_context(tmp_path, 1, 1000, source)), notes) == []
     assert notes[0].startswith("C1 ids not checked (no SectorNum")
 
 
 def test_a_c1_on_the_host_that_is_a_link_or_huge_is_not_read(tmp_path: Path) -> None:
     (tmp_path / "host-c1.json").symlink_to("/dev/zero")
     notes: list[str] = []
-    assert check_c1_ids(c1_context(tmp_path, 1, 1000, None), None, notes) == []
+    assert check_c1_ids(Look.running(c1_context(tmp_path, 1, 1000, None)), notes) == []
     assert "not readable on the host" in notes[0]
 
 
@@ -326,7 +330,7 @@ def test_the_controller_reads_the_c1_once_for_all_hosts(
 
     monkeypatch.setattr(c1, "read_ids", counted)
     for _ in range(3):
-        assert check_c1_ids(c1_context(tmp_path, 1, 1000, source), None, []) == []
+        assert check_c1_ids(Look.running(c1_context(tmp_path, 1, 1000, source)), []) == []
     assert len(reads) == 1
 
 
@@ -352,17 +356,18 @@ def test_the_c1_and_pce_reads_go_ahead_in_one_round_trip(tmp_path: Path) -> None
     transport.calls = []
     ctx.transport = transport
     alone: list[str] = []
-    assert check_c1_ids(ctx, None, alone) == [] and check_pce_space(ctx, None, alone) == []
+    look = Look.running(ctx)
+    assert check_c1_ids(look, alone) == [] and check_pce_space(look, alone) == []
     assert transport.calls == ["ops.c1_probe", "ops.pce_sizes"]
     transport.calls.clear()
     ctx.prefetch(reads_ahead(ctx, ("c1", "pce", "executables")))
     ahead: list[str] = []
-    assert check_c1_ids(ctx, None, ahead) == [] and check_pce_space(ctx, None, ahead) == []
+    assert check_c1_ids(look, ahead) == [] and check_pce_space(look, ahead) == []
     assert transport.calls == ["ops.batch"] and ahead == alone  # same notes, one round trip
-    assert check_c1_ids(ctx, None, []) == [] and transport.calls[-1] == "ops.c1_probe"  # once
+    assert check_c1_ids(look, []) == [] and transport.calls[-1] == "ops.c1_probe"  # once
     ctx.prefetch(reads_ahead(ctx, ("c1", "pce")))
     ctx.forget_reads()  # a change on the host since: read again
-    check_pce_space(ctx, None, [])
+    check_pce_space(Look.running(ctx), [])
     assert transport.calls[-1] == "ops.pce_sizes"
 
 

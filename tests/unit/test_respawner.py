@@ -21,6 +21,7 @@ from rollout.host.scripts import facts as facts_mod
 from rollout.host.scripts import script_text
 from rollout.host.scripts.actions import facts as facts_rule
 from rollout.steps.kinds import preflight
+from rollout.steps.preflight_inputs import Look
 
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
@@ -114,7 +115,7 @@ LOOP = {"pid": 300, "program": "dash", "cmdline": "sh /root/entrypoint.sh", "she
 def ownership(adopt: bool, **facts: Any) -> list[str]:
     ctx = SimpleNamespace(settings=SimpleNamespace(preflight=SimpleNamespace(adopt=adopt)))
     notes: list[str] = []
-    return preflight.check_ownership(ctx, HostFacts.parse(facts), notes)  # type: ignore[arg-type]
+    return preflight.check_ownership(Look(ctx, HostFacts.parse(facts)), notes)  # type: ignore[arg-type]
 
 
 def test_an_orphan_under_an_init_that_only_reaps_is_adopted() -> None:

@@ -18,6 +18,7 @@ from rollout.errors import CommandFailed, StepFailed
 from rollout.output.events import EventBus, JsonLinesSink, StepResult
 from rollout.secrets import MASK, secret
 from rollout.steps.base import StepTimeout
+from rollout.steps.decision import write_call
 from rollout.transport.base import RunResult
 from rollout.transport.local import LocalTransport
 
@@ -95,11 +96,11 @@ def test_a_written_file_and_its_kept_copy_are_private(tmp_path: Path) -> None:
     config, kept = tmp_path / "cuzk.toml", tmp_path / "cuzk.toml.for-r1"
     config.write_text("old = 1\n")
     config.chmod(0o644)
-    assert ctx.write_if_changed(str(config), "token = 'x'\n", str(kept))
+    assert ctx.write(write_call(str(config), "token = 'x'\n", str(kept)))
     assert (mode(config), mode(kept)) == (0o600, 0o600)
     assert kept.read_text() == "old = 1\n"
     config.chmod(0o644)
-    assert not ctx.write_if_changed(str(config), "token = 'x'\n", str(kept))
+    assert not ctx.write(write_call(str(config), "token = 'x'\n", str(kept)))
     assert mode(config) == 0o600
 
 

@@ -157,7 +157,8 @@ def scripted_context(answers: list[dict[str, Any]], **settings: Any
     host = small_host()
     transport = Scripted(answers)
     ctx = host_context(host, transport,  # type: ignore[arg-type]
-                       emit=lambda kind, **f: events.append({"kind": kind, **f}))
+                       emit=lambda kind, **f: kind == "host_call" or events.append(
+                           {"kind": kind, **f}))
     ctx.settings = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(
         ("params_files=[]", "pce_bytes=0")), settings=settings).for_host(host)
     return ctx, transport, events

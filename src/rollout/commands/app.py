@@ -291,7 +291,7 @@ def run_rollout(req: RolloutRequest, connect: Connect = connect) -> RunSummary:
     if release is not None and req.release:
         refuse_incomplete(plan, release, req.release)  # exit 2 before any host is touched
     if req.dry_run:
-        return dry_run(plan, connect, cache_dir(), release)
+        return dry_run(plan, connect, cache_dir(), release, req.json_path)
     if release is None:
         require_docker(plan.playbook.build)
     holder = holder_for(plan.run_id, plan.operator, plan.controller, plan.version)

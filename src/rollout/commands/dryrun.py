@@ -11,22 +11,24 @@ first and the upload cannot be checked yet.
 
 from __future__ import annotations
 
-import re
+import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rollout.engine.hostplan import PlannedStep, digest_paths, plan_host
+from rollout.engine.hostplan import PlannedStep, digest_paths, plan_gathered
 from rollout.engine.plan import Plan
 from rollout.engine.run import RunSummary
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
 from rollout.masking import head
+from rollout.output.events import EventBus, JsonLinesSink, open_private
 from rollout.steps import image
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Call, Release, Skip
+from rollout.steps.decision import Call, Release, Skip, without_env
 from rollout.transport.base import Transport
 from rollout.units import format_size
 
@@ -73,7 +75,17 @@ def describe(step: PlannedStep) -> list[str]:
     return lines
 
 
-EXPORTS = re.compile(r"export ([A-Za-z_][A-Za-z0-9_]*)=(?:'[^']*'|[^ ;]*); ")
+def planned(step: PlannedStep) -> dict[str, Any]:
+    """A planned step as data: status skip, run or fail, why, its kind and its calls."""
+    decision = step.decision
+    data: dict[str, Any] = {"kind": str(step.kind)}
+    if isinstance(decision, Skip):
+        return {"status": "skip", "reason": decision.reason, "data": {**data, "calls": []}}
+    calls = [] if decision.fails else [c.as_record() for c in decision.calls]
+    return {"status": "fail" if decision.fails else "run",
+            "reason": decision.fails or decision.summary, "data": {**data, "calls": calls}}
+
+
 VALUE_CHARS = 80  # each argument's repr, cut
 
 
@@ -83,9 +95,7 @@ def call_line(call: Call) -> str:
     args = []
     for key, value in call.kwargs.items():
         if isinstance(value, str):
-            value = EXPORTS.sub(r"export \1=...; ", value)
-            if re.search(r"export \w+=(?!\.\.\.; )", value):  # a quoting the rule missed
-                value = "<a command with validate.env: not shown>"
+            value = without_env(value)
         text = head(repr(value), VALUE_CHARS + 1)
         args.append(f"{key}={text[:VALUE_CHARS]}{'...' if len(text) > VALUE_CHARS else ''}")
     return f"{call.name}({', '.join(args)})"
@@ -104,12 +114,27 @@ class DryRun(RunSummary):
 
 
 def dry_run(
-    plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any, given: Release | None = None
+    plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any, given: Release | None = None,
+    json_path: str | None = None,
 ) -> DryRun:
+    """The plan printed; with `json_path` also as JSON lines there (a planned_step event per
+    step, with its calls; '-': on stdout, the text then on stderr)."""
+    bus = EventBus(plan.run_id)
+    with contextlib.ExitStack() as stack:
+        if json_path == "-":
+            bus.subscribe(JsonLinesSink(sys.stdout))
+            stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        elif json_path is not None:
+            bus.subscribe(JsonLinesSink(stack.enter_context(open_private(Path(json_path)))))
+        return _dry_run(plan, connect, cache_dir, given, bus)
+
+
+def _dry_run(plan: Plan, connect: Callable[[Any], Transport], cache_dir: Any,
+             given: Release | None, bus: EventBus) -> DryRun:
     print(f"plan {plan.run_id}: version {plan.version or '-'}, batches {plan.batches}")
     if given is not None:
         print(f"  controller: release {given.id} from a bundle: nothing to build")
-    unplanned = print_host_plans(plan, connect, given or known_release(plan, cache_dir))
+    unplanned = print_host_plans(plan, connect, given or known_release(plan, cache_dir), bus)
     if unplanned:
         print(f"not planned: {len(unplanned)} of {len(plan.host_names) + len(plan.refused)} "
               "host(s): "
@@ -118,20 +143,24 @@ def dry_run(
 
 
 def print_host_plans(
-    plan: Plan, connect: Callable[[Any], Transport], release: Release | None
+    plan: Plan, connect: Callable[[Any], Transport], release: Release | None,
+    bus: EventBus | None = None,
 ) -> dict[str, str]:
-    """Each host's facts and plan; `release` None: a build would come first. Returns the
-    hosts that could not be planned, with why."""
+    """Each host's facts and plan (each step also a planned_step event on `bus`); `release`
+    None: a build would come first. Returns the hosts that could not be planned, with why."""
+    emit = bus.emit if bus is not None else lambda *_a, **_k: None
     unplanned: dict[str, str] = {}
     for name, why in plan.refused.items():
         print(f"  {name}: REFUSED: {why}")
         unplanned[name] = f"refused: {why}"
+        emit("unplanned", host=name, reason=unplanned[name])
     for name in plan.host_names:
         try:
             transport = connect(plan.host(name))
         except RolloutError as e:
             print(f"  {name}: UNREACHABLE: {e}")
             unplanned[name] = f"unreachable: {e}"
+            emit("unplanned", host=name, reason=unplanned[name])
             continue
         try:
             ctx = HostContext(
@@ -144,11 +173,13 @@ def print_host_plans(
             target = replace(ctx.target, pending=release is None)
             facts = ctx.facts(*digest_paths(target))
             print(f"  {name}: {host_summary(facts)}")
-            for step in plan_host(facts, target, plan.host_steps).steps:
+            for step in plan_gathered(ctx, plan.host_steps, facts, target=target).steps:
                 print("\n".join(describe(step)))
+                emit("planned_step", host=name, step=step.spec.name, **planned(step))
         except RolloutError as e:  # the facts could not be read: no plan for this host
             print(f"  {name}: NOT PLANNED: {e}")
             unplanned[name] = str(e)
+            emit("unplanned", host=name, reason=unplanned[name])
         finally:
             transport.close()
     return unplanned

@@ -93,11 +93,10 @@ def rollback_recipe(plan: HostPlan) -> dict[str, Any]:
 
 
 def arm_input(data: dict[str, Any]) -> bytes:
-    """The guard's script and its recipe line, then drain.py's text (the guard runs it, as
-    the drain step does, before it starts a daemon again) and ops.py's (the host actions
-    its steps call), each script after its length."""
+    """The guard's script and its recipe line, then ops.py's text (the host actions its
+    steps call, the drain's included), each script after its length."""
     return (sized(script_text("guard")) + json.dumps(data).encode() + b"\n"
-            + sized(script_text("drain")) + sized(script_text("ops")))
+            + sized(script_text("ops")))
 
 
 @dataclass

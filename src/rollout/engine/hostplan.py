@@ -18,6 +18,7 @@ from rollout.host.facts import HostFacts
 from rollout.output.events import StepResult, skipped
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Decision, Phase, Skip, Target
+from rollout.steps.gather import Fact, gather
 from rollout.steps.kinds import KINDS, UNDONE
 
 # The engine's tables, derived from each kind's own declaration (rollout.steps.kinds).
@@ -130,6 +131,33 @@ def digest_paths(target: Target) -> list[str]:
     return paths
 
 
+def needed_facts(target: Target, specs: list[Any]) -> list[Fact]:
+    """The facts the plan's steps decide from (each kind's Kind.facts); a step whose params
+    do not load needs none (its decide fails it)."""
+    wanted: list[Fact] = []
+    for spec in specs:
+        kind = KINDS.get(str(spec.kind))
+        try:
+            wanted += kind.facts(target, kind.params.model_validate(spec.params)) if kind else []
+        except Exception:  # noqa: BLE001, S112 - its decide says what is wrong
+            continue
+    return wanted
+
+
+def plan_gathered(ctx: HostContext, specs: list[Any], facts: HostFacts | None = None,
+                  where: Where | None = None, target: Target | None = None) -> HostPlan:
+    """The host's plan: decided from its base facts (`facts`, or read now) and, where a step
+    that acts needs facts not gathered yet, decided again with them, read in one batch
+    (rollout.steps.gather). A plan that changes nothing reads nothing more. `target`: the
+    context's own, or the dry run's (a build to come)."""
+    target = target or ctx.target
+    facts = facts if facts is not None else ctx.facts(*digest_paths(target))
+    plan = plan_host(facts, target, specs, where)
+    acting = [s.spec for s in plan.steps if isinstance(s.decision, Action)]
+    wanted = [f for f in needed_facts(target, acting) if facts.read(f.name, f.kwargs) is None]
+    return plan_host(gather(ctx, facts, wanted), target, specs, where) if wanted else plan
+
+
 def previous_release(facts: HostFacts, target: Target) -> str | None:
     """What the host goes back to: what current points at, or pointed at before the release
     being rolled out (a controller that died after the switch)."""
@@ -198,7 +226,8 @@ def _settle(facts: HostFacts, target: Target, specs: list[Any], decided: Decided
     out: Decided = []
     for spec, (decision, by_when) in zip(specs, decided, strict=True):
         kind = str(spec.kind)
-        if quiet and kind == "preflight" and isinstance(decision, Action) and not decision.fails:
+        if quiet and kind == "preflight" and isinstance(decision, Action) and (
+                decision.detail is not None or not decision.fails):  # refused by its checks
             decision = quiet
         elif (kind in BY_EVIDENCE and isinstance(decision, Skip) and "evidence" in decision.data
               and any(isinstance(d, Action) for d, _ in out)):
@@ -239,5 +268,5 @@ def apply(ctx: HostContext, kind: str, decision: Decision) -> StepResult:
 
 def decide_and_apply(ctx: HostContext, spec: Any) -> StepResult:
     """One step on one host now, outside a run: its decision from fresh facts, applied."""
-    decision, _ = decide_step(spec, ctx.facts(*digest_paths(ctx.target)), ctx.target)
+    decision = plan_gathered(ctx, [spec]).steps[0].decision
     return apply(ctx, str(spec.kind), decision)

@@ -13,7 +13,7 @@ from rollout.engine.hostplan import (
     apply,
     digest_paths,
     phase_at_start,
-    plan_host,
+    plan_gathered,
 )
 from rollout.engine.hosts import Hosts
 from rollout.engine.options import EngineOptions
@@ -78,9 +78,9 @@ class HostRun:
         if done:  # to be touched again: the guards first, then the host as they left it
             arming.clear_left()
             facts = ctx.facts(*digest_paths(ctx.target))
-        ctx.state.facts = facts  # and the first action, if nothing acted before it
         specs = self.options.host_steps or self.hosts.plan.host_steps
-        plan = plan_host(facts, ctx.target, specs, self.hosts.where)
+        plan = plan_gathered(ctx, specs, facts, self.hosts.where)
+        ctx.state.facts = plan.facts  # and the first action, if nothing acted before it
         arming.prepare(plan)
         try:
             outcome = self._steps(ctx, plan, arming)

@@ -8,7 +8,7 @@ from functools import partial
 
 from rollout.config.steps import StepSpec
 from rollout.engine.guard import guards_left
-from rollout.engine.hostplan import apply, digest_paths, plan_host
+from rollout.engine.hostplan import apply, plan_gathered
 from rollout.engine.hosts import Hosts
 from rollout.engine.outcome import HostOutcome
 from rollout.engine.runlocks import RunLocks
@@ -46,12 +46,11 @@ def _steps_on(hosts: Hosts, steps: StepRunner, name: str,
     results: list[StepResult] = []
     try:
         guards_left(ctx, hosts.bus, hosts.plan.run_id)  # none at the host, and shown
-        facts = ctx.facts(*digest_paths(ctx.target))
+        plan = plan_gathered(ctx, specs, where=hosts.where)
         # a cordon an earlier run left (its record on the host) is undone at the end of a
         # stop, or once the daemon serves (start, heal: ready)
-        ctx.state.cordoned = facts.cordoned is not None and any(
+        ctx.state.cordoned = plan.facts.cordoned is not None and any(
             s.kind in ("stop", "ready") for s in specs)
-        plan = plan_host(facts, ctx.target, specs, hosts.where)
         for step in plan.steps:
             results.append(steps.run(ctx, step.spec, partial(apply, ctx, step.kind,
                                                                step.decision)))

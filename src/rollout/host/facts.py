@@ -7,8 +7,10 @@ empty default), never an exception and never code. The record fields (`last_exit
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,24 @@ from rollout.host.layout import is_release_id
 from rollout.host.scripts.common import format_size
 
 HOST_ID_RE = re.compile(r"[0-9a-f]{32}")
+MOST_READS = 64  # facts with arguments kept beside the base facts (rollout.steps.gather)
+
+
+def fact_key(name: str, kwargs: Mapping[str, Any]) -> str:
+    """A fact's name with its arguments, as one cache key."""
+    return f"{name} {json.dumps(kwargs, sort_keys=True)}"
+
+
+def _reads(raw: Any) -> dict[str, dict[str, Any]]:
+    """Reports of facts with arguments, given as [{call, kwargs, report}]: by fact_key;
+    an entry not of that shape is left out (each report is parsed where it is read)."""
+    out = {}
+    for entry in _list(raw)[:MOST_READS]:
+        d = _dict(entry)
+        name, kwargs, report = d.get("call"), d.get("kwargs"), d.get("report")
+        if isinstance(name, str) and isinstance(kwargs, dict) and isinstance(report, dict):
+            out[fact_key(name, kwargs)] = report
+    return out
 
 
 def _int(value: Any) -> int | None:
@@ -349,6 +369,7 @@ class HostFacts:
     errors: dict[str, str] = field(default_factory=dict)
     host_id: str | None = None  # <root>/rollout/host-id: what this machine is (read, not made)
     cordoned: str | None = None  # the run whose cordon is not undone (<root>/rollout/cordoned.json)
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)  # gathered facts (fact_key)
 
     @classmethod
     def parse(cls, raw: Any) -> HostFacts:
@@ -386,7 +407,12 @@ class HostFacts:
                 d.get("cuzk_loops"))[:16]) if p is not None),
             errors={str(k)[:200]: str(v)[:500] for k, v in _dict(d.get("errors")).items()},
             host_id=_host_id(d.get("host_id")),
+            reads=_reads(d.get("reads")),
         )
+
+    def read(self, name: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A gathered fact's report (hostile: parse it), or None where it was not gathered."""
+        return self.reads.get(fact_key(name, kwargs))
 
     @property
     def foreign_daemons(self) -> tuple[ProcessFacts, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,15 +16,16 @@ from rollout.config.render import Command, render_command
 from rollout.config.steps import KindRule
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
-from rollout.host.layout import Layout, q
-from rollout.host.scripts import bootstrap, script_text
+from rollout.host.layout import Layout
+from rollout.host.scripts import script_text
 from rollout.host.scripts.judge import verdict
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import Status, StepResult
 from rollout.secrets import head, tail
-from rollout.steps.decision import Action, Call, Decision, HostState, Target
+from rollout.steps.decision import Action, Call, Decision, HostState, Target, call_record
 from rollout.steps.decision import Artifact as Artifact  # re-exported: steps import them here
 from rollout.steps.decision import Release as Release
+from rollout.steps.gather import Fact
 from rollout.transport.base import RunResult, Transport, script_command
 
 
@@ -130,13 +130,22 @@ class HostContext:
         return self._bounded(lambda left: self.transport.run_script(source, argv, left, before),
                              timeout, script_command(argv, before))
 
-    def call(self, action: str, call_timeout: float | None = None, **kwargs: JSON) -> JSONObject:
+    def call(self, action: str, call_timeout: float | None = None,
+             runtime: tuple[str, ...] = (), **kwargs: JSON) -> JSONObject:
         """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
         arguments, within the step's deadline: its report, a JSON object (parse it with
-        rollout.host.reports). StepFailed when the host gave none."""
+        rollout.host.reports). StepFailed when the host gave none. Each call is a host_call
+        event (`runtime`: the kwargs only the run knew), so a run can be held to its plan."""
+        self.record(action, kwargs, runtime)
         ahead = self.read_ahead.pop(_read_key(action, kwargs), None)
-        if ahead is not None:
-            return ahead
+        return ahead if ahead is not None else self._call(action, call_timeout, kwargs)
+
+    def record(self, action: str, kwargs: JSONObject, runtime: tuple[str, ...] = ()) -> None:
+        """A host call as a host_call event (small: long texts by their sha256)."""
+        if self.emit is not None:
+            self.emit("host_call", data=call_record(action, kwargs, runtime))
+
+    def _call(self, action: str, call_timeout: float | None, kwargs: JSONObject) -> JSONObject:
         what = f"ops.{action}"
         result = self._bounded(
             lambda left: self.transport.call(script_text("ops"), what, kwargs, left),
@@ -155,7 +164,8 @@ class HostContext:
 
     def run_call(self, call: Call) -> JSONObject:
         """One host call of an action, within its own timeout: its report."""
-        return self.call(call.name, call_timeout=call.timeout, **call.kwargs)
+        return self.call(call.name, call_timeout=call.timeout, runtime=call.runtime,
+                         **call.kwargs)
 
     def run_calls(self, calls: Sequence[Call]) -> list[JSONObject]:
         """An action's host calls, in order: their reports."""
@@ -168,8 +178,8 @@ class HostContext:
         once the step changed what they read)."""
         if len(reads) < 2:
             return
-        out = self.call("batch", call_timeout=60,
-                        calls=[{"call": action, "kwargs": kwargs} for action, kwargs in reads])
+        batch = [{"call": action, "kwargs": kwargs} for action, kwargs in reads]
+        out = self._call("batch", 60, {"calls": batch})  # each read recorded as it is used
         reports = out.get("reports")
         if not isinstance(reports, list) or len(reports) != len(reads):
             return  # each read is made on its own
@@ -180,32 +190,15 @@ class HostContext:
     def forget_reads(self) -> None:
         self.read_ahead.clear()
 
-    def write_if_changed(self, path: str, text: str, keep_previous: str | None = None) -> bool:
-        """Atomically replace a file whose content differs; `keep_previous` gets the old one.
-        The text goes over stdin; the file and its kept copy are private (0600): a
-        rendered config may hold secrets. Written by files.py, never through a link: a link
-        in place of the file, its temporary or its kept copy fails the step, named."""
-        keep = ["--keep", keep_previous] if keep_previous else []
-        out = self.write_file(["write", path, "--if-changed", *keep], text)
-        return bool(out.get("changed"))
-
-    def write_file(self, args: list[str], text: str = "") -> JSONObject:
-        """files.py ARGS on the host with `text` on its stdin (after the script itself):
-        its JSON answer; StepFailed with its reason when it refused."""
-        command = f"python3 -c {q(bootstrap('files.py'))} {shlex.join(args)}"
-        result = self._bounded(  # in the host's agent where there is one: no python3 start
-            lambda left: self.transport.run_script_fed(script_text("files"), "files.py", args,
-                                                       text, left), None, command)
-        try:
-            out = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError) as e:
-            raise StepFailed(f"files.py {args[0]} on host gave no JSON (exit "
-                             f"{result.exit_code}): {tail(result.stderr.strip(), 400)}") from e
-        if not isinstance(out, dict) or not out.get("ok"):
-            why = out.get("refused") if isinstance(out, dict) else None
-            raise StepFailed(f"refused to write {args[1]}: {why or 'no reason given'}",
+    def write(self, call: Call) -> bool:
+        """A write_file call (decision.write_call): whether it changed the file; StepFailed
+        with its reason when it refused."""
+        report = self.run_call(call)
+        if report.get("outcome") not in ("written", "unchanged"):
+            raise StepFailed(f"refused to write {call.kwargs.get('path')}: "
+                             f"{head(str(report.get('reason') or 'no reason given'), 300)}",
                              retryable=False)
-        return out
+        return report.get("outcome") == "written"
 
     def facts(self, *digests: str) -> HostFacts:
         """The host's facts, read fresh in one round trip; `digests`: files to hash too."""
@@ -237,6 +230,9 @@ Decide = Callable[[HostFacts, Target, Any], Decision]
 Undo = Callable[[Target, HostFacts, Any, "str | None"], Action]
 """How a kind runs in a rollback: (target, the plan's facts, the params of the plan's step
 of this kind or the kind's defaults, the release to go back to) -> its action and calls."""
+NeedsFacts = Callable[[Target, Any], list[Fact]]
+"""The facts a kind's decide reads (rollout.steps.gather), from the target and its params:
+gathered for the whole plan before any step is decided."""
 
 
 @dataclass(frozen=True)
@@ -250,3 +246,4 @@ class Kind:
     decide: Decide
     apply: Apply
     undo: Undo | None = None  # None: a rollback never runs it
+    facts: NeedsFacts = lambda target, params: []  # noqa: E731 - the reads its decide needs

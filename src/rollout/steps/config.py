@@ -10,7 +10,7 @@ from rollout.host.facts import HostFacts
 from rollout.host.reports import Report
 from rollout.steps.base import HostContext
 from rollout.steps.budget import BudgetRule, decide_budget
-from rollout.steps.decision import Target
+from rollout.steps.decision import Call, Target
 
 
 def memory_budget(facts: HostFacts, target: Target) -> int:
@@ -27,12 +27,15 @@ def config_of(config_path: str, release_id: str) -> str:
     return f"{config_path}.for-{release_id}"
 
 
-def forget_configs_of(ctx: HostContext, release_ids: list[str]) -> None:
-    """Remove the configs kept for these releases (a link there: the link itself)."""
-    if not release_ids:
-        return
-    path = ctx.settings.daemon.config_path
-    out = Report.parse(ctx.call("remove_files", paths=[config_of(path, r) for r in release_ids]))
+def forget_call(target: Target, release_ids: list[str]) -> Call:
+    """ops.remove_files: the configs kept for these releases (a link there: the link itself)."""
+    path = target.settings.daemon.config_path
+    return Call("remove_files", {"paths": [config_of(path, r) for r in release_ids]})
+
+
+def forget_configs(ctx: HostContext, call: Call) -> None:
+    """The forget_call's report read: StepFailed where they were not removed."""
+    out = Report.parse(ctx.run_call(call))
     if out.outcome not in ("removed", "none"):
         raise StepFailed(f"kept configs not removed: {out.reason}", retryable=False)
 

@@ -14,10 +14,6 @@ def daemon_log_tail(ctx: HostContext, lines: int = 20) -> str:
     return TextReport.parse(ctx.call("log_tail", root=ctx.layout.root, lines=lines)).text
 
 
-def set_hold(ctx: HostContext) -> None:
-    ctx.call("hold", root=ctx.layout.root)
-
-
 def serving(facts: HostFacts, target: Target) -> Skip | None:
     """A skip when the daemon already runs the release being rolled out (no hold set)."""
     rid = target.release_id

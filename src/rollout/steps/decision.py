@@ -7,6 +7,8 @@ the same decisions: the skip rules live in one place.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from importlib import resources
@@ -80,14 +82,52 @@ class Call:
     name: str
     kwargs: JSONObject = field(default_factory=dict)
     timeout: float | None = None
+    runtime: tuple[str, ...] = ()  # kwargs only the run fills in (the stopped daemon's pid)
 
     def as_json(self) -> JSONObject:
         """The form the guard's recipe and ops.batch carry: {"call", "kwargs"}."""
         return {"call": self.name, "kwargs": dict(self.kwargs)}
 
+    def as_record(self) -> JSONObject:
+        """The call as the dry run's --json and the journal's host_call event give it."""
+        return call_record(self.name, self.kwargs, self.runtime)
+
     def plus(self, **more: JSON) -> Call:
         """The same call with arguments only the run knows (the daemon it started)."""
         return replace(self, kwargs={**self.kwargs, **more})
+
+
+def write_call(path: str, text: str, keep: str | None = None, if_changed: bool = True) -> Call:
+    """ops.write_file: `path` replaced whole by `text` (0600, never through a link); `keep`:
+    where the file it replaces is kept; `if_changed`: nothing written when it holds `text`."""
+    kwargs: JSONObject = {"path": path, "text": text, "if_changed": if_changed}
+    return Call("write_file", {**kwargs, "keep": keep} if keep else kwargs)
+
+
+RECORD_CHARS = 200  # a longer text argument is recorded by its sha256 and length
+EXPORTS = re.compile(r"export ([A-Za-z_][A-Za-z0-9_]*)=(?:'[^']*'|[^ ;]*); ")
+
+
+def without_env(text: str) -> str:
+    """A command with validate.env's values left out (`export NAME=...; `), never shown."""
+    text = EXPORTS.sub(r"export \1=...; ", text)
+    if re.search(r"export \w+=(?!\.\.\.; )", text):  # a quoting the rule missed
+        return "<a command with validate.env: not shown>"
+    return text
+
+
+def call_record(name: str, kwargs: JSONObject, runtime: tuple[str, ...] = ()) -> JSONObject:
+    """A host call, small and shown safely: validate.env's values left out, a long text
+    argument (a file's content) as its sha256 and length."""
+    def small(value: JSON) -> JSON:
+        if not isinstance(value, str):
+            return value
+        if len(value) > RECORD_CHARS:  # a file's content: its hash, of the text masked
+            shown = without_env(value)
+            return {"sha256": hashlib.sha256(shown.encode()).hexdigest(), "chars": len(value)}
+        return without_env(value)
+    record: JSONObject = {"call": name, "kwargs": {k: small(v) for k, v in kwargs.items()}}
+    return {**record, "runtime": list(runtime)} if runtime else record
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 from rollout.errors import StepFailed
 from rollout.host.facts import tcp_port
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Target
 
 UPTIME_SLACK = 1.0  # seconds: rounding between /status's clock and /proc's
 
@@ -63,9 +64,13 @@ def identity_problem(
 
 def ports_query(ctx: HostContext) -> tuple[list[int], int | None]:
     """(the daemon's TCP ports, the started daemon's pid): what ops.owners is asked."""
-    daemon = ctx.settings.daemon
-    ports = [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
-    return ports, expected_pid(ctx)
+    return daemon_ports(ctx.target), expected_pid(ctx)
+
+
+def daemon_ports(target: Target) -> list[int]:
+    """The daemon's TCP ports: status, then gRPC."""
+    daemon = target.settings.daemon
+    return [p for p in (tcp_port(daemon.status_listen), tcp_port(daemon.listen)) if p]
 
 
 def judge_ports(ports: list[int], pid: int | None, found: Any,

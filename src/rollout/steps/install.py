@@ -32,8 +32,9 @@ def file_sums(ctx: HostContext, directory: str, names: list[str],
     its pages would be active cache the drain counts)."""
     if not names:
         return {}
+    extra: dict[str, JSON] = {} if mode is None else {"mode": mode}
     return FilesReport.parse(ctx.call("file_sums", directory=directory, names=names,
-                                      **({} if mode is None else {"mode": mode}))).sums
+                                      **extra)).sums
 
 
 def identities_of(report: FilesReport, names: list[str]) -> dict[str, str]:
@@ -70,8 +71,9 @@ def _install(ctx: HostContext, release: Release, partial: str,
     names = [a.name for a in release.artifacts]
     extra: dict[str, JSON] = {} if expect is None else {"expect": dict(expect)}
     return FilesReport.parse(ctx.call(
-        "install_release", root=ctx.layout.root, release=release.id, partial=partial,
-        manifest=json.dumps(release.to_dict(), indent=2), names=list(names), **extra))
+        "install_release", runtime=("partial", "manifest"), root=ctx.layout.root,
+        release=release.id, partial=partial, manifest=json.dumps(release.to_dict(), indent=2),
+        names=list(names), **extra))
 
 
 def install_staged(ctx: HostContext, release: Release) -> bool:
@@ -105,6 +107,8 @@ def push_into(ctx: HostContext, release: Release, partial: str, what: str = "pus
     if tracker is not None:
         tracker.update(0)
     for artifact in release.artifacts:
+        ctx.record("put", {"name": artifact.name, "sha256": artifact.sha256,
+                           "size": artifact.size, "path": f"{partial}/{artifact.name}"}, ("path",))
         with verified_executable(artifact) as src:
             found = ctx.transport.put_and_digest(
                 src, f"{partial}/{artifact.name}", mode=0o755,

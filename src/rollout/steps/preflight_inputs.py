@@ -14,17 +14,72 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.config.params_manifest import ProofKind
 from rollout.config.params_manifest import kind as proof_kind
+from rollout.config.playbook import Playbook
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
+from rollout.host.layout import Layout
 from rollout.host.reports import Report
 from rollout.jsontypes import JSON, JSONObject
 from rollout.steps import c1
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Release, Target
+from rollout.steps.gather import Fact
 from rollout.units import format_size, parse_size
+
+
+class Later(Exception):
+    """A check that cannot be judged from the plan's facts (a read not gathered, or work it
+    must do): its step judges it when it runs."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """What a preflight check judges from: the target, the host's facts and, while the step
+    runs, the host itself (None while deciding)."""
+
+    target: Target
+    facts: HostFacts
+    ctx: HostContext | None = None
+    read_base: bool = True  # False: no base facts were read for this look (they are empty)
+
+    @property
+    def settings(self) -> Playbook:
+        return self.target.settings
+
+    @property
+    def layout(self) -> Layout:
+        return self.target.layout
+
+    @property
+    def release(self) -> Release | None:
+        return self.target.release
+
+    @property
+    def name(self) -> str:
+        return str(self.target.host.name)
+
+    @classmethod
+    def running(cls, ctx: HostContext, facts: HostFacts | None = None) -> Look:
+        """While the step runs: these facts (none: every read made now)."""
+        return cls(ctx.target, facts or HostFacts(), ctx, facts is not None)
+
+    def read(self, fact: Fact) -> JSONObject:
+        """The fact's report: gathered, else read now (while deciding: Later)."""
+        found = self.facts.read(fact.name, fact.kwargs)
+        if found is not None:
+            return found
+        return self.acting().call(fact.name, call_timeout=fact.timeout, **fact.kwargs)
+
+    def acting(self) -> HostContext:
+        """The host, for a check that acts or reads now; Later while deciding."""
+        if self.ctx is None:
+            raise Later()
+        return self.ctx
 
 
 def pce_tmp_name(pce_file: str) -> str:
@@ -38,13 +93,14 @@ def pce_tmp_name(pce_file: str) -> str:
     return f"{stem}.tmp"
 
 
-def pce_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+def pce_facts(target: Target) -> list[Fact]:
     """The read check_pce_space makes (ops.pce_sizes): the PCE file and its temporary in
     param_cache, and the free bytes there."""
-    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    spec, cache = target.settings.params, target.settings.daemon.param_cache
     if parse_size(spec.pce_bytes) == 0:
         return []
-    return [("pce_sizes", {"cache": cache, "names": [spec.pce_file, pce_tmp_name(spec.pce_file)]})]
+    names: list[JSON] = [spec.pce_file, pce_tmp_name(spec.pce_file)]
+    return [Fact("pce_sizes", {"cache": cache, "names": names}, timeout=60)]
 
 
 def pce_room(pce_bytes: int, pce: JSON, tmp: JSON, free: int) -> tuple[int, int, str | None]:
@@ -73,16 +129,16 @@ def _figure(answer: JSON, key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+def check_pce_space(look: Look, notes: list[str]) -> list[str]:
     """Room in param_cache for a full rewrite of the PCE file, counted again when it exists."""
-    spec = ctx.settings.params
+    spec = look.settings.params
     pce_bytes = parse_size(spec.pce_bytes)
     if pce_bytes == 0:
         notes.append("no PCE space check (params.pce_bytes 0)")
         return []
     tmp = pce_tmp_name(spec.pce_file)
-    (action, kwargs), = pce_reads(ctx)
-    out = ctx.call(action, call_timeout=60, **kwargs)
+    (fact,) = pce_facts(look.target)
+    out = look.read(fact)
     files, free = out.get("files") or {}, out.get("free")
     if not isinstance(free, int) or not isinstance(files, dict):
         return [f"the PCE space probe gave no figures: {str(out)[:200]}"]
@@ -95,10 +151,11 @@ def check_pce_space(ctx: HostContext, facts: HostFacts | None, notes: list[str])
 
 # ---- the C1's ids
 
-def c1_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+def c1_facts(target: Target) -> list[Fact]:
     """The read c1_ids makes where the C1 has no source on the controller (ops.c1_probe)."""
-    spec = ctx.settings.validation.input
-    return [] if spec.source else [("c1_probe", {"path": spec.path, "limit": c1.MAX_C1_BYTES})]
+    spec = target.settings.validation.input
+    return [] if spec.source else [
+        Fact("c1_probe", {"path": spec.path, "limit": c1.MAX_C1_BYTES}, timeout=60)]
 
 
 @functools.lru_cache(maxsize=4)
@@ -112,40 +169,40 @@ def _local_ids(path: str, size: int, mtime_ns: int) -> c1.C1Ids:
     return c1.read_ids(data)
 
 
-def c1_ids(ctx: HostContext) -> tuple[c1.C1Ids, str]:
+def c1_ids(look: Look) -> tuple[c1.C1Ids, str]:
     """(the ids of the C1 the host will prove with, where it was read): the controller's
     source when one is set (it is what the host gets), else the host's own file."""
-    spec = ctx.settings.validation.input
+    spec = look.settings.validation.input
     if spec.source:
         st = Path(spec.source).stat()
         return _local_ids(str(spec.source), st.st_size, st.st_mtime_ns), str(spec.source)
-    (action, kwargs), = c1_reads(ctx)
-    out = ctx.call(action, call_timeout=60, **kwargs)
+    (fact,) = c1_facts(look.target)
+    out = look.read(fact)
     if "c1" not in out:
         why = out.get("missing") or out.get("odd") or "no answer"
         return c1.C1Ids(None, None, f"not readable on the host: {why}"), spec.path
     data = json.dumps(out["c1"]).encode()
-    return c1.read_ids(data), f"{spec.path} on {ctx.name}"
+    return c1.read_ids(data), f"{spec.path} on {look.name}"
 
 
-def rendered_command(ctx: HostContext) -> str:
+def rendered_command(target: Target) -> str:
     from rollout.steps.validate import validation_command
 
-    spec = ctx.settings.validation
-    return validation_command(ctx.target, spec.command, ctx.target.release_id)
+    spec = target.settings.validation
+    return validation_command(target, spec.command, target.release_id)
 
 
-def check_c1_ids(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+def check_c1_ids(look: Look, notes: list[str]) -> list[str]:
     """The C1's sector and miner are the ones the validation command asks cuzk to prove:
     else the proof fails, and only after the old daemon was stopped."""
-    asked = c1.asked_ids(rendered_command(ctx))
+    asked = c1.asked_ids(rendered_command(look.target))
     if asked is None:
         notes.append("the validation command is not cuzk-bench single: C1 ids not compared")
         return []
-    ids, where = c1_ids(ctx)
-    name = ctx.settings.validation.proof_kind
+    ids, where = c1_ids(look)
+    name = look.settings.validation.proof_kind
     kind = proof_kind(name) if name is not None else None
-    check_miner = ctx.settings.preflight.c1_miner
+    check_miner = look.settings.preflight.c1_miner
     problem = c1.mismatch(ids, asked, kind, check_miner)
     if problem:
         return [f"validation input {where}: {problem}; the proof would fail after the stop "

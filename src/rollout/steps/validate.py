@@ -18,8 +18,8 @@ from rollout.jsontypes import JSONObject
 from rollout.steps.base import HostContext
 from rollout.steps.budget_wait import watch_for
 from rollout.steps.daemon import status_url
-from rollout.steps.decision import Call, Release, Target
-from rollout.steps.identity import ports_query
+from rollout.steps.decision import Call, Release, Target, write_call
+from rollout.steps.identity import daemon_ports, ports_query
 from rollout.steps.proof_budget import budget_too_small, budget_total
 from rollout.steps.transfer import put_file
 from rollout.transport.base import RunResult
@@ -95,13 +95,17 @@ TIMED_OUT, KILLED = 124, 137  # timeout's status when it stopped the command (TE
 def probe(ctx: HostContext) -> ProbeReport:
     """What validate reads ahead of the proof, in one call (ops.probe): the input check,
     /status (None when the status port is off or does not answer) and the ports' owners."""
-    spec = ctx.settings.validation.input
-    listen = ctx.settings.daemon.status_listen
-    ports, pid = ports_query(ctx)
-    return ProbeReport.parse(ctx.call(
-        "probe", input_path=spec.path, input_size=spec.size,
-        status_url=status_url(listen) if listen else "", ports=list(ports),
-        pid=pid, call_timeout=45))
+    _, pid = ports_query(ctx)
+    return ProbeReport.parse(ctx.run_call(probe_call(ctx.target).plus(pid=pid)))
+
+
+def probe_call(target: Target) -> Call:
+    """ops.probe (the started daemon's pid added at run time)."""
+    spec = target.settings.validation.input
+    listen = target.settings.daemon.status_listen
+    return Call("probe", {"input_path": spec.path, "input_size": spec.size,
+                          "status_url": status_url(listen) if listen else "",
+                          "ports": daemon_ports(target)}, 45, runtime=("pid",))
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def prove_call(target: Target, command: str, seconds: float, pattern: str = "",
         "status_url": status_url(listen) if listen else "",
         "watch": watch_for(settings) if listen else None, "release": release_id or "",
         "require_executable": require_executable,
-    }, seconds + float(KILL_AFTER) + 30)
+    }, seconds + float(KILL_AFTER) + 30, runtime=("record",))
 
 
 class ProofParams(Protocol):
@@ -203,7 +207,7 @@ def evidence_doc(ctx: HostContext) -> tuple[str, str]:
 
 
 def record_evidence(ctx: HostContext, doc: str) -> None:
-    ctx.write_file(["write", ctx.layout.validated], doc + "\n")
+    ctx.write(write_call(ctx.layout.validated, doc + "\n", if_changed=False))
 
 
 def fail_if_budget_too_small(status: dict[str, Any] | None, kind: str | None) -> None:

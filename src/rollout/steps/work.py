@@ -22,7 +22,7 @@ from rollout.host.reports import CommandReport, Job, WorkReport
 from rollout.jsontypes import JSON
 from rollout.output.events import StepResult
 from rollout.steps.base import HostContext
-from rollout.steps.decision import Phase, Target
+from rollout.steps.decision import Call, Phase, Target
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
 Verdict = Literal["go", "wait", "skip", "stop"]
@@ -55,6 +55,16 @@ def work_how(target: Target, status_url: str) -> WorkHow:
     return WorkHow(rendered("cordon"), rendered("uncordon"), float(spec.deadline),
                    float(spec.interval), spec.at_deadline, float(spec.command_timeout),
                    status_url, float(spec.settle))
+
+
+def work_calls(target: Target, how: WorkHow) -> tuple[Call, ...]:
+    """The calls before a stop: the cordon (where set; the run's id added at run time),
+    then ops.work, polled until the verdict is not `wait` (listed once: a poll repeats it)."""
+    cordon = Call("cordon", {"root": target.layout.root, "command": how.cordon,
+                             "timeout": how.timeout, "status_url": how.status_url},
+                  how.timeout + 30, runtime=("run_id",))
+    work = Call("work", {"status_url": how.status_url}, 30)
+    return (cordon, work) if how.cordon else (work,)
 
 
 def verdict(report: WorkReport, waited: float, how: WorkHow) -> Verdict:
@@ -129,9 +139,8 @@ def cordon(ctx: HostContext, how: WorkHow) -> WorkReport | None:
         return None
     ctx.state.cordoned = True  # before the call: whatever happens next, the end uncordons
     try:
-        report = CommandReport.parse(ctx.call(
-            "cordon", root=ctx.layout.root, run_id=ctx.run_id, command=how.cordon,
-            timeout=how.timeout, status_url=how.status_url, call_timeout=how.timeout + 30))
+        call = work_calls(ctx.target, how)[0]
+        report = CommandReport.parse(ctx.run_call(call.plus(run_id=ctx.run_id)))
     except RolloutError as e:
         report = CommandReport("failed", f"{type(e).__name__}: {e}", None, "")
     if report.outcome != "cordoned":
@@ -153,9 +162,9 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
     start, reported, idle_at = clock(), None, None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
+    poll = work_calls(ctx.target, how)[-1]
     while True:
-        report = first or WorkReport.parse(
-            ctx.call("work", status_url=how.status_url, call_timeout=30))
+        report = first or WorkReport.parse(ctx.run_call(poll))
         first = None
         waited = clock() - start
         if step_deadline is not None:

@@ -4,7 +4,7 @@ touches a host its controller did not change.
 The controller starts it over a channel of its own (ahead, while upload and preflight run):
 
     python3 -c BOOTSTRAP --arm   (stdin: the script's length, this script, a recipe line,
-                                  then drain.py and ops.py, each after its length)
+                                  then ops.py after its length)
 
 The recipe is JSON data, never code: the run, the root, the release being rolled out and
 the rollback plan for each phase ("rollback"), computed by the controller's own
@@ -64,7 +64,7 @@ POLL = 0.1  # seconds between looks at local state (never at the controller)
 # than it needs.
 KEEP_RUNS = 20  # run folders always kept, newest first
 PRUNE_AGE = 7 * 86400  # seconds: older run folders whose guards are all done are removed
-MAX_SCRIPT = 1 << 20  # bytes: each script the arm input carries (drain.py, ops.py)
+MAX_SCRIPT = 1 << 20  # bytes: the script the arm input carries (ops.py)
 
 
 # ---------------------------------------------------------------- paths and records
@@ -255,8 +255,7 @@ def run_entry(h: Host, entry: dict[str, Any], stopped: dict[str, Any]) -> tuple[
     """Run one step of the plan: each of its host calls (ops.<call>(**kwargs)), in order,
     read by the one judge (judge.py, the controller's steps' too); (status, reason, data).
     What only the guard knows goes in here: a daemon of the release it goes back to is kept
-    (stop, drain), the drain waits for the daemon `stopped` (the stop step's data) names,
-    and runs the drain.py the arm input left in the run's folder."""
+    (stop, drain), and the drain waits for the daemon `stopped` (the stop step's data) names."""
     calls = entry.get("calls") if isinstance(entry.get("calls"), list) else None
     if not calls:
         raise Failed(f"no host call for step {entry.get('step')!r} in the recipe")
@@ -268,7 +267,7 @@ def run_entry(h: Host, entry: dict[str, Any], stopped: dict[str, Any]) -> tuple[
         if name in ("stop", "drain") and h.to:
             kwargs["keep_release"] = h.to
         if name == "drain":
-            kwargs = {**drain_kwargs(kwargs, stopped), "script": os.path.join(h.run_dir, "drain.py")}
+            kwargs = drain_kwargs(kwargs, stopped)
         reports.append(h.ops.call(name, kwargs))
     status, reason, data = verdict(str(entry.get("step")), calls, reports)
     if status == "failed" and not entry.get("tolerate"):
@@ -498,17 +497,14 @@ def prune_runs(runs: str, keep: str, now: float | None = None) -> list[str]:
 
 def arm(stdin: Any, stdout: Any, wait: float) -> int:
     recipe = json.loads(stdin.readline().decode("utf-8"))
-    drain_script = read_sized(stdin)
-    ops_script = read_sized(stdin) if drain_script is not None else None
+    ops_script = read_sized(stdin)
     root = str(recipe["root"])
     where = run_dir(root, str(recipe["run_id"]))
-    if drain_script is None or ops_script is None:
-        what = "drain" if drain_script is None else "ops"
-        say(stdout, {"ready": False, "reason": f"no {what} script after the recipe"})
+    if ops_script is None:
+        say(stdout, {"ready": False, "reason": "no ops script after the recipe"})
         return 2
     try:  # a link in place of runs/, the run's folder or a file in it: refused, named
         safe_mkdir(where, mode=0o700)
-        write_bytes(os.path.join(where, "drain.py"), drain_script)
         write_bytes(os.path.join(where, "ops.py"), ops_script)
     except OSError as e:
         say(stdout, {"ready": False, "reason": f"refused: {e}"})

@@ -1,6 +1,6 @@
 """Drain: wait until the stopped daemon is gone and the memory that matters is back.
 
-The host-side script (rollout.host.scripts.drain) polls every 50 ms; this step gives it the
+The host action (ops.drain) polls every 50 ms; this step gives it the
 new daemon's budget in bytes, decided here from the host's facts by the one budget rule
 (rollout.steps.budget, the figure the config step writes), and turns its answer into the
 step's result: what drained it, or what still holds the memory. Where the rule gives no
@@ -40,12 +40,8 @@ class DrainHow:
     budget: int | None  # bytes the new daemon needs under the limit (the budget rule's)
     no_budget: str | None = None  # why there is no budget figure: the baseline alone counts
 
-    def budget_args(self) -> list[object]:
-        """drain.py's --budget BYTES; none without a figure."""
-        return [] if self.budget is None else ["--budget", self.budget]
-
     def settings(self) -> dict[str, float | int]:
-        """What ops.drain hands drain.py: the figures, and the budget where there is one."""
+        """What ops.drain waits by: the figures, and the budget where there is one."""
         budget = {} if self.budget is None else {"budget": int(self.budget)}
         return {"deadline": float(self.deadline), "plateau": float(self.plateau),
                 "zombie_grace": float(self.zombie_grace), **budget}
@@ -71,7 +67,7 @@ def drain_action(target: Target, params: DrainParams, memory: MemoryFacts) -> Ac
     if no_budget:
         summary += "; no budget figure: the working set's baseline alone counts"
     call = Call("drain", {"root": target.layout.root, "settings": how.settings()},
-                how.deadline + 30)
+                how.deadline + 30, runtime=("pid", "starttime"))
     return Action(summary, params, how, calls=(call,))
 
 
@@ -83,24 +79,11 @@ def decide(facts: HostFacts, target: Target, params: DrainParams) -> Decision:
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
-    """The drain call, for the daemon the stop of this plan stopped (the judge's rule), run
-    as drain.py on the host (the guard runs the same call through ops.drain)."""
+    """The drain call, for the daemon the stop of this plan stopped (the judge's rule), as
+    the guard runs it."""
     stopped = ctx.state.stopped or Stopped()  # judge.stopped_daemon, read from its report
-    reports = [_drain(ctx, call, {**call.kwargs, "pid": stopped.pid,
-                                  "starttime": stopped.starttime}) for call in action.calls]
-    return judged("drain", action.calls, reports, retryable=False)
-
-
-def _drain(ctx: HostContext, call: Call, kwargs: dict[str, object]) -> dict[str, object]:
-    settings = kwargs.get("settings")
-    given = settings if isinstance(settings, dict) else {}
-    args: list[object] = ["--root", kwargs.get("root"), "--pid", kwargs.get("pid") or 0]
-    args += ["--starttime", kwargs["starttime"]] if kwargs.get("starttime") is not None else []
-    for key in ("deadline", "plateau", "zombie_grace"):
-        args += [f"--{key.replace('_', '-')}", given[key]] if key in given else []
-    args += ["--budget", given["budget"]] if "budget" in given else []
-    _, out = ctx.script("drain", *args, timeout=call.timeout)
-    return out if isinstance(out, dict) else {}
+    calls = [c.plus(pid=stopped.pid, starttime=stopped.starttime) for c in action.calls]
+    return judged("drain", calls, ctx.run_calls(calls), retryable=False)
 
 
 def undo(target: Target, facts: HostFacts, params: DrainParams, to: str | None) -> Action:

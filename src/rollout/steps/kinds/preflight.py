@@ -9,9 +9,9 @@ touched: `{name: preflight-executables, kind: preflight, params: {checks: [execu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -19,14 +19,22 @@ from rollout.config.steps import KindRule, StrictParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, Parent, ProcessFacts
 from rollout.host.reports import CommandReport, OutputsReport, Report, TextReport
-from rollout.jsontypes import JSONObject
+from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext, Kind
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.daemon import cannot_adopt
 from rollout.steps.decision import Action, Decision, Target
+from rollout.steps.gather import Fact
 from rollout.steps.params import check_params, probe_reads
-from rollout.steps.preflight_inputs import c1_reads, check_c1_ids, check_pce_space, pce_reads
+from rollout.steps.preflight_inputs import (
+    Later,
+    Look,
+    c1_facts,
+    check_c1_ids,
+    check_pce_space,
+    pce_facts,
+)
 from rollout.steps.validate import ensure_input, input_reads
 from rollout.units import format_size
 
@@ -53,28 +61,28 @@ class PreflightParams(StrictParams):
 
 SPACE_MARGIN = 8 * 1024**2  # room for logs and records beside the release
 
-FactCheck = Callable[[HostContext, HostFacts, list[str]], list[str]]
-Check = Callable[[HostContext, HostFacts | None, list[str]], list[str]]
-"""A check gets the host's facts, or None where no check of its step needs them."""
+Check = Callable[[Look, list[str]], list[str]]
+"""A check: the problems it finds (empty: fine), its notes added; Later where the plan's facts
+cannot judge it."""
 
 
-def _space_needed(ctx: HostContext, facts: HostFacts) -> int:
-    if ctx.release is None or _release_on_host(ctx, facts):
+def _space_needed(look: Look) -> int:
+    if look.release is None or _release_on_host(look.target, look.facts):
         return SPACE_MARGIN
-    return 2 * sum(a.size for a in ctx.release.artifacts) + SPACE_MARGIN
+    return 2 * sum(a.size for a in look.release.artifacts) + SPACE_MARGIN
 
 
-def _release_on_host(ctx: HostContext, facts: HostFacts) -> bool:
-    return ctx.release is not None and ctx.release.id in facts.release_ids
+def _release_on_host(target: Target, facts: HostFacts) -> bool:
+    return target.release is not None and target.release.id in facts.release_ids
 
 
-def check_space(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+def check_space(look: Look, notes: list[str]) -> list[str]:
     problems = []
-    root = ctx.layout.root
+    root, facts = look.layout.root, look.facts
     if not facts.root_writable:
         problems.append(f"{root} is not writable")
     free = facts.free_bytes
-    need = _space_needed(ctx, facts)
+    need = _space_needed(look)
     if free is not None and free < need:
         problems.append(
             f"{root} has {format_size(free)} free, the release needs {format_size(need)}"
@@ -85,11 +93,11 @@ def check_space(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[st
     return problems
 
 
-def check_budget(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+def check_budget(look: Look, notes: list[str]) -> list[str]:
     """The budget rule (rollout.steps.budget) accepts the host: a budget it can size (no
     cgroup limit: only an explicit daemon.total_budget), under the limit minus the margin,
     and at least what the proof type needs."""
-    budget = decide_budget(facts.memory, BudgetRule.of(ctx.settings))
+    budget = decide_budget(look.facts.memory, BudgetRule.of(look.settings))
     if budget.refusal is not None:
         return [budget.refusal]
     notes.append(budget.note())
@@ -105,11 +113,16 @@ def cpu_flags(text: str) -> set[str]:
     return set()
 
 
-def check_cpu(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    want = list(ctx.settings.preflight.cpu_flags)
+def cpu_facts(target: Target) -> list[Fact]:
+    return [Fact("cpu_info")] if target.settings.preflight.cpu_flags else []
+
+
+def check_cpu(look: Look, notes: list[str]) -> list[str]:
+    want = list(look.settings.preflight.cpu_flags)
     if not want:
         return []
-    have = cpu_flags(TextReport.parse(ctx.call("cpu_info")).text)
+    (fact,) = cpu_facts(look.target)
+    have = cpu_flags(TextReport.parse(look.read(fact)).text)
     missing = [f for f in want if f not in have]
     if missing:
         return [
@@ -137,12 +150,17 @@ GPU_CHECK_OFF = (
 )
 
 
-def check_gpus(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    if not ctx.settings.preflight.gpus:
+def gpu_facts(target: Target) -> list[Fact]:
+    return [Fact("gpus", {"timeout": 60}, timeout=70)] if target.settings.preflight.gpus else []
+
+
+def check_gpus(look: Look, notes: list[str]) -> list[str]:
+    if not look.settings.preflight.gpus:
         notes.append("no GPU check (the host's vars say it has none)")
         return []
-    want = [int(d) for d in getattr(ctx.settings.daemon, "gpu_devices", None) or []]
-    r = CommandReport.parse(ctx.call("gpus", call_timeout=70, timeout=60))
+    want = [int(d) for d in getattr(look.settings.daemon, "gpu_devices", None) or []]
+    (fact,) = gpu_facts(look.target)
+    r = CommandReport.parse(look.read(fact))
     if r.exit != 0:
         why = r.output.strip().splitlines()[-1:] or [f"exit {r.exit}"]
         return [f"nvidia-smi failed on the host: {why[0]}{GPU_CHECK_OFF}"]
@@ -162,17 +180,27 @@ def missing_libraries(ldd_output: str) -> list[str]:
     return [line.strip() for line in ldd_output.splitlines() if "not found" in line]
 
 
-def check_executables(ctx: HostContext, facts: HostFacts | None, notes: list[str]
-                      ) -> list[str]:
-    """The uploaded executables load here: ldd finds every library they need. Needs no
-    facts: without them, its own command looks for the release (exit 4: not there)."""
+def ldd_facts(target: Target) -> list[Fact]:
+    if target.release is None:
+        return []
+    names: list[JSON] = [a.name for a in target.release.artifacts]
+    where = target.layout.release_dir(target.release.id)
+    return [Fact("ldd", {"directory": where, "names": names}, timeout=60)]
+
+
+def check_executables(look: Look, notes: list[str]) -> list[str]:
+    """The uploaded executables load here: ldd finds every library they need. Not there when
+    the plan was made: judged when the step runs (after the upload, they are there)."""
     later = "executables not on the host yet: checked after the upload"
-    if ctx.release is None or (facts is not None and not _release_on_host(ctx, facts)):
+    if look.release is None:
         notes.append(later)
         return []
-    where = ctx.layout.release_dir(ctx.release.id)
-    names = [a.name for a in ctx.release.artifacts]
-    r = OutputsReport.parse(ctx.call("ldd", directory=where, names=names))  # one round trip
+    if look.read_base and not _release_on_host(look.target, look.facts):
+        look.acting()  # while deciding: Later (after an upload, it is there)
+        notes.append(later)  # the plan's facts, nothing acted since: still not there
+        return []
+    (fact,) = ldd_facts(look.target)
+    r = OutputsReport.parse(look.read(fact))  # one round trip
     if r.outcome == "missing":
         notes.append(later)
         return []
@@ -222,11 +250,11 @@ def respawners(facts: HostFacts) -> list[str]:
     return problems
 
 
-def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+def check_ownership(look: Look, notes: list[str]) -> list[str]:
     """No cuzk daemon runs that rollout's supervisor does not own (unless adopt), nothing
     would start one behind the supervisor (a respawning parent, a shell loop: adopt or
     not), and no other process holds the daemon's ports: checked, never assumed."""
-    adopt = ctx.settings.preflight.adopt
+    adopt, facts = look.settings.preflight.adopt, look.facts
     problems = respawners(facts)
     foreign = {p.pid: p for p in facts.foreign_daemons}
     for p in foreign.values():
@@ -250,132 +278,193 @@ def check_ownership(ctx: HostContext, facts: HostFacts, notes: list[str]) -> lis
     return problems
 
 
-def marker_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
-    marker = ctx.settings.preflight.host_marker
-    return [("file_present", {"path": marker})] if marker else []
+def marker_facts(target: Target) -> list[Fact]:
+    marker = target.settings.preflight.host_marker
+    return [Fact("file_present", {"path": marker})] if marker else []
 
 
-def check_host_marker(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
+def check_host_marker(look: Look, notes: list[str]) -> list[str]:
     """`preflight.host_marker`: this playbook runs only on hosts that have this file (the lab
     playbook names the one every lab host has, so the stand-in never reaches a real host)."""
-    marker = ctx.settings.preflight.host_marker
+    marker = look.settings.preflight.host_marker
     if not marker:
         return []
-    (action, kwargs), = marker_reads(ctx)
-    if Report.parse(ctx.call(action, **kwargs)).outcome != "present":
+    (fact,) = marker_facts(look.target)
+    if Report.parse(look.read(fact)).outcome != "present":
         return [
-            f"{ctx.name} is not a host this playbook may run on: {marker} is missing "
+            f"{look.name} is not a host this playbook may run on: {marker} is missing "
             "(preflight.host_marker: the lab playbook runs only on lab hosts)"
         ]
     notes.append(f"{marker} present")
     return []
 
 
-def check_files(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
+def root_facts(target: Target) -> list[Fact]:
+    config, proof_input = target.settings.daemon.config_path, target.settings.validation.input.path
+    paths: list[JSON] = [config, f"{config}.new", proof_input, f"{proof_input}.partial"]
+    return [Fact("check_root", {"root": target.layout.root, "paths": paths}, timeout=60)]
+
+
+def check_files(look: Look, notes: list[str]) -> list[str]:
     """Before root acts under the root: the root, rollout/, releases/ and supervisor.py owned
     by root and not group- or world-writable; no symbolic link under rollout/, in releases/,
     in place of the config, the validation input or their temporaries; `current` pointing
     into releases/."""
-    config, proof_input = ctx.settings.daemon.config_path, ctx.settings.validation.input.path
-    paths = [config, f"{config}.new", proof_input, f"{proof_input}.partial"]
-    _, out = ctx.script("files", "check", "--root", ctx.layout.root,
-                        *[a for p in paths for a in ("--path", p)], timeout=60)
-    found = out.get("problems") if isinstance(out, dict) else None
-    if not isinstance(found, list):
-        return [f"the check of the files under {ctx.layout.root} gave no answer: {out!r:.200}"]
+    (fact,) = root_facts(look.target)
+    out = look.read(fact)
+    found = out.get("problems")
+    if not isinstance(found, list) or out.get("outcome") not in ("clean", "problems"):
+        return [f"the check of the files under {look.layout.root} gave no answer: "
+                f"{out!r:.200}"]
     if found:
         return [f"refused: {str(p)[:300]}" for p in found[:10]]
-    notes.append(f"no link or foreign owner under {ctx.layout.root}")
+    notes.append(f"no link or foreign owner under {look.layout.root}")
     return []
 
 
-def check_param_files(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    notes.append(check_params(ctx))  # raises StepFailed naming what is missing
+def check_param_files(look: Look, notes: list[str]) -> list[str]:
+    notes.append(check_params(look.acting()))  # raises StepFailed naming what is missing
     return []
 
 
-def check_input(ctx: HostContext, facts: HostFacts, notes: list[str]) -> list[str]:
-    notes.append(ensure_input(ctx))
+def check_input(look: Look, notes: list[str]) -> list[str]:
+    notes.append(ensure_input(look.acting()))
     return []
-
-
-def with_facts(check: FactCheck) -> Check:
-    """A check that reads the host's facts (apply() reads them once for all such checks)."""
-
-    def run(ctx: HostContext, facts: HostFacts | None, notes: list[str]) -> list[str]:
-        return check(ctx, facts if facts is not None else ctx.facts(), notes)
-
-    return run
 
 
 CHECKS: dict[str, Check] = {
-    "host": with_facts(check_host_marker),
+    "host": check_host_marker,
     "files": check_files,
-    "ownership": with_facts(check_ownership),
-    "space": with_facts(check_space),
-    "budget": with_facts(check_budget),
-    "cpu": with_facts(check_cpu),
-    "gpus": with_facts(check_gpus),
+    "ownership": check_ownership,
+    "space": check_space,
+    "budget": check_budget,
+    "cpu": check_cpu,
+    "gpus": check_gpus,
     "executables": check_executables,
     "c1": check_c1_ids,  # before staging: a wrong C1 is refused before 47 GiB of params
-    "params": with_facts(check_param_files),
-    "pce": check_pce_space,  # after staging: the room left once the params are there
-    "input": with_facts(check_input),
+    "params": check_param_files,
+    "pce": check_pce_space,  # after staging in the order (read with the plan's facts)
+    "input": check_input,
 }
-READS: dict[str, Callable[[HostContext], list[tuple[str, JSONObject]]]] = {
-    "host": marker_reads, "c1": c1_reads, "params": probe_reads, "pce": pce_reads,
-    "input": input_reads,
+def work_facts(reads: Callable[[Any], list[tuple[str, JSONObject]]]
+               ) -> Callable[[Target], list[Fact]]:
+    """The first reads of a check that acts (they read only the target's settings)."""
+    return lambda target: [Fact(name, kwargs, timeout=60) for name, kwargs in reads(target)]
+
+
+FACTS: dict[str, Callable[[Target], list[Fact]]] = {
+    "host": marker_facts, "files": root_facts, "cpu": cpu_facts, "gpus": gpu_facts,
+    "executables": ldd_facts, "c1": c1_facts, "params": work_facts(probe_reads),
+    "pce": pce_facts, "input": work_facts(input_reads),
 }
-"""The host reads a check makes whatever the others find: read ahead in one round trip."""
-FACTLESS = frozenset({"executables", "files"})  # checks whose own command looks: no facts read
+"""The reads each check makes, gathered with the plan's facts (those of a check that acts
+are handed to it when it runs)."""
 STAGING = ("params", "input")  # work: not for a host that cannot take the release anyway
 
 
-def reads_ahead(ctx: HostContext, checks: tuple[str, ...]) -> list[tuple[str, JSONObject]]:
+def check_names(params: PreflightParams) -> list[str]:
+    return list(params.checks or CHECKS)
+
+
+def facts_of(target: Target, names: Sequence[str]) -> list[Fact]:
     """The reads of these checks, where each can say them ahead (a setting it cannot use
     is left for its check to refuse)."""
-    reads: list[tuple[str, JSONObject]] = []
-    for name in checks:
+    found: list[Fact] = []
+    for name in names:
         with contextlib.suppress(StepFailed):
-            reads += READS[name](ctx) if name in READS else []
-    return reads
+            found += FACTS[name](target) if name in FACTS else []
+    return found
+
+
+def needs(target: Target, params: PreflightParams) -> list[Fact]:
+    """The facts preflight's checks judge from (Kind.facts)."""
+    return facts_of(target, check_names(params))
+
+
+def reads_ahead(ctx: HostContext, names: Sequence[str]) -> list[tuple[str, JSONObject]]:
+    """The reads of the checks judged now that the plan's facts do not hold: the others are
+    handed over as they are (each later call of the same read takes its report, once)."""
+    missing: list[tuple[str, JSONObject]] = []
+    for fact in facts_of(ctx.target, names):
+        known = ctx.state.facts.read(fact.name, fact.kwargs) if ctx.state.facts else None
+        if known is None:
+            missing.append((fact.name, fact.kwargs))
+        else:
+            ctx.read_ahead[fact.key] = known
+    return missing
+
+
+class Verdict(NamedTuple):
+    """One check's judgement: the problems it found and its notes."""
+
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Checks:
-    """What preflight's decide fixed for its apply: the checks to run, in order."""
+    """What preflight's decide fixed for its apply: the checks, in order, and the verdicts
+    of those the plan's facts judged (the others are judged when the step runs)."""
 
     names: tuple[str, ...]
+    decided: dict[str, Verdict]
+
+    @property
+    def later(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n not in self.decided)
+
+
+def judge(look: Look, names: tuple[str, ...], decided: dict[str, Verdict]
+          ) -> dict[str, Verdict]:
+    """Each check's verdict in order (given ones kept), none after a staging check once a
+    problem is found; while deciding, a check the facts cannot judge is left out (Later)."""
+    out: dict[str, Verdict] = {}
+    for name in names:
+        if name in STAGING and any(v.problems for v in out.values()):
+            break  # staging params and input is work: not for a host that cannot take it
+        verdict = decided.get(name)
+        if verdict is None:
+            notes: list[str] = []
+            try:
+                problems = CHECKS[name](look, notes)
+            except Later:
+                continue
+            verdict = Verdict(tuple(problems), tuple(notes))
+        out[name] = verdict
+    return out
 
 
 def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decision:
-    names = list(params.checks or CHECKS)
-    return Action(f"check {', '.join(names)}, before anything changes", params,
-                  Checks(tuple(names)))
+    """The checks the plan's facts can judge, judged here: a problem refuses the host in the
+    plan; the rest (work, or executables not there yet) are judged when the step runs."""
+    names = tuple(check_names(params))
+    verdicts = judge(Look(target, facts), names, {})
+    summary = f"check {', '.join(names)}, before anything changes"
+    problems = [p for v in verdicts.values() for p in v.problems]
+    if problems:
+        return Action(summary, params, Checks(names, verdicts), fails="; ".join(problems))
+    later = [n for n in names if n not in verdicts]
+    if later:
+        summary += f" ({', '.join(later)} judged when it runs)"
+    return Action(summary, params, Checks(names, verdicts))
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
-    """The checks look at the host as it is now: fresh facts (after an upload, the release
-    is there for the executables check); the plan's own facts when no action ran since;
-    none read for checks that look for themselves (executables after the upload)."""
-    checks = action.detail_as(Checks).names
-    facts = ctx.state.facts
-    if facts is None and not FACTLESS.issuperset(checks):
-        facts = ctx.facts()
-    notes: list[str] = []
-    problems: list[str] = []
-    ctx.prefetch(reads_ahead(ctx, checks))
+    """The verdicts decide made, and the checks left to the run judged now: from the plan's
+    facts when no action ran since, else read afresh (after an upload, the release is there
+    for the executables check)."""
+    checks = action.detail_as(Checks)
+    look = Look.running(ctx, ctx.state.facts)
+    ctx.prefetch(reads_ahead(ctx, checks.later))
     try:
-        for name in checks:
-            if name in STAGING and problems:
-                break  # staging params and input is work: not for a host that cannot take it
-            problems += CHECKS[name](ctx, facts, notes)
+        verdicts = judge(look, checks.names, checks.decided)
     finally:
         ctx.forget_reads()  # never read by a later step: the host moves on
+    problems = [p for v in verdicts.values() for p in v.problems]
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)
-    return ok("; ".join(notes))
+    return ok("; ".join(n for v in verdicts.values() for n in v.notes))
 
 
 KIND = Kind("preflight", PreflightParams, KindRule("untouched"), place=10, decide=decide,
-            apply=apply)
+            apply=apply, facts=needs)

@@ -43,7 +43,7 @@ def ready_calls(target: Target, seconds: float) -> tuple[Call, ...]:
               "seconds": seconds, "grpc_url": _grpc_url(daemon.listen) if grpc else "",
               "pidfile": target.layout.daemon_pid, "ports": [p for p in (status, grpc) if p],
               "require_owner": True}
-    return (Call("wait_ready", kwargs, seconds + 10),)
+    return (Call("wait_ready", kwargs, seconds + 10, runtime=("pid",)),)
 
 
 def _grpc_url(listen: str) -> str:
@@ -59,6 +59,8 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     calls = [c.plus(pid=pid) for c in action.calls]
     reports = ctx.run_calls(calls)  # the ports' owners in the same call
     died = bool(reports) and reports[-1].get("outcome") == "died"
+    if reports and reports[-1].get("outcome") == "stranger":  # who holds the port, and why
+        check_ports(ctx, None, reports[-1].get("owners"))  # not ours: raises in those words
     result = judged("ready", calls, reports, retryable=not died,
                     output=daemon_log_tail(ctx) if died else "")
     status = result.data.get("status")

@@ -20,7 +20,7 @@ from rollout.steps.decision import (
     Stopped,
     Target,
 )
-from rollout.steps.work import before_stop, with_work, work_how
+from rollout.steps.work import before_stop, with_work, work_calls, work_how
 
 
 class StopParams(StrictParams):
@@ -69,7 +69,10 @@ def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
     unnamed = "; ".join(cannot_adopt(p) for p in adopting if p.starttime is None)
     if unnamed:  # refused before anything is stopped, as preflight refuses it
         return Action(summary, params, how, fails=unnamed)
-    return Action(summary, params, how, calls=stop_calls(target, how))
+    listen = daemon.status_listen
+    before = work_calls(target, work_how(target, status_url(listen) if listen else "")) \
+        if params.work else ()
+    return Action(summary, params, how, calls=before + stop_calls(target, how))
 
 
 def stop_calls(target: Target, how: StopHow) -> tuple[Call, ...]:
@@ -102,14 +105,15 @@ def _stop(ctx: HostContext, action: Action) -> StepResult:
     of ours that serves: no rollback, and the hold stays so that the supervisor never
     starts a daemon next to the respawned one."""
     reports = []
-    for call in action.calls:
+    calls = [c for c in action.calls if c.name == "stop"]  # the work calls: before_stop's
+    for call in calls:
         reports.append(ctx.run_call(call))
         if reports[-1].get("outcome") not in ("stopped", "already-dead"):
             break
     ctx.state.stopped = Stopped.of(reports[-1]) if reports else None
     if any(r.get("outcome") == "respawned" for r in reports):
         ctx.state.phase = Phase.UNTOUCHED
-    return judged("stop", action.calls[:len(reports)], reports, retryable=False)
+    return judged("stop", calls[:len(reports)], reports, retryable=False)
 
 
 def undo(target: Target, facts: HostFacts, params: StopParams, to: str | None) -> Action:

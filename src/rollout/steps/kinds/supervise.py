@@ -14,15 +14,18 @@ from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, tcp_port
 from rollout.host.reports import Report
 from rollout.host.scripts import script_text
+from rollout.jsontypes import JSONObject
 from rollout.output.events import StepResult, changed
 from rollout.secrets import head
 from rollout.steps.base import HostContext, Kind
-from rollout.steps.daemon import serving, set_hold
+from rollout.steps.daemon import serving
 from rollout.steps.decision import (
     Action,
+    Call,
     Decision,
     Skip,
     Target,
+    write_call,
 )
 
 
@@ -72,7 +75,8 @@ def decide(facts: HostFacts, target: Target, params: SuperviseParams) -> Decisio
     unregistered = facts.registered is None or (onstart and onstart not in facts.registered)
     if alive and not changed_files and unregistered:
         return Action("register the running supervisor with the host's start-up mechanism",
-                      params, Supervision(conf, alive, False, True))
+                      params, Supervision(conf, alive, False, True),
+                      calls=(register_call(target),))
     if alive and not changed_files:
         return Skip("supervisor running, script and settings unchanged")
     what = "restart the supervisor (script or settings changed)" if alive else "start it"
@@ -85,41 +89,62 @@ def decide(facts: HostFacts, target: Target, params: SuperviseParams) -> Decisio
         what += " held: the daemon it does not own is stopped first (adopt)"
     elif hold:
         what += " held: this run starts the new release itself"
-    return Action(f"install the supervisor; {what}", params, Supervision(conf, alive, hold, False))
+    how = Supervision(conf, alive, hold, False)
+    return Action(f"install the supervisor; {what}", params, how, calls=install_calls(target, how))
 
 
-def register(ctx: HostContext) -> str:
-    """Register the supervisor with the host's start-up mechanism (ops.register: the
-    on-start script the host var onstart_script names, else cron @reboot, else a systemd
-    unit); how, or "none"."""
-    onstart = str(ctx.host_vars.get("onstart_script") or "")
-    report = Report.parse(ctx.call("register", root=ctx.layout.root, onstart=onstart))
-    how = report.raw.get("how")
-    if report.outcome == "refused":
-        return f"none ({head(report.reason, 200)})"
+def register_call(target: Target) -> Call:
+    """ops.register: the on-start script the host var onstart_script names, else cron
+    @reboot, else a systemd unit."""
+    onstart = str(target.host.vars.get("onstart_script") or "")
+    return Call("register", {"root": target.layout.root, "onstart": onstart})
+
+
+def install_calls(target: Target, how: Supervision) -> tuple[Call, ...]:
+    """The state folder, the hold where asked, the supervisor and its settings written where
+    they differ, the supervisor (re)started, then registered."""
+    lay = target.layout
+    hold = (Call("hold", {"root": lay.root}),) if how.hold else ()
+    return (Call("make_folder", {"path": lay.state_dir}), *hold,
+            write_call(lay.supervisor, script_text("supervisor")),
+            write_call(lay.supervisor_conf, how.conf),
+            Call("run_supervisor", {"root": lay.root, "restart": how.alive}),
+            register_call(target))
+
+
+def registered(report: JSONObject) -> str:
+    """How the supervisor was registered, or "none"."""
+    parsed = Report.parse(report)
+    how = parsed.raw.get("how")
+    if parsed.outcome == "refused":
+        return f"none ({head(parsed.reason, 200)})"
     return how if isinstance(how, str) and how else "none"
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
-    lay = ctx.layout
-    conf, alive, hold, register_only = action.detail_as(Supervision)
-    if register_only:
-        how = register(ctx)
-        return changed(f"supervisor running; start-up registration: {how}")
-    made = Report.parse(ctx.call("make_folder", path=lay.state_dir))
-    if made.outcome not in ("made", "kept"):
-        raise StepFailed(f"could not make {lay.state_dir}: {made.reason}", retryable=False)
-    if hold:
-        set_hold(ctx)
-    ctx.write_if_changed(lay.supervisor, script_text("supervisor"))
-    ctx.write_if_changed(lay.supervisor_conf, conf)
-    report = Report.parse(ctx.call("run_supervisor", root=lay.root, restart=alive))
-    if report.outcome not in ("started", "restarted"):  # never one others could write
+    how = action.detail_as(Supervision)
+    *calls, register = action.calls
+    for call in calls:
+        _install(ctx, call)
+    registration = f"start-up registration: {registered(ctx.run_call(register))}"
+    if how.register_only:
+        return changed(f"supervisor running; {registration}")
+    what = "restarted (script or settings changed)" if how.alive else "started"
+    what += f"; {registration}"
+    return changed(f"supervisor {what}{', held (adopting)' if how.hold else ''}")
+
+
+def _install(ctx: HostContext, call: Call) -> None:
+    """One install call; StepFailed where it did not do its part."""
+    if call.name == "write_file":
+        ctx.write(call)
+        return
+    report = Report.parse(ctx.run_call(call))
+    if call.name == "make_folder" and report.outcome not in ("made", "kept"):
+        raise StepFailed(f"could not make {call.kwargs.get('path')}: {report.reason}",
+                         retryable=False)
+    if call.name == "run_supervisor" and report.outcome not in ("started", "restarted"):
         raise StepFailed(f"could not start the supervisor: {report.reason}", retryable=False)
-    registered = register(ctx)
-    what = "restarted (script or settings changed)" if alive else "started"
-    what += f"; start-up registration: {registered}"
-    return changed(f"supervisor {what}{', held (adopting)' if hold else ''}")
 
 
 KIND = Kind("supervise", SuperviseParams, KindRule("untouched", changes=True), place=20,

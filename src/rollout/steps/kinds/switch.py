@@ -20,6 +20,7 @@ from rollout.steps.decision import (
     Release,
     Skip,
     Target,
+    write_call,
 )
 from rollout.steps.install import release_mismatches, unchanged_since_verified
 from rollout.steps.release import need_release, without_release
@@ -67,24 +68,39 @@ def decide(facts: HostFacts, target: Target, params: SwitchParams) -> Decision:
     before = facts.current_release
     if before == release.id:
         return Skip(f"current already points at {release.id}", {"release": release.id})
+    keep = (write_call(target.layout.previous_release, before, if_changed=False),) if before else ()
     return Action(f"current: {before or 'none'} -> {release.id}", params, Switch(before),
-                  calls=switch_calls(target, release.id, params.restore_config))
+                  calls=(check_call(facts, target, release), *keep,
+                         *switch_calls(target, release.id, params.restore_config)))
+
+
+def check_call(facts: HostFacts, target: Target, release: Release) -> Call:
+    """The read that finds the release complete: the identities of the files this run's
+    upload verifies (one stat each), or, where it uploads nothing, their sha256 (a file
+    changed since it was verified is then read whole, too)."""
+    directory = target.layout.release_dir(release.id)
+    names = [a.name for a in release.artifacts]
+    uploads = any(facts.digest(f"{directory}/{a.name}") != a.sha256 for a in release.artifacts)
+    return Call("identities" if uploads else "file_sums", {"directory": directory, "names": names})
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
     how = action.detail_as(Switch)
     checked = None if how.back else _check_release(ctx, need_release(ctx))
-    if how.before:
-        ctx.write_file(["write", ctx.layout.previous_release], how.before)
-    result = judged("switch", action.calls, ctx.run_calls(action.calls), retryable=False)
+    for call in action.calls:
+        if call.name == "write_file":  # previous_release
+            ctx.write(call)
+    calls = [c for c in action.calls if c.name in ("point_current", "restore_config")]
+    result = judged("switch", calls, ctx.run_calls(calls), retryable=False)
     if checked:
         result.data["checked"] = checked
     return result
 
 
 def _check_release(ctx: HostContext, release: Release) -> str:
-    """How the release's files were found complete: by the identity this run read as it
-    verified them (unchanged since: not read again), else by sha256."""
+    """How the release's files were found complete (the action's check_call): by the
+    identity this run read as it verified them (unchanged since: not read again), else by
+    sha256."""
     directory = ctx.layout.release_dir(release.id)
     checked = "identity" if unchanged_since_verified(ctx, directory, release) else "sha256"
     if checked == "sha256" and release_mismatches(ctx, directory, release):

@@ -12,7 +12,9 @@ from rollout.output.events import StepResult, changed
 from rollout.steps.base import HostContext, Kind
 from rollout.steps.decision import (
     Action,
+    Call,
     Decision,
+    Release,
     Skip,
     Target,
 )
@@ -32,7 +34,20 @@ def decide(facts: HostFacts, target: Target, params: NoParams) -> Decision:
         return Skip(reason, {"release": release.id})
     size = sum(a.size for a in missing)
     names = ", ".join(a.name for a in missing)
-    return Action(f"upload release {release.id}: {names} ({size} bytes)", params)
+    return Action(f"upload release {release.id}: {names} ({size} bytes)", params,
+                  calls=() if release.source else push_calls(target, release))
+
+
+def push_calls(target: Target, release: Release) -> tuple[Call, ...]:
+    """A push: each executable put (SFTP, its sha256 read back on the host), then the
+    partial folder installed (ops.install_release). The partial folder's name is the run's;
+    a release staged during the canary is installed by the rename alone, and a published
+    one (release.source) is fetched by the host: neither is listed here yet."""
+    puts = tuple(Call("put", {"name": a.name, "sha256": a.sha256, "size": a.size},
+                      runtime=("path",)) for a in release.artifacts)
+    return (*puts, Call("install_release", {"root": target.layout.root, "release": release.id,
+                                            "names": [a.name for a in release.artifacts]},
+                        runtime=("partial", "manifest")))
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:

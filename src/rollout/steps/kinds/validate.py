@@ -23,6 +23,7 @@ from rollout.steps.validate import (
     evidence_doc,
     fail_if_budget_too_small,
     probe,
+    probe_call,
     record_evidence,
     run_proof,
     validation_call,
@@ -49,7 +50,7 @@ def decide(facts: HostFacts, target: Target, params: ValidateParams) -> Decision
         return skip
     pattern = params.success_pattern or target.settings.validation.success_pattern
     return Action(f"run the validation proof; success is a line matching {pattern!r}", params,
-                  calls=(validation_call(target, params, target.release_id),))
+                  calls=(probe_call(target), validation_call(target, params, target.release_id)))
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
