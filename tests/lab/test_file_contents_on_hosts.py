@@ -85,7 +85,8 @@ def test_the_config_travels_over_stdin_not_in_the_command_line(lab_fleet: LabFle
     assert MARK in text
     assert result.status.value == "changed"
     seen = "\n".join(recorder.command_lines)
-    assert any("files.py" in line for line in recorder.command_lines), seen  # the writer ran
+    assert any("agent.py" in line for line in recorder.command_lines), seen  # the writer:
+    # ops.write_file in the host's agent, its text in the call's kwargs over the channel
     assert MARK not in seen
     assert base64.b64encode(text.encode()).decode()[:48] not in seen
 
