@@ -18,9 +18,13 @@ pytestmark = pytest.mark.lab
 ROLLOUT = Path(sys.executable).parent / "rollout"  # the console script, as pip installs it
 
 
-def rollout(project: Path, runs: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The installed command, run in the project's folder (no checkout path anywhere)."""
-    return subprocess.run([str(ROLLOUT), *args], cwd=project, env=_env(runs, None),
+def rollout(project: Path, runs: Path, lab: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed command, run in the project's folder (no checkout path anywhere).
+
+    The lab the session started lives in its own folder (`lab.up` run elsewhere), so the
+    command is told where, as an operator whose lab is not `./lab` tells it."""
+    env = _env(runs, {"ROLLOUT_LAB_DIR": str(lab)})
+    return subprocess.run([str(ROLLOUT), *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -31,7 +35,8 @@ def test_init_lab_then_every_command_uses_the_project(lab_fleet: LabFleet,
         reset_host(host)
     project = tmp_path / "project"
     project.mkdir()
-    made = rollout(project, tmp_path, "init", "--lab")
+    lab = lab_fleet.fleet_path.parent
+    made = rollout(project, tmp_path, lab, "init", "--lab")
     assert made.returncode == 0, made.stdout + made.stderr
     assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*")
                   if p.is_file()) == [".github/workflows/rollout.yml", "playbooks/lab.yaml",
@@ -44,12 +49,12 @@ def test_init_lab_then_every_command_uses_the_project(lab_fleet: LabFleet,
             f"({project}/rollout.yaml:{number['inventory']})")
     fast = ("--set", f"lab_knobs={FAST_KNOBS}", "--set", "ready_timeout=15")
     for version in ("init-1", "init-2"):
-        run = rollout(project, tmp_path, "rollout", "--set", f"version={version}", *fast)
+        run = rollout(project, tmp_path, lab, "rollout", "--set", f"version={version}", *fast)
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stderr.splitlines()[0] == used, run.stderr[:500]
     assert {h: assert_serving(h) for h in hosts} == dict.fromkeys(hosts, "init-2")
     for args in (("status",), ("validate", hosts[0]), ("rollback",)):
-        run = rollout(project, tmp_path, *args)
+        run = rollout(project, tmp_path, lab, *args)
         assert run.returncode == 0, f"{args}: {run.stdout}{run.stderr[-3000:]}"
         assert used in run.stderr.splitlines(), f"{args}: {run.stderr[:500]}"
     assert {h: assert_serving(h) for h in hosts} == dict.fromkeys(hosts, "init-1")
