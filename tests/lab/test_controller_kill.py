@@ -96,7 +96,7 @@ def guard_events(run_id: str, step: str, bound: float = 300) -> list[dict[str, A
 
 
 def assert_guard_drained(phase: str, guard: list[dict[str, Any]], stopped: int | None) -> None:
-    """The guard's drain ran drain.py between its stop and its start, with the playbook's
+    """The guard's drain (ops.drain) ran between its stop and its start, with the playbook's
     budget (limit less its 64 MiB margin and what other processes hold). Killed after stop,
     the old daemon's pool was held: the guard waited until it was back. Killed after start
     or ready, the guard stopped the new daemon itself and drained that very process (pid

@@ -1,5 +1,7 @@
 """The dry run lists every call each host would receive, and the run that follows it makes
-exactly those calls (issue 26): `--dry-run --json` against the run's host_call events."""
+exactly those calls (issue 26): `--dry-run --json` against the run's host_call events.
+Preflight included: its reads, and the staging of the proof parameters (pushed from
+params.source) and the validation input, worked out from the facts gathered for the plan."""
 
 from __future__ import annotations
 
@@ -12,9 +14,6 @@ from .conftest import LabFleet
 from .rollout_helpers import FAST_KNOBS, CliRun, fresh_fleet, rollout_args, run_cli
 
 pytestmark = pytest.mark.lab
-NOT_LISTED_YET = {"preflight"}  # its checks are decided from facts gathered before the plan
-# (one batch, in the dry run and the run alike), but its staging of params and input is not
-# listed as calls yet (issue 26)
 
 
 def _args(fleet: LabFleet, *extra: str) -> tuple[str, ...]:
@@ -36,8 +35,7 @@ def _polls_once(calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict
 
 def planned(run: CliRun, host: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     return {e["step"]: [_comparable(c) for c in e["data"]["calls"]] for e in run.events
-            if e["kind"] == "planned_step" and e["host"] == host and e["status"] == "run"
-            and e["data"]["kind"] not in NOT_LISTED_YET}
+            if e["kind"] == "planned_step" and e["host"] == host and e["status"] == "run"}
 
 
 def made(run: CliRun, host: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from rollout.config.playbook import LAB_PLAYBOOK
 from rollout.config.steps import StepSpec
 from rollout.engine.hostplan import decide_and_apply
 from rollout.host.layout import Layout
-from rollout.host.scripts import bootstrap
 from rollout.steps.base import HostContext
 from rollout.steps.kinds import load_playbook
 from rollout.transport.base import RunResult, Stream, script_command
@@ -55,13 +53,6 @@ class RecordingTransport(SshTransport):
                    before: str = "") -> RunResult:  # fmt: skip
         self.command_lines.append(script_command(args, before))
         return super().run_script(source, args, timeout=timeout, before=before)
-
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:  # fmt: skip
-        # the command line it has without an agent (with one: a fork of the agent, whose
-        # command line is the agent's own); the text it writes goes on stdin either way
-        self.command_lines.append(f"python3 -c {bootstrap(filename)} {shlex.join(args)}")
-        return super().run_script_fed(source, filename, args, stdin, timeout)
 
     def open_stream(self, command: str, stdin: bytes) -> Stream | None:
         self.command_lines.append(command)

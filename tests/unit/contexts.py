@@ -80,10 +80,6 @@ class AgentTransport(LocalTransport):
                    before: str = "") -> RunResult:
         return _local_agent().script(source, args, timeout, before)
 
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:
-        return _local_agent().script(source, args, timeout, stdin=stdin)
-
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         return _local_agent().call(source, call, kwargs, timeout)

@@ -11,10 +11,10 @@ shape (ops.SPECS): a fake that answers as the real host cannot fails the test th
 An action with nothing to simulate answers from its declaration alone (CANNED).
 
 What still arrives as a command line is what rollout still writes as one
-(docs/architecture.md): the lines that start a host script (`python3 - ARGS`, the script on
-stdin; files.py's `python3 -c BOOTSTRAP ARGS`) and the base transport's upload
-(put_and_digest: `mkdir -p`, `chmod`, `sha256sum`). Any other command line is refused
-(AssertionError): a step that writes shell text of its own fails here.
+(docs/architecture.md): the guard's `--left` read (`python3 - ARGS`, the guard script on
+stdin) and the base transport's upload (put_and_digest: `mkdir -p`, `chmod`, `sha256sum`).
+Any other command line is refused (AssertionError): a step that writes shell text of its
+own fails here.
 
 No Docker, no SSH, no root: the engine tests run against this in milliseconds.
 """
@@ -222,7 +222,7 @@ class FakeHost(Transport):
         return _report("stopped", f"daemon {self.pid} stopped ({signal})", state="gone",
                        **ours)
 
-    def _op_work(self, status_url: str) -> dict[str, Any]:
+    def _op_work(self, status_url: str, **_: Any) -> dict[str, Any]:
         if self.daemon is None:
             return _report("no-answer", f"{status_url} did not answer", jobs=[],
                            queue_depth=None)
@@ -448,10 +448,11 @@ class FakeHost(Transport):
 
     # ---------------------------------------------------------------- what the host holds
 
-    def facts(self, command: str) -> dict[str, Any]:
-        argv = shlex.split(command)
-        digests = {argv[i + 1]: self._digest(argv[i + 1])
-                   for i, a in enumerate(argv) if a == "--digest"}
+    def _op_facts(self, root: str, digests: list[str] | None, **_: Any) -> dict[str, Any]:
+        return _report("read", "host facts", **self.facts(digests))
+
+    def facts(self, digests: list[str] | None = None) -> dict[str, Any]:
+        """The facts ops.facts reads here; `digests`: the files to hash."""
         exe = f"{RELEASES}/{self.daemon}/cuzk-daemon" if self.daemon else None
         return {
             "time": 1.0, "root": ROOT, "python": "3.11.2", "held": self.held,
@@ -464,7 +465,7 @@ class FakeHost(Transport):
                          for i, r in enumerate(self.releases)],
             "disk": {"free_bytes": 10 << 30}, "root_writable": "preflight" not in self.faults,
             "registered": "none", "validated": self.validated,
-            "digests": digests,
+            "digests": {path: self._digest(path) for path in digests or []},
             "errors": {},
         }
 
@@ -520,8 +521,6 @@ class FakeHost(Transport):
         argv = shlex.split(command)
         if argv[:2] == ["python3", "-"]:  # a host script, its source on stdin
             return self._script(command, stdin)
-        if argv[:2] == ["python3", "-c"] and "files.py" in argv[2]:
-            return self._files(argv[3:], stdin)
         if argv[:3] == ["mkdir", "-p", "--"] or (argv[0], argv[2:3]) == ("chmod", ["--"]):
             return 0, ""  # put_and_digest's folder and mode, around its put
         if argv[:2] == ["sha256sum", "--"]:  # put_and_digest's check of what it wrote
@@ -530,36 +529,9 @@ class FakeHost(Transport):
         raise AssertionError(f"a command line the fake host does not answer: {command[:120]!r}")
 
     def _script(self, command: str, stdin: str) -> tuple[int, str]:
-        if stdin.startswith('"""Print one JSON object of facts'):
-            return 0, json.dumps(self.facts(command))
-        if stdin.startswith('"""Wait until a stopped daemon'):
-            if "drain" in self.faults:
-                return 1, json.dumps({"outcome": "deadline", "memory": {"usage": 9, "limit": 10}})
-            return 0, json.dumps({"outcome": "drained", "started": 1.0, "ended": 1.5})
-        if stdin.startswith('"""Files the controller writes') and " check " in f"{command} ":
-            return 0, json.dumps({"ok": True, "problems": []})  # nothing planted here
         if stdin.startswith('"""rollout guard') and " --left " in command:
             return 0, json.dumps({"busy": [], "runs": []})  # no guard was ever left here
         raise AssertionError(f"unknown host script: {stdin[:60]!r}")
-
-    def _files(self, argv: list[str], stdin: str) -> tuple[int, str]:
-        """files.py write|copy, its own source first on stdin ("LENGTH\n" then the script)."""
-        size, _, rest = stdin.partition("\n")
-        text = rest.encode()[int(size):].decode()
-        if argv[0] == "copy":
-            if argv[1] not in self.files:
-                return 0, json.dumps({"ok": True, "changed": False})
-            self.files[argv[2]] = self.files[argv[1]]
-            return 0, json.dumps({"ok": True, "changed": True})
-        path = argv[1]
-        if "--if-changed" in argv and self.files.get(path) == sha(text):
-            return 0, json.dumps({"ok": True, "changed": False})
-        if "--keep" in argv and path in self.files:
-            self.files[argv[argv.index("--keep") + 1]] = self.files[path]
-        self.files[path] = sha(text)
-        if path.endswith("/previous_release"):
-            self.previous = text
-        return 0, json.dumps({"ok": True, "changed": True})
 
     # ---------------------------------------------------------------- for assertions
 

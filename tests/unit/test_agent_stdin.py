@@ -1,6 +1,6 @@
-"""A host script that reads its stdin (files.py: the text to write) runs in the host's agent,
-fed through a pipe, instead of a python3 of its own; without an agent it runs as before,
-the text after the script on stdin, never in the command line."""
+"""A text the host writes (ops.write_file's `text`) travels as data: through the host's agent,
+in the call's kwargs; without an agent, after the module on stdin, never in the command line.
+A host script in the agent reads an empty stdin."""
 
 from __future__ import annotations
 
@@ -15,35 +15,26 @@ from rollout.transport.base import RunResult
 from rollout.transport.local import LocalTransport
 
 agent = test_hostside_agent.agent  # the fixture: an agent in a local child
+WEIRD = "$(touch /tmp/never) `id` ; '\"\n\x00é"
 
 
-def test_a_script_reads_the_stdin_it_is_fed_and_only_that(agent: HostAgent) -> None:
+def test_a_script_in_the_agent_reads_an_empty_stdin(agent: HostAgent) -> None:
     source = "import sys\ndata = sys.stdin.buffer.read()\nprint(len(data), repr(data[:12]))\n"
-    big = "x" * (1 << 20) + "end"  # more than a pipe holds: fed while the child reads
-    assert agent.script(source, [], 30, stdin=big).stdout == f"{len(big)} b'xxxxxxxxxxxx'\n"
-    assert agent.script(source, [], 30).stdout == "0 b''\n"  # none: /dev/null, as before
-    weird = "$(touch /tmp/never) `id` ; '\"\n\x00é"
-    assert agent.script("import sys; print(repr(sys.stdin.read()))", [], 30,
-                        stdin=weird).stdout == repr(weird) + "\n"  # data, never code
+    assert agent.script(source, [], 30).stdout == "0 b''\n"  # /dev/null
 
 
-def test_a_script_that_reads_nothing_still_ends(agent: HostAgent) -> None:
-    r = agent.script("print('done')", [], 30, stdin="y" * (1 << 20))
-    assert (r.exit_code, r.stdout) == (0, "done\n")
-
-
-def test_files_write_through_the_agent_writes_the_text(agent: HostAgent, tmp_path: Path) -> None:
+def test_write_file_through_the_agent_writes_the_text(agent: HostAgent, tmp_path: Path) -> None:
     path = tmp_path / "cuzk.toml"
-    text = "[lab]\nsecret = 'not in any command line'\n"
-    r = agent.script(script_text("files"), ["write", str(path), "--if-changed"], 30, stdin=text)
-    assert json.loads(r.stdout.splitlines()[-1]) == {"ok": True, "changed": True}
-    assert path.read_text() == text and path.stat().st_mode & 0o777 == 0o600
-    again = agent.script(script_text("files"), ["write", str(path), "--if-changed"], 30,
-                         stdin=text)
-    assert json.loads(again.stdout.splitlines()[-1])["changed"] is False
+    text = "[lab]\nsecret = 'not in any command line'\n" + WEIRD
+    kwargs = {"path": str(path), "text": text, "if_changed": True}
+    r = agent.call(script_text("ops"), "ops.write_file", kwargs, 30)
+    assert json.loads(r.stdout.splitlines()[-1])["outcome"] == "written"
+    assert path.read_text() == text and path.stat().st_mode & 0o777 == 0o600  # data, never code
+    again = agent.call(script_text("ops"), "ops.write_file", kwargs, 30)
+    assert json.loads(again.stdout.splitlines()[-1])["outcome"] == "unchanged"
 
 
-def test_without_an_agent_the_text_follows_the_script_on_stdin(tmp_path: Path) -> None:
+def test_without_an_agent_the_text_follows_the_module_on_stdin(tmp_path: Path) -> None:
     seen: list[tuple[str, str | None]] = []
 
     class Recording(LocalTransport):
@@ -53,8 +44,8 @@ def test_without_an_agent_the_text_follows_the_script_on_stdin(tmp_path: Path) -
             return super().run(command, timeout, stdin)
 
     path = tmp_path / "f"
-    r = Recording().run_script_fed(script_text("files"), "files.py",
-                                   ["write", str(path)], "the text\n", 30)
+    r = Recording().call(script_text("ops"), "ops.write_file",
+                         {"path": str(path), "text": "the text\n"}, 30)
     assert r.exit_code == 0 and path.read_text() == "the text\n"
     command, stdin = seen[0]
-    assert "the text" not in command and stdin is not None and stdin.endswith("the text\n")
+    assert "the text" not in command and stdin is not None and "the text" in stdin

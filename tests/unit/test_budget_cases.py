@@ -21,13 +21,12 @@ from contexts import small_host
 from pydantic import ValidationError
 
 from rollout.config.sections import DaemonSpec, PreflightSpec, ValidateSpec
-from rollout.engine.guard import drain_recipe
 from rollout.engine.hostplan import HostPlan
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.layout import Layout
-from rollout.host.scripts import facts as facts_script
 from rollout.host.scripts import ops as ops_script
+from rollout.host.scripts.actions import facts as facts_script
 from rollout.steps import config
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.decision import Target
@@ -36,6 +35,14 @@ from rollout.steps.kinds.drain import DrainParams
 from rollout.steps.preflight_inputs import Look
 
 CASES = sorted((Path(__file__).parent / "cases" / "budget").glob("*.json"))
+
+
+
+def drain_recipe(ctx: Any, plan: HostPlan) -> dict[str, Any]:
+    """The drain settings the guard's recipe carries: its rollback drain call's (the guard's
+    recipe is the rollback actions' calls serialised, rollout.engine.guard.rollback_recipe)."""
+    settings = plan.rollback_action("drain", None).calls[0].kwargs.get("settings")
+    return dict(settings) if isinstance(settings, dict) else {}
 
 
 def settings_of(case: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hostside_facts import run_facts
 from test_hostside_pidfiles import PYTHON, Host, alive, host, starttime  # noqa: F401
 
 from rollout.host.scripts import script_text
@@ -30,10 +31,8 @@ def name_in_pidfile(h: Host, pid: int, exe: bool = True) -> None:
 
 
 def facts(h: Host) -> dict[str, Any]:
-    p = subprocess.run([PYTHON, "-", "--root", str(h.root), "--cgroup-root",
-                        str(h.root / "no-cgroup")], input=script_text("facts"),
-                       capture_output=True, text=True, timeout=60)
-    daemon: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])["daemon"]
+    """The daemon ops.facts reads on the host, as the host runs it."""
+    daemon: dict[str, Any] = run_facts(h.root, cgroup_root=str(h.root / "no-cgroup"))["daemon"]
     return daemon
 
 

@@ -280,7 +280,7 @@ def test_dry_run_prints_exactly_what_the_engine_does(
     printed = capsys.readouterr().out
     for name, host in fleet.hosts.items():  # a dry run only reads: the facts, in one batch
         for sent in host.sent[before[name]:]:
-            assert sent.startswith(("python3 - ", "call ops.batch ")) or (
+            assert sent.startswith(("call ops.facts ", "call ops.batch ")) or (
                 sent.startswith("batched ") and sent.split()[1] in reads), sent
     assert fleet.roll(rid).exit_code == 0
     for name in fleet.hosts:
@@ -314,7 +314,7 @@ def test_rerun_rests_on_the_evidence_of_the_same_daemon(fleet: Fleet) -> None:
         host.sent.clear()
     assert fleet.roll(OLD).exit_code == 0
     for host in fleet.hosts.values():  # guards left? the facts; the later hosts' staging
-        assert all(c.startswith(("python3 - --root /data ", "python3 - --left --root /data ",
+        assert all(c.startswith(("call ops.facts ", "python3 - --left --root /data ",
                                  "call ops.staging_survey ")) for c in host.sent), host.sent
     assert {e.status for e in fleet.events if e.kind == "staged"} == {"skipped"}
     statuses = _kinds(fleet, "h1")
@@ -387,7 +387,7 @@ def test_a_failed_validation_leaves_no_evidence(tmp_path: Path) -> None:
     assert host.validated["pid"] == host.pid
 
 
-FACTS_READ = r"^python3 - --root /data( --digest .*| --port .*)?$"
+FACTS_READ = r'^call ops\.facts \{.*"root": "/data"\}$'
 
 
 def test_the_first_preflight_checks_the_facts_the_plan_was_decided_from(fleet: Fleet) -> None:

@@ -1,12 +1,24 @@
-"""HostFacts: facts.py's JSON parsed in one place; hostile or missing fields become None."""
+"""HostFacts: ops.facts's report parsed in one place; hostile or missing fields become None;
+a host that gives no facts fails its step."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from contexts import host_context
+from fakehost import FakeHost
+
+from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
+from rollout.transport.base import RunResult
 
 
-def test_parses_the_shape_facts_py_prints() -> None:
+def test_parses_the_report_ops_facts_gives() -> None:
     f = HostFacts.parse({
+        "outcome": "read", "reason": "host facts",
         "time": 10.5, "python": "3.11.2", "held": False, "current_release": "abc",
         "cgroup": {"memory": {"usage": 5, "limit": 9, "source": "cgroup-v2"}},
         "meminfo": {"total": 100, "available": 50},
@@ -41,3 +53,27 @@ def test_a_held_daemon_does_not_serve() -> None:
     f = HostFacts.parse({"held": True, "current_release": "abc",
                          "daemon": {"state": "running", "exe": "/data/releases/abc/cuzk-daemon"}})
     assert not f.serves("abc", "/data/releases/abc")
+
+
+def test_the_facts_are_one_ops_call_with_their_digests_and_ports() -> None:
+    host = FakeHost("h1", files={"/data/x": "ab" * 32})
+    events: list[Any] = []
+    facts = host_context(transport=host, emit=lambda *a, **k: events.append(a)).facts("/data/x")
+    (sent,) = host.sent
+    assert sent.startswith("call ops.facts ")
+    kwargs = json.loads(sent.removeprefix("call ops.facts "))
+    assert kwargs["root"] == "/data" and kwargs["digests"] == ["/data/x"]
+    assert kwargs["ports"] and all(isinstance(p, int) for p in kwargs["ports"])
+    assert facts.digest("/data/x") == "ab" * 32 and events == []  # a read, not a plan's call
+
+
+@pytest.mark.parametrize("answer", ['{"outcome": "refused", "reason": "no"}', "[1, 2]",
+                                    "not json", '{"time": 1.0}'])
+def test_a_host_that_gives_no_facts_fails_its_step(answer: str) -> None:
+    class Odd(FakeHost):
+        def call(self, source: str, call: str, kwargs: Mapping[str, Any],
+                 timeout: float | None = None) -> RunResult:
+            return RunResult(f"call {call}", 0, answer + "\n", "")
+
+    with pytest.raises(StepFailed, match="ops.facts on host gave no"):
+        host_context(transport=Odd("h1")).facts()

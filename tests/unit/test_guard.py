@@ -252,7 +252,7 @@ def host(tmp_path: Path) -> Iterator[TwoReleases]:
 
 
 def lock_for(host: TwoReleases, run_id: str) -> None:
-    """The host lock, as the run's controller takes it (rollout.host.scripts.lock)."""
+    """The host lock, as the run's controller takes it (ops.lock)."""
     (host.root / "rollout" / "lock").write_text(json.dumps({"run_id": run_id, "pid": 1}))
 
 
@@ -300,7 +300,7 @@ def test_lost_tether_in_phase_started_rolls_back_and_validates(host: TwoReleases
     assert order == [f"guard-{k}" for k in BACK], order
     stop, drain = steps["guard-stop"], steps["guard-drain"]
     assert stop["data"]["pid"] == new[0] and stop["data"]["starttime"] == new[1], stop
-    # drain.py ran with the recipe's settings, for the daemon the guard stopped: gone
+    # ops.drain ran with the recipe's settings, for the daemon the guard stopped: gone
     assert drain["status"] == "ok", drain  # the drain step's own verdict (judge.py)
     assert drain["data"]["outcome"] == "drained" and drain["data"]["state"] == "gone", drain
     assert (drain["data"]["pid"], drain["data"]["starttime"]) == (new[0], new[1]), drain

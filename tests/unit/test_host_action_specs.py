@@ -253,9 +253,6 @@ def test_a_stop_of_a_real_daemon_and_the_drain_after_it_report_as_declared(
         daemon.kill()
         daemon.wait()
     assert stopped["outcome"] == "stopped" and shape_problem("stop", stopped) is None, stopped
-    script = root / "drain.py"
-    script.write_text(script_text("drain"))
-    drained = ops.call("drain", {"root": str(root), "script": str(script),
-                                 "settings": {"deadline": 3, "plateau": 0.5}})
+    drained = ops.call("drain", {"root": str(root), "settings": {"deadline": 3, "plateau": 0.5}})
     assert drained["outcome"] in ("drained", "plateau", "deadline"), drained
     assert shape_problem("drain", drained) is None, (shape_problem("drain", drained), drained)

@@ -1,7 +1,6 @@
 """Every host entry point behind the same call (issue 26): the drain, the lock, the files and
-the facts are ops actions with declared specs, run here on a temporary root; drain.py,
-lock.py, files.py and facts.py stay thin argv wrappers around the same functions; fetch.py
-says a failed connection in words."""
+the facts are ops actions with declared specs, run here on a temporary root and in the text
+a host receives (no argv wrappers left); fetch.py says a failed connection in words."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import errno
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +19,7 @@ from test_host_action_specs import run_shipped, shape_problem
 
 from rollout.engine.locks import LockPolicy, holder_for, take_host_lock
 from rollout.errors import StepFailed
-from rollout.host.scripts import bootstrap, fetch, ops, script_text, sized
+from rollout.host.scripts import SCRIPTS, fetch, ops, script_text
 from rollout.host.scripts.actions import lock as lock_rule
 
 HOLDER = {"run_id": "run-a", "operator": "op", "controller": "ctl", "pid": 1,
@@ -36,14 +33,6 @@ def called(action: str, **kwargs: Any) -> dict[str, Any]:
     assert report.get("outcome") != "bad-call", report
     assert shape_problem(action, report) is None, (shape_problem(action, report), report)
     return report
-
-
-def script(name: str, *args: str) -> dict[str, Any]:
-    """A host script as the controller sends it: `python3 - ARGS < text`."""
-    p = subprocess.run([sys.executable, "-", *args], input=script_text(name),
-                       capture_output=True, text=True, timeout=120)
-    out: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
-    return out
 
 
 def test_the_new_entry_points_are_declared_actions() -> None:
@@ -67,10 +56,10 @@ def test_the_lock_takes_refreshes_refuses_breaks_and_releases(tmp_path: Path) ->
     assert called("lock", root=root, do="rm", holder=OTHER)["outcome"] == "refused"
 
 
-def test_the_lock_script_is_the_same_rule(tmp_path: Path) -> None:
-    out = script("lock", "--root", str(tmp_path), "take", "--holder", json.dumps(HOLDER))
+def test_the_shipped_lock_is_the_same_rule(tmp_path: Path) -> None:
+    out = run_shipped("lock", {"root": str(tmp_path), "do": "take", "holder": HOLDER})
     assert out["ok"] and out["outcome"] == "done"
-    again = run_shipped("lock", {"root": str(tmp_path), "do": "take", "holder": OTHER})
+    again = called("lock", root=str(tmp_path), do="take", holder=OTHER)
     assert again["outcome"] == "held" and again["host_id"] == out["host_id"]
 
 
@@ -118,12 +107,9 @@ def test_files_are_written_kept_copied_and_checked_as_calls(tmp_path: Path) -> N
     assert found["outcome"] == "problems" and any("planted" in p for p in found["problems"])
 
 
-def test_the_files_script_writes_its_stdin_as_the_call_writes_its_text(tmp_path: Path) -> None:
+def test_the_shipped_write_writes_as_the_call_writes(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    p = subprocess.run([sys.executable, "-c", bootstrap("files.py"), "write", str(a)],
-                       input=sized(script_text("files")) + b"same\n", capture_output=True,
-                       timeout=60, check=True)
-    assert json.loads(p.stdout)["changed"]
+    assert run_shipped("write_file", {"path": str(a), "text": "same\n"})["changed"]
     assert called("write_file", path=str(b), text="same\n")["changed"]
     assert a.read_bytes() == b.read_bytes()
 
@@ -139,28 +125,29 @@ def test_the_facts_are_a_call_with_their_arguments(tmp_path: Path) -> None:
     assert out["digests"] == {str(tmp_path / "f"):
                               "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}
     assert [o["pid"] for o in out["port_owners"][str(port)]] == [os.getpid()]
-    plain = script("facts", "--root", str(tmp_path))
-    assert set(plain) | {"outcome", "reason"} == set(out)
+    plain = run_shipped("facts", {"root": str(tmp_path)})
+    assert plain["outcome"] == "read" and set(plain) == set(out)
 
 
 def test_the_drain_runs_in_the_call_and_needs_no_script(tmp_path: Path) -> None:
-    """No daemon stopped (pid 0): drained at once; recorded in drains.jsonl as drain.py
-    records it; a `script` an older guard passes is ignored."""
+    """No daemon stopped (pid 0): drained at once, in this process and in the shipped text;
+    each drain recorded in drains.jsonl; a `script` an older guard passes is ignored."""
     settings = {"deadline": 5.0, "plateau": 1.0, "zombie_grace": 1.0}
     out = called("drain", root=str(tmp_path), settings=settings)
     assert out["outcome"] == "drained" and out["pid"] == 0, out
     old = called("drain", root=str(tmp_path), script="/nonexistent/drain.py",
                  settings=settings)
     assert old["outcome"] == "drained"
-    plain = script("drain", "--root", str(tmp_path), "--pid", "0", "--deadline", "5")
+    plain = run_shipped("drain", {"root": str(tmp_path), "pid": 0,
+                                  "settings": {"deadline": 5.0}})
     assert plain["outcome"] == out["outcome"] and plain["drained_by"] == out["drained_by"]
     recorded = (tmp_path / "rollout" / "drains.jsonl").read_text().splitlines()
     assert len(recorded) == 3
 
 
 def test_inlined_rules_run_no_main_and_each_script_one() -> None:
-    """A module inlined into ops (or a wrapper) never runs a main of its own at import."""
-    for name in ("ops", "drain", "lock", "files", "facts"):
+    """A module inlined into a host script never runs a main of its own at import."""
+    for name in SCRIPTS:
         assert script_text(name).count('if __name__ == "__main__":') == 1, name
 
 

@@ -160,14 +160,14 @@ def test_one_host_whose_answer_breaks_rollout_fails_alone(tmp_path: Path) -> Non
     validated and the run exits 1, not 70."""
     fleet = Fleet(tmp_path, ["h1", "h2", "h3"])
     bad = fleet.hosts["h2"]
-    real = bad.run_script
+    real = bad.call
 
-    def hostile(source: str, args: Any, timeout: float | None = None, before: str = "") -> Any:
-        if "--root" in args and "facts" in source[:200].lower():
+    def hostile(source: str, call: str, kwargs: Any, timeout: float | None = None) -> Any:
+        if call == "ops.facts":
             raise ValueError("a fact field of the wrong type")
-        return real(source, args, timeout, before)
+        return real(source, call, kwargs, timeout)
 
-    bad.run_script = hostile  # type: ignore[method-assign]
+    bad.call = hostile  # type: ignore[method-assign]
     summary = fleet.roll("bbbbbbbbbbbb")
     assert summary.exit_code == 1, summary.aborted
     assert summary.outcomes["h2"].status == "failed"

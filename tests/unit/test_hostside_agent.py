@@ -204,7 +204,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_host_scripts_run_through_the_agent(agent: HostAgent) -> None:
-    r = agent.script(script_text("lock"), ["--help"], 30)
+    r = agent.script(script_text("diagnose"), ["--help"], 30)
     assert r.exit_code == 0 and "usage" in r.stdout
 
 

@@ -1,4 +1,5 @@
-"""drain.py: zombie-aware and memory-aware wait, against fake cgroup trees and real zombies."""
+"""The drain (ops.drain's rule): zombie-aware and memory-aware wait, against fake cgroup
+trees and real zombies."""
 
 from __future__ import annotations
 
@@ -14,12 +15,24 @@ from typing import Any
 
 import pytest
 
-from rollout.host.scripts import drain as drain_mod
 from rollout.host.scripts import script_text
 from rollout.host.scripts.actions import drain as drain_rule
+from rollout.host.scripts.actions.hold import drain_figures
 from rollout.host.scripts.common import drain_failure as failure_reason
+from rollout.host.scripts.common import working_memory
 
-DRAIN = script_text("drain")  # as sent: python3 - ARGS < text
+OPS = script_text("ops")  # the drain's rule as a host runs it (ops.drain)
+DRIVER = """import json, sys
+ns = {"__name__": "ops"}
+exec(sys.stdin.read(), ns)
+a = json.loads(sys.argv[1])
+out = ns["wait_drained"](a["root"], a["pid"], a["starttime"], ns["drain_figures"](a["settings"]),
+                         ns["DrainPaths"](**a["where"]))
+ns["record"](a["root"], out)
+print(json.dumps(out, sort_keys=True))
+"""
+"""ops.drain's rule (wait_drained, then record) in the shipped text, in a python3 of its own,
+reading the test's /proc, cgroup tree and /dev/shm (ops.drain reads the host's own)."""
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 
 
@@ -78,12 +91,20 @@ def feed_read(fifo: Path, text: str, then: Callable[[], object] | None = None) -
         f.write(text)
 
 
-def run_drain(root: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any]]:
-    p = subprocess.run([PYTHON, "-", "--root", str(root), *args], input=DRAIN,
-                       capture_output=True, text=True, timeout=timeout)
+def run_drain(root: Path, pid: int, starttime: int | None = None,
+              cgroup_root: str = "/sys/fs/cgroup", proc: str = "/proc", shm: str = "/dev/shm",
+              timeout: float = 120, **settings: float) -> dict[str, Any]:
+    """The drain of `pid` by the controller's `settings` (budget, plateau, zombie_grace,
+    deadline), recorded in drains.jsonl: its report."""
+    where = {"proc": proc, "cgroup_root": cgroup_root, "shm": shm}
+    call = json.dumps({"root": str(root), "pid": pid, "starttime": starttime,
+                       "settings": settings, "where": where})
+    p = subprocess.run([PYTHON, "-c", DRIVER, call], input=OPS, capture_output=True,
+                       text=True, timeout=timeout)
     lines = p.stdout.strip().splitlines()
-    assert len(lines) == 1, p.stdout + p.stderr
-    return p.returncode, json.loads(lines[0])
+    assert p.returncode == 0 and len(lines) == 1, p.stdout + p.stderr
+    out: dict[str, Any] = json.loads(lines[0])
+    return out
 
 
 def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
@@ -111,9 +132,9 @@ def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
         feed_read(current, "900\n", then=memory_back)  # a sample after the reap: gone
 
     threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
-    rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--starttime", starttime,
-                        "--cgroup-root", str(cg), "--budget", "900", "--deadline", "20")
-    assert rc == 0 and out["outcome"] == "drained" and out["drained_by"] == "budget", out
+    out = run_drain(tmp_path, pid=child.pid, starttime=int(starttime), cgroup_root=str(cg),
+                    budget=900, deadline=20)
+    assert out["outcome"] == "drained" and out["drained_by"] == "budget", out
     assert out["zombie_seen"] is True and out["zombie_note"] is None
     assert out["state_at_start"] == "zombie"
     assert out["zombie_secs"] > 0
@@ -132,9 +153,8 @@ def test_zombie_then_reaped_then_memory_back(tmp_path: Path) -> None:
 def test_page_cache_left_behind_is_not_waited_for(tmp_path: Path) -> None:
     """Usage is 900 of 1000, but 850 of it is page cache no process maps: the headroom fits."""
     cg = v2_tree(tmp_path, 900, inactive_file=800, file=850, active_file=50)
-    rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                        "--budget", "150", "--deadline", "20")
-    assert rc == 0 and out["drained_by"] == "budget", out
+    out = run_drain(tmp_path, pid=999999999, cgroup_root=str(cg), budget=150, deadline=20)
+    assert out["outcome"] == "drained" and out["drained_by"] == "budget", out
     assert out["working_set"] == 50 and out["page_cache"] == 850
     assert out["memory"]["inactive_file"] == 800
     assert len(out["samples"]) == 1 and out["samples"][0][1] == 50
@@ -147,9 +167,9 @@ def test_active_page_cache_nobody_maps_is_not_waited_for(tmp_path: Path) -> None
     plateau)."""
     cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30), anon=90 * MIB, file=600 * MIB,
                  active_file=590 * MIB, inactive_file=10 * MIB)
-    rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                        "--budget", str(900 * MIB), "--plateau", "0.5", "--deadline", "20")
-    assert rc == 0 and out["drained_by"] == "budget", out
+    out = run_drain(tmp_path, pid=999999999, cgroup_root=str(cg), budget=900 * MIB, plateau=0.5,
+                    deadline=20)
+    assert out["outcome"] == "drained" and out["drained_by"] == "budget", out
     assert out["working_set"] == 100 * MIB and out["page_cache"] == 600 * MIB
 
 
@@ -160,9 +180,9 @@ def test_page_cache_that_cannot_go_is_counted(tmp_path: Path, held: str) -> None
     stat = {"anon": 90 * MIB, "file": 600 * MIB, "active_file": 590 * MIB,
             "inactive_file": 10 * MIB, held: 300 * MIB}
     cg = v2_tree(tmp_path, 700 * MIB, limit=str(1 << 30), **stat)
-    rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                        "--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
-    assert rc == 3 and out["outcome"] == "plateau", out
+    out = run_drain(tmp_path, pid=999999999, cgroup_root=str(cg), budget=900 * MIB, plateau=0.3,
+                    deadline=20)
+    assert out["outcome"] == "plateau", out
     assert out["working_set"] == 400 * MIB and out["page_cache"] == 300 * MIB
     written_back = 300 * MIB if held in ("file_dirty", "file_writeback") else None
     assert out["flushed_dirty"] == written_back  # written once; these stayed all the same
@@ -189,10 +209,9 @@ def test_dirty_page_cache_is_written_back_at_the_plateau_then_not_waited_for(
         write_v2_stat(cg, 10 * MIB, file_dirty=0, **dirty)
 
     monkeypatch.setattr(drain_rule, "start_writeback", written)
-    args = drain_mod.parse_args(["--root", str(tmp_path), "--pid", "999999999",
-                                 "--cgroup-root", str(cg), "--budget", str(900 * MIB),
-                                 "--plateau", "0.3", "--deadline", "20"])
-    out = drain_mod.drain(args)
+    figures = drain_rule.Figures(900 * MIB, plateau=0.3, deadline=20)
+    out = drain_rule.wait_drained(str(tmp_path), 999999999, None, figures,
+                                  drain_rule.DrainPaths(cgroup_root=str(cg)))
     assert len(flushes) == 1, out
     assert out["outcome"] == "drained" and out["flushed_dirty"] == 300 * MIB, out
     assert out["working_set"] == 100 * MIB
@@ -211,14 +230,15 @@ def test_back_to_the_baseline_recorded_before_the_daemon_started(tmp_path: Path)
     # pids above the kernel's largest pid_max (4194304): never a live process here
     lines = [json.dumps(r) for r in starts] + ["{cut"]
     (tmp_path / "rollout" / "starts.jsonl").write_text("\n".join(lines) + "\n")
-    budget = ("--budget", str(900 * MIB), "--plateau", "0.3", "--deadline", "20")
-    rc, out = run_drain(tmp_path, "--pid", "4194403", "--cgroup-root", str(cg), *budget)
-    assert rc == 0 and out["drained_by"] == "baseline" and out["baseline"] == 690 * MIB, out
+    budget: dict[str, Any] = {"budget": 900 * MIB, "plateau": 0.3, "deadline": 20}
+    out = run_drain(tmp_path, pid=4194403, cgroup_root=str(cg), **budget)
+    assert out["outcome"] == "drained" and out["drained_by"] == "baseline", out
+    assert out["baseline"] == 690 * MIB, out
     (cg / "memory.current").write_text(f"{800 * MIB}\n")  # under 4194403's own, over the least
-    rc, out = run_drain(tmp_path, "--pid", "4194403", "--cgroup-root", str(cg), *budget)
-    assert rc == 3 and out["outcome"] == "plateau", out
-    rc, out = run_drain(tmp_path, "--pid", "4194404", "--cgroup-root", str(cg), *budget)
-    assert rc == 3 and out["baseline"] is None  # no start record of its own: budget only
+    out = run_drain(tmp_path, pid=4194403, cgroup_root=str(cg), **budget)
+    assert out["outcome"] == "plateau", out
+    out = run_drain(tmp_path, pid=4194404, cgroup_root=str(cg), **budget)
+    assert out["outcome"] == "plateau" and out["baseline"] is None  # no start record: budget only
 
 
 def test_plateau_fails_early_and_names_the_holders(tmp_path: Path) -> None:
@@ -231,13 +251,12 @@ def test_plateau_fails_early_and_names_the_holders(tmp_path: Path) -> None:
     (shm / "empty").touch()
     (cg / "cgroup.procs").write_text(f"{os.getpid()}\n{stray.pid}\n")
     try:
-        rc, out = run_drain(tmp_path, "--pid", "999999999", "--cgroup-root", str(cg),
-                            "--shm", str(shm), "--budget", str(924 * MIB),
-                            "--plateau", "0.5", "--deadline", "60")
+        out = run_drain(tmp_path, pid=999999999, cgroup_root=str(cg), shm=str(shm),
+                        budget=924 * MIB, plateau=0.5, deadline=60)
     finally:
         stray.kill()
         stray.wait()
-    assert rc == 3 and out["outcome"] == "plateau", out
+    assert out["outcome"] == "plateau", out
     assert out["plateau_secs"] >= 0.5 and out["memory_back_at"] is None
     held = out["holders"]
     assert held["anon"] == 500 * MIB and held["shmem"] == 300 * MIB and held["file"] == 350 * MIB
@@ -251,8 +270,8 @@ def test_plateau_fails_early_and_names_the_holders(tmp_path: Path) -> None:
 
 def test_plateau_is_when_the_working_set_stops_falling() -> None:
     """Falling memory is no plateau; flat or rising memory is, from its lowest point."""
-    p = drain_mod.Plateau()
-    mib = drain_mod.MIB
+    p = drain_rule.Plateau()
+    mib = drain_rule.MIB
     assert p.flat_for(900 * mib, 10.0) == 0.0
     assert p.flat_for(800 * mib, 11.0) == 0.0  # fell: the clock restarts
     assert p.flat_for(800 * mib - 1000, 12.0) == 1.0  # less than FALL: flat
@@ -265,28 +284,28 @@ def test_zombie_never_reaped_is_noted_and_drain_goes_on(tmp_path: Path) -> None:
     cg = v2_tree(tmp_path, 10)
     child = zombie_child()
     try:
-        rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--cgroup-root", str(cg),
-                            "--budget", "900", "--zombie-grace", "0.4", "--deadline", "20")
+        out = run_drain(tmp_path, pid=child.pid, cgroup_root=str(cg), budget=900, zombie_grace=0.4,
+                        deadline=20)
     finally:
         child.wait()
-    assert rc == 0 and out["outcome"] == "drained"
+    assert out["outcome"] == "drained"
     assert out["zombie_seen"] and out["reaped_at"] is None
     assert f"(parent PID {os.getpid()})" in out["zombie_note"]
     assert out["zombie_note"].startswith("zombie not reaped after ")
     assert out["zombie_secs"] >= 0.4
 
 
-def test_deadline_exits_3_when_process_keeps_running(tmp_path: Path) -> None:
+def test_deadline_ends_the_drain_when_process_keeps_running(tmp_path: Path) -> None:
     """A running process is no plateau, however flat the memory: only the deadline ends it."""
     cg = v2_tree(tmp_path, 900)
     child = subprocess.Popen(["sleep", "30"])
     try:
-        rc, out = run_drain(tmp_path, "--pid", str(child.pid), "--cgroup-root", str(cg),
-                            "--budget", "900", "--plateau", "0.1", "--deadline", "0.5")
+        out = run_drain(tmp_path, pid=child.pid, cgroup_root=str(cg), budget=900, plateau=0.1,
+                        deadline=0.5)
     finally:
         child.kill()
         child.wait()
-    assert rc == 3 and out["outcome"] == "deadline"
+    assert out["outcome"] == "deadline"
     assert out["died_at"] is None and out["memory_back_at"] is None
     assert out["zombie_seen"] is False and out["state"] == "running"
     assert out["holders"]["processes"] is not None
@@ -294,9 +313,10 @@ def test_deadline_exits_3_when_process_keeps_running(tmp_path: Path) -> None:
 
 def test_reused_pid_counts_as_gone(tmp_path: Path) -> None:
     cg = v2_tree(tmp_path, 10)
-    rc, out = run_drain(tmp_path, "--pid", str(os.getpid()), "--starttime", "1",
-                        "--cgroup-root", str(cg), "--budget", "900", "--deadline", "20")
-    assert rc == 0 and out["state_at_start"] == "gone" and len(out["samples"]) == 1
+    out = run_drain(tmp_path, pid=os.getpid(), starttime=1, cgroup_root=str(cg), budget=900,
+                    deadline=20)
+    assert out["outcome"] == "drained" and out["state_at_start"] == "gone"
+    assert len(out["samples"]) == 1
 
 
 def test_meminfo_fallback_with_fake_proc_and_unlimited_v1(tmp_path: Path) -> None:
@@ -322,10 +342,9 @@ def test_meminfo_fallback_with_fake_proc_and_unlimited_v1(tmp_path: Path) -> Non
         (proc / "meminfo").write_text(meminfo.format(950))
 
     threading.Thread(target=zombie_seen_then_reaped_then_memory_back, daemon=True).start()
-    rc, out = run_drain(tmp_path, "--pid", "4242", "--starttime", "777", "--proc", str(proc),
-                        "--cgroup-root", str(tmp_path / "cgroup"), "--budget", str(900 * 1024),
-                        "--deadline", "20")
-    assert rc == 0 and out["zombie_seen"]
+    out = run_drain(tmp_path, pid=4242, starttime=777, proc=str(proc),
+                    cgroup_root=str(tmp_path / "cgroup"), budget=900 * 1024, deadline=20)
+    assert out["outcome"] == "drained" and out["zombie_seen"]
     assert out["memory"]["source"] == "meminfo" and out["memory"]["limit"] == 1000 * 1024
     assert out["working_set"] == 50 * 1024 and out["page_cache"] == 300 * 1024
     assert stamps["reaped"] <= stamps["memory"]
@@ -374,8 +393,8 @@ def test_working_memory_v1_and_v2_from_fixture_files(tmp_path: Path) -> None:
     (v2 / "memory.max").write_text(f"{1 << 30}\n")
     (v2 / "memory.stat").write_text(V2_STAT)
     noproc = str(tmp_path / "noproc")
-    m1 = drain_mod.working_memory(str(tmp_path / "v1"), noproc)
-    m2 = drain_mod.working_memory(str(v2), noproc)
+    m1 = working_memory(str(tmp_path / "v1"), noproc)
+    m2 = working_memory(str(v2), noproc)
     assert m1.pop("source") == "cgroup-v1" and m2.pop("source") == "cgroup-v2"
     assert m1 == m2 == {
         "usage": 900 * MIB, "limit": 1 << 30, "working_set": 297 * MIB,
@@ -387,30 +406,29 @@ def test_working_memory_v1_and_v2_from_fixture_files(tmp_path: Path) -> None:
 
 def test_memory_back_by_budget_baseline_or_nothing_to_measure() -> None:
     m = {"working_set": 300, "limit": 1000}
-    assert drain_mod.memory_back(m, 700, None) == "budget"
-    assert drain_mod.memory_back(m, 701, None) is None
-    slack = drain_mod.baseline_slack(1000)
-    assert drain_mod.memory_back(m, 900, 300 - slack) == "baseline"
-    assert drain_mod.memory_back(m, 900, 299 - slack) is None
-    assert drain_mod.memory_back({"working_set": None}, 900, None) == "unmeasured"
-    assert drain_mod.memory_back(m, None, None) == "unmeasured"
+    assert drain_rule.memory_back(m, 700, None) == "budget"
+    assert drain_rule.memory_back(m, 701, None) is None
+    slack = drain_rule.baseline_slack(1000)
+    assert drain_rule.memory_back(m, 900, 300 - slack) == "baseline"
+    assert drain_rule.memory_back(m, 900, 299 - slack) is None
+    assert drain_rule.memory_back({"working_set": None}, 900, None) == "unmeasured"
+    assert drain_rule.memory_back(m, None, None) == "unmeasured"
 
 
 def test_the_host_takes_the_budget_as_given_and_never_works_it_out() -> None:
-    """The budget rule lives on the controller (rollout.steps.budget): drain.py takes the
-    figure, and has no --margin to compute one from the limit."""
-    assert drain_mod.parse_args(["--pid", "0", "--budget", "900"]).budget == 900
-    assert drain_mod.parse_args(["--pid", "0"]).budget is None
-    assert not hasattr(drain_mod, "budget_of")
-    with pytest.raises(SystemExit):
-        drain_mod.parse_args(["--pid", "0", "--margin", "64"])
+    """The budget rule lives on the controller (rollout.steps.budget): the drain takes the
+    figure from the call's settings, and has no margin to compute one from the limit."""
+    assert drain_figures({"budget": 900}).budget == 900
+    assert drain_figures({}).budget is None and drain_figures(None).budget is None
+    assert not hasattr(drain_rule, "budget_of")
+    assert not hasattr(drain_figures({"margin": 64}), "margin")
 
 
 def test_thin_keeps_ends_and_at_most_200() -> None:
     samples = [[float(i), i] for i in range(1000)]
-    out = drain_mod.thin(samples)
+    out = drain_rule.thin(samples)
     assert len(out) == 200 and out[0] == [0.0, 0] and out[-1] == [999.0, 999]
-    assert drain_mod.thin(samples[:10]) == samples[:10]
+    assert drain_rule.thin(samples[:10]) == samples[:10]
 
 
 def test_step_failure_reason_names_the_holders() -> None:

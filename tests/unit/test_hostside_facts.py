@@ -1,4 +1,4 @@
-"""facts.py: shape on a fake host tree, and on an empty root; bounded tail reads."""
+"""ops.facts: shape on a fake host tree, and on an empty root; bounded tail reads."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from rollout.host.scripts import facts as facts_mod
 from rollout.host.scripts import script_text
+from rollout.host.scripts.actions import facts as facts_mod
 
-FACTS = script_text("facts")  # as sent: python3 - ARGS < text
+OPS = script_text("ops")  # as sent: python3 - --call facts --kwargs JSON < text
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
 KEYS = {
     "time", "root", "hostname", "python", "cgroup", "meminfo", "daemon", "supervisor", "held",
@@ -32,11 +32,14 @@ def starttime(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
 
 
-def run_facts(*args: str) -> dict[str, Any]:
-    p = subprocess.run([PYTHON, "-", *args], input=FACTS, capture_output=True, text=True,
-                       timeout=120)
+def run_facts(root: Path, **kwargs: Any) -> dict[str, Any]:
+    """ops.facts as a host without an agent runs it; its report less outcome and reason."""
+    call = json.dumps({"root": str(root), **kwargs})
+    p = subprocess.run([PYTHON, "-", "--call", "facts", "--kwargs", call], input=OPS,
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     out: dict[str, Any] = json.loads(p.stdout)
+    assert (out.pop("outcome"), out.pop("reason")) == ("read", "host facts")
     return out
 
 
@@ -90,14 +93,14 @@ def test_pidfiles_naming_other_processes_are_not_trusted(
     me = os.getpid()
     (root / "rollout" / "daemon.pid").write_text(f"{me} {starttime(me)}\n")  # no exe named
     (root / "rollout" / "supervisor.pid").write_text(f"{me} {starttime(me)}\n")
-    out = run_facts("--root", str(root), "--cgroup-root", str(cg))
+    out = run_facts(root, cgroup_root=str(cg))
     assert out["daemon"]["state"] == "gone" and "not trusted" in out["daemon"]["note"]
     assert out["supervisor"]["alive"] is False
 
 
 def test_shape_on_fake_tree(tree: tuple[Path, Path, subprocess.Popen[bytes]]) -> None:
     root, cg, daemon = tree
-    out = run_facts("--root", str(root), "--cgroup-root", str(cg))
+    out = run_facts(root, cgroup_root=str(cg))
     assert set(out) == KEYS and out["errors"] == {}
     assert out["cgroup"] == {"version": 2,
                              "memory": {"usage": 4096, "limit": 8192, "source": "cgroup-v2",
@@ -125,8 +128,7 @@ def test_digests_of_named_files(tmp_path: Path) -> None:
     (tmp_path / "a").write_bytes(b"abc")
     (tmp_path / "rollout").mkdir()
     (tmp_path / "rollout" / "previous_release").write_text("aaaaaaaaaaaa")
-    out = run_facts("--root", str(tmp_path), "--digest", str(tmp_path / "a"),
-                    "--digest", str(tmp_path / "missing"))
+    out = run_facts(tmp_path, digests=[str(tmp_path / "a"), str(tmp_path / "missing")])
     assert out["digests"] == {
         str(tmp_path / "a"): "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
         str(tmp_path / "missing"): None,
@@ -141,25 +143,25 @@ def test_daemon_states_zombie_reused_and_wrong_cmdline(
     pidfile = root / "rollout" / "daemon.pid"
     pid, st, exe = pidfile.read_text().split()
     pidfile.write_text(f"{pid} {int(st) + 1} {exe}\n")
-    d = run_facts("--root", str(root), "--cgroup-root", str(cg))["daemon"]
+    d = run_facts(root, cgroup_root=str(cg))["daemon"]
     assert d["state"] == "gone" and "reused" in d["note"]
     pidfile.write_text(f"{pid} {st} /somewhere/else/cuzk-daemon\n")
-    assert run_facts("--root", str(root))["daemon"]["state"] == "gone"
+    assert run_facts(root)["daemon"]["state"] == "gone"
     daemon.kill()
     end = time.monotonic() + 60  # a safety net on a loaded machine
     while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
         assert time.monotonic() < end
         time.sleep(0.01)
     pidfile.write_text(f"{pid} {st} {exe}\n")
-    d = run_facts("--root", str(root))["daemon"]
+    d = run_facts(root)["daemon"]
     assert d["state"] == "zombie" and d["note"] == f"parent PID {os.getpid()}"
     daemon.wait()
-    assert run_facts("--root", str(root))["daemon"]["state"] == "gone"
+    assert run_facts(root)["daemon"]["state"] == "gone"
 
 
 def test_empty_root_never_fails(tmp_path: Path) -> None:
-    out = run_facts("--root", str(tmp_path / "missing"), "--cgroup-root", str(tmp_path / "no"),
-                    "--proc", str(tmp_path / "noproc"))
+    out = run_facts(tmp_path / "missing", cgroup_root=str(tmp_path / "no"),
+                    proc=str(tmp_path / "noproc"))
     assert set(out) == KEYS
     assert out["daemon"]["state"] == "none" and out["supervisor"]["alive"] is False
     assert out["cgroup"]["version"] is None and out["meminfo"] == {"total": None,
@@ -192,8 +194,7 @@ def test_big_exits_file_is_read_from_the_end(tmp_path: Path) -> None:
     lines, whole = facts_mod.tail_lines(str(path), 64 * 1024)
     assert not whole and len(lines) < 400
     assert json.loads(lines[-1])["pid"] == 77
-    ns = facts_mod.parse_args(["--root", str(tmp_path)])
-    f = facts_mod.Facts(ns)
+    f = facts_mod.Facts(facts_mod.FactsArgs(str(tmp_path)))
     f.dir = str(tmp_path)
     ex = f.exits()
     assert ex["last_exit"]["pid"] == 77 and ex["count_complete"] is False

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hostside_drain import run_drain
 
 from rollout.host.scripts import bootstrap, script_text, sized
 
@@ -125,10 +126,9 @@ def test_stop_never_acts_on_pid_1_or_below(host: Host, pid: int) -> None:
 
 
 def test_drain_never_waits_on_pid_1(host: Host) -> None:
-    code, out = run_script("drain", "--root", str(host.root), "--pid", "1",
-                           "--cgroup-root", str(host.root / "no-cgroup"),
-                           "--budget", "1", "--deadline", "30", "--no-record")
-    assert code == 0 and out["outcome"] == "drained" and out["state"] == "gone", out
+    out = run_drain(host.root, pid=1, cgroup_root=str(host.root / "no-cgroup"), budget=1,
+                    deadline=30)
+    assert out["outcome"] == "drained" and out["state"] == "gone", out
 
 
 def supervisor_script(host: Host) -> Path:

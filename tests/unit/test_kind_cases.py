@@ -10,7 +10,8 @@ A case (YAML):
   anything else replaced whole, null removes the key). "@sha256:NAME" stands for the sha256
   of what the step would write there: `supervisor` (the script), `supervisor_conf` (its
   settings for the case's params) or `config` (the daemon's config for the case's facts).
-- `playbook`: merged over a minimal playbook; `host_vars`: the host's inventory vars.
+- `playbook`: merged over a minimal playbook; `host_vars`: the host's inventory vars;
+  `files`: {NAME: TEXT} written beside the playbook (a source it names, relative to it).
 - `release`: {id, artifacts: [{name, sha256, size}]}, or absent (a single step); `pending`:
   the dry run's release of a build not made yet.
 - `params`: the kind's params, checked by its model (KINDS[kind].params).
@@ -51,7 +52,7 @@ BASE_FACTS = CASES / "facts-base.yaml"
 MINIMAL_PLAYBOOK: dict[str, Any] = {"name": "kind cases",
                                     "steps": [{"name": "preflight", "kind": "preflight"}]}
 CASE_KEYS = {"description", "facts", "playbook", "host_vars", "release", "pending", "params",
-             "expect", "xfail"}
+             "expect", "xfail", "files"}
 EXPECT_KEYS = {"decision", "summary", "summary_has", "fails", "fails_has", "data", "detail",
                "calls"}
 DECISIONS = ("skip", "act", "fail", "raises", "invalid")
@@ -136,6 +137,8 @@ def merged(base: Any, over: Any) -> Any:
 
 def target_of(case: dict[str, Any], tmp: Path) -> Target:
     host = small_host("h1", **case.get("host_vars", {}))
+    for name, text in case.get("files", {}).items():  # beside the playbook: its sources
+        (tmp / name).write_text(text)
     file = tmp / "playbook.yaml"
     file.write_text(json.dumps(merged(MINIMAL_PLAYBOOK, case.get("playbook", {}))))
     settings = load_playbook(file, builds=False).for_host(host)

@@ -13,7 +13,7 @@ from test_locks import context, lock_file, me, other_holder, write_lock
 
 from rollout.engine.locks import FUTURE_SLACK, FoundLock, LockPolicy, take_host_lock
 from rollout.errors import LockHeld
-from rollout.host.scripts import lock as hostlock
+from rollout.host.scripts.actions import lock as hostlock
 
 YEAR = 365 * 86400.0
 

@@ -31,7 +31,7 @@ from rollout.engine.locks import (
 )
 from rollout.errors import LockHeld, TransportError
 from rollout.host.layout import Layout
-from rollout.host.scripts import lock as hostlock
+from rollout.host.scripts.actions import lock as hostlock
 from rollout.steps.base import HostContext
 
 HOSTS = ["h1", "h2", "h3"]
@@ -129,14 +129,13 @@ def test_break_removes_only_the_lock_that_was_judged(tmp_path: Path) -> None:
 
 
 def test_a_full_data_is_refused_in_plain_words_not_a_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", full)
-    assert hostlock.main(["--root", str(tmp_path), "take", "--holder", '{"run_id": "a"}']) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = hostlock.lock(str(tmp_path), "take", {"run_id": "a"})
     assert out["ok"] is False and "No space left on device" in out["refused"], out
     assert os.listdir(tmp_path / "rollout") == ["lock.guard"], "no lock, no temporary file"
 

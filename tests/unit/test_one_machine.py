@@ -16,7 +16,7 @@ from test_locks import Recorder, lock_file, me
 
 from rollout.engine.locks import LockPolicy, fleet_locks, same_machines
 from rollout.host.layout import Layout
-from rollout.host.scripts import lock as hostlock
+from rollout.host.scripts.actions import lock as hostlock
 from rollout.steps.base import HostContext
 
 

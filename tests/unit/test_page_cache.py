@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.host.scripts import facts, ops
+from rollout.host.scripts import ops
+from rollout.host.scripts.actions import facts
 
 
 def test_facts_digest_drops_the_file_from_the_page_cache(

@@ -5,7 +5,6 @@ one would start cuzk again behind the supervisor, adopt or not, naming it and th
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,22 +14,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_hostside_facts import run_facts
 
 from rollout.host.facts import HostFacts
-from rollout.host.scripts import facts as facts_mod
-from rollout.host.scripts import script_text
 from rollout.host.scripts.actions import facts as facts_rule
 from rollout.steps.kinds import preflight
 from rollout.steps.preflight_inputs import Look
 
 PYTHON = os.environ.get("ROLLOUT_HOSTSIDE_PYTHON", sys.executable)
-
-
-def run_facts(*args: str) -> dict[str, Any]:
-    p = subprocess.run([PYTHON, "-", *args], input=script_text("facts"), capture_output=True,
-                       text=True, timeout=120, check=True)
-    out: dict[str, Any] = json.loads(p.stdout)
-    return out
 
 
 def wait_for(what: Any, bound: float = 60.0) -> Any:
@@ -64,16 +55,16 @@ def test_facts_report_the_daemons_parent_chain_and_the_loop(
     loop: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shell, daemon, script = loop
-    out = run_facts("--root", str(tmp_path / "root"))
+    out = run_facts(tmp_path / "root")
     [found] = [p for p in out["cuzk_processes"] if p["pid"] == daemon]
     parent = found["parents"][0]
     assert parent["pid"] == shell.pid and parent["shell"] is True
     assert parent["starts_cuzk"] is True  # its script names cuzk
     assert parent["cmdline"] == f"sh {script}"
     monkeypatch.setattr(facts_rule, "in_ssh_session", lambda proc, pid: False)
-    assert shell.pid in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set())]
+    assert shell.pid in [p["pid"] for p in facts_rule.cuzk_loops("/proc", set())]
     # a shell the trusted supervisor runs (a launcher) is rollout's own: not a loop
-    assert shell.pid not in [p["pid"] for p in facts_mod.cuzk_loops("/proc", set(), os.getpid())]
+    assert shell.pid not in [p["pid"] for p in facts_rule.cuzk_loops("/proc", set(), os.getpid())]
 
 
 def test_a_loop_between_two_restarts_is_found_by_its_script(
@@ -86,7 +77,7 @@ def test_a_loop_between_two_restarts_is_found_by_its_script(
     monkeypatch.setattr(facts_rule, "in_ssh_session", lambda proc, pid: False)
     try:
         wait_for(lambda: children(shell.pid))
-        loops = facts_mod.cuzk_loops("/proc", set())
+        loops = facts_rule.cuzk_loops("/proc", set())
         assert [p for p in loops if p["pid"] == shell.pid][0]["starts_cuzk"] is True
     finally:
         shell.kill()
@@ -97,8 +88,8 @@ def test_a_script_that_is_a_fifo_is_never_read(tmp_path: Path) -> None:
     """A hostile host's script path may be a FIFO: opened without blocking, not read."""
     fifo = tmp_path / "entrypoint.sh"
     os.mkfifo(fifo)
-    assert facts_mod.script_of("/proc", os.getpid(), ["sh", str(fifo)]) == ""
-    assert facts_mod.script_of("/proc", os.getpid(), ["sh", "-c", "cuzk"]) == ""
+    assert facts_rule.script_of("/proc", os.getpid(), ["sh", str(fifo)]) == ""
+    assert facts_rule.script_of("/proc", os.getpid(), ["sh", "-c", "cuzk"]) == ""
 
 
 def daemon(pid: int, *parents: dict[str, Any], supervised: bool = False) -> dict[str, Any]:
@@ -183,4 +174,4 @@ def test_a_hostile_parent_chain_is_data() -> None:
     ("for p in $(pgrep -x cuzk-daemon); do kill -0 $p; done", False),
 ])
 def test_a_loop_is_a_shell_that_runs_cuzk_as_a_command_in_a_loop(text: str, loops: bool) -> None:
-    assert facts_mod.runs_cuzk_in_a_loop(text) is loops
+    assert facts_rule.runs_cuzk_in_a_loop(text) is loops

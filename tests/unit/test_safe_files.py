@@ -1,5 +1,6 @@
-"""No write follows a link (issue 18): the host helpers (common.safe_*), files.py's check and
-write, lock.py, facts.py's `current`, and the controller's report and journal files."""
+"""No write follows a link (issue 18): the host helpers (common.safe_*), the files actions'
+check and write, the lock, the facts' `current`, and the controller's report and journal
+files."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from rollout.engine.locks import FoundLock, parse_holder
 from rollout.errors import UserError
-from rollout.host.scripts import common, files, lock
-from rollout.host.scripts import facts as hostfacts
+from rollout.host.scripts import common
+from rollout.host.scripts.actions import facts as hostfacts
+from rollout.host.scripts.actions import files, lock
 from rollout.output.events import open_private
 from rollout.output.journal import journal_path
 from rollout.reports.output import append, write_atomic
@@ -130,7 +132,7 @@ def test_ownership_problem_names_a_foreign_owner_and_open_modes(root: Path) -> N
     assert common.ownership_problem(str(root / "missing"), "x") is None
 
 
-# ---------------------------------------------------------------- files.py check and write
+# ---------------------------------------------------------------- check_root and write_file
 
 
 def test_check_passes_a_clean_tree(root: Path) -> None:
@@ -178,23 +180,15 @@ def test_write_keeps_the_old_copy_and_skips_the_same_text(root: Path) -> None:
     assert files.copy(kept, path)["changed"] and Path(path).read_text() == "one"
 
 
-def test_write_main_refuses_a_link_with_the_reason(
-    root: Path, outside: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_write_file_refuses_a_link_with_the_reason(root: Path, outside: Path) -> None:
     (root / "cuzk.toml").symlink_to(outside)
-
-    class Stdin:
-        buffer = __import__("io").BytesIO(b"[daemon]\n")
-
-    monkeypatch.setattr("sys.stdin", Stdin)
-    assert files.main(["write", str(root / "cuzk.toml")]) == 1
-    out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is False and "cuzk.toml is a symbolic link" in out["refused"]
+    out = files.write_file(str(root / "cuzk.toml"), "[daemon]\n")
+    assert out["outcome"] == "refused" and out["ok"] is False
+    assert "cuzk.toml is a symbolic link" in out["refused"]
     assert untouched(outside)
 
 
-# ---------------------------------------------------------------- lock.py, facts.py
+# ---------------------------------------------------------------- the lock, the facts
 
 
 def test_a_linked_lock_is_not_read_and_its_target_never_echoed(root: Path, outside: Path) -> None:
@@ -218,26 +212,23 @@ def test_a_lock_that_is_not_json_says_its_size_never_its_bytes(root: Path) -> No
     assert parse_holder("ssh-rsa AAAA") == "not rollout's lock (12 bytes, not JSON)"
 
 
-def test_lock_refuses_a_linked_state_folder(
-    tmp_path: Path, outside: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_lock_refuses_a_linked_state_folder(tmp_path: Path, outside: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "rollout").symlink_to(outside.parent)
-    assert lock.main(["--root", str(data), "take", "--holder", '{"run_id": "a"}']) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = lock.lock(str(data), "take", {"run_id": "a"})
     assert out["ok"] is False and "symbolic link" in out["refused"]
     assert sorted(os.listdir(outside.parent)) == ["shadow"]
 
 
 def test_current_outside_releases_is_no_release(root: Path, outside: Path) -> None:
     (root / "current").symlink_to(outside.parent)
-    got = hostfacts.Facts(hostfacts.parse_args(["--root", str(root)])).collect()
+    got = hostfacts.facts(str(root))
     assert got["current_release"] is None
     assert "points outside" in got["errors"]["current_release"]
     (root / "current").unlink()
     (root / "current").symlink_to("releases/r1")
-    got = hostfacts.Facts(hostfacts.parse_args(["--root", str(root)])).collect()
+    got = hostfacts.facts(str(root))
     assert got["current_release"] == "r1"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import stat
 import subprocess
 import threading
@@ -222,11 +221,6 @@ class RecordingTransport(AgentTransport):
                    before: str = "") -> RunResult:
         self.commands.append(script_command(args, before))
         return super().run_script(source, args, timeout, before)
-
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:
-        self.commands.append(f"python3 {filename} {shlex.join(args)}")
-        return super().run_script_fed(source, filename, args, stdin, timeout)
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:

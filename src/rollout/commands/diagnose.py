@@ -23,7 +23,7 @@ from rollout.host.layout import Layout, q
 from rollout.host.scripts import script_text
 from rollout.output.escape import report_text
 from rollout.secrets import tail
-from rollout.steps.base import HostContext
+from rollout.steps.base import HostContext, StepTimeout
 from rollout.units import format_size
 
 OOM_KILL = "oom-kill"
@@ -109,7 +109,7 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
         old_log = str(ctx.host_vars.get("old_daemon_log") or "")
         if old_log and not light:  # the log a hand-started daemon wrote (docs/adopt.md)
             args = (*args, "--old-log", old_log)
-        facts, facts_size = _json_script(ctx, _facts_script(), ("--root", plan.root), 30)
+        facts, facts_size = _facts(ctx)
         diag, diag_size = _json_script(ctx, diagnose_script(), args, 30)
         guards = left_lines(ctx) if light else []  # status shows what guards did
     except HostAnswerError as e:  # hostile data: this host is unknown, the others go on
@@ -124,8 +124,17 @@ def collect_host(plan: Plan, name: str, light: bool = False) -> HostEvidence:
                         seconds=round(time.monotonic() - started, 3), guards=guards)
 
 
-def _facts_script() -> str:
-    return script_text("facts")
+def _facts(ctx: HostContext) -> tuple[dict[str, Any], int]:
+    """The host's facts (ops.facts: no digests, no ports) and the bytes of its report."""
+    try:
+        report = ctx.call("facts", call_timeout=30, root=ctx.layout.root)
+    except StepTimeout:
+        raise
+    except StepFailed as e:  # no report, or not one of ops.facts
+        raise HostAnswerError(str(e)) from e
+    if report.get("outcome") != "read":
+        raise HostAnswerError(f"ops.facts on host gave no facts: {tail(str(report), 300)!a}")
+    return report, len(json.dumps(report).encode())
 
 
 def in_parallel(names: list[str], fn: Callable[[str], T]) -> list[T]:

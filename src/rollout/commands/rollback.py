@@ -24,9 +24,13 @@ from rollout.host.layout import is_release_id
 from rollout.output.console import print_summary
 from rollout.steps.base import HostContext, Release
 from rollout.steps.current import current_release, recorded_previous
+from rollout.steps.kinds import KINDS
 from rollout.steps.manifest import read_release
 
-ROLLBACK_STEPS = ("preflight", "stop", "drain", "switch", "start", "ready", "validate")
+ROLLBACK_STEPS = tuple(name for name, kind in KINDS.items()
+                       if kind.undo is not None or kind.checks_changes)
+"""`rollout rollback`'s host steps, in the standard order: the kinds a rollback undoes, and
+the check before them (Kind.checks_changes)."""
 
 
 def target_for(to: str | None) -> Any:
@@ -49,11 +53,11 @@ def target_for(to: str | None) -> Any:
 
 
 def _rollback_spec(plan: Any, kind: str) -> StepSpec:
-    """The playbook's step; switching back also brings back the config that release ran with."""
+    """The playbook's step, with what the kind adds in a rollback (Kind.rollback_params: the
+    switch back also brings back the config that release ran with)."""
     spec = step_spec(plan, kind)
-    if kind == "switch":
-        return spec.model_copy(update={"params": {**spec.params, "restore_config": True}})
-    return spec
+    extra = KINDS[kind].rollback_params
+    return spec.model_copy(update={"params": {**spec.params, **extra}}) if extra else spec
 
 
 def run_fleet_rollback(req: RolloutRequest, to: str | None) -> RunSummary:

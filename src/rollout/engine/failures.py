@@ -10,6 +10,7 @@ from rollout.engine.stepper import RunStep
 from rollout.output.events import EventBus, StepResult
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Phase
+from rollout.steps.kinds import KINDS
 
 
 def warn(bus: EventBus, ctx: HostContext, kind: str, result: StepResult) -> str:
@@ -31,7 +32,8 @@ def after_failure(
     """The host's end after step `kind` failed: untouched by a refused preflight, else its
     rollback run, and the host's outcome said."""
     cause = f"{kind} failed: {result.reason}"
-    if kind == "preflight" and ctx.state.phase is Phase.UNTOUCHED:
+    checks = KINDS.get(kind)
+    if checks is not None and checks.checks_changes and ctx.state.phase is Phase.UNTOUCHED:
         outcome = HostOutcome(ctx.name, "skipped", f"{cause}; host untouched", None, steps)
         return host_end(bus, outcome, cause)
     if result.data.get("busy") is True and ctx.state.phase is Phase.UNTOUCHED:

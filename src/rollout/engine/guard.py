@@ -28,6 +28,7 @@ from rollout.host.scripts import bootstrap, script_text, sized
 from rollout.output.events import EventBus
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Action, Phase
+from rollout.steps.kinds import KINDS
 from rollout.steps.work import work_how
 from rollout.transport.base import Stream
 
@@ -39,14 +40,6 @@ LEFT_WAIT = 900.0  # seconds a command waits for a guard still taking over befor
 CHANGED_PHASES = frozenset(PHASE_AT_START.values())
 """The phases a host enters as a change begins (its first stop, switch or start): the guard
 is armed only on the way into one of them."""
-
-
-def drain_recipe(ctx: HostContext, plan: HostPlan) -> dict[str, Any]:
-    """The drain settings the guard's recipe carries: its rollback drain call's (the plan's
-    drain settings and the budget rule's figure from the plan's facts; no budget where the
-    rule gives none: the guard's drain waits for the baseline)."""
-    settings = plan.rollback_action("drain", None).calls[0].kwargs.get("settings")
-    return dict(settings) if isinstance(settings, dict) else {}
 
 
 def recipe(ctx: HostContext, plan: HostPlan, run_id: str) -> dict[str, Any]:
@@ -84,7 +77,7 @@ def rollback_recipe(plan: HostPlan) -> dict[str, Any]:
     for phase in Phase:
         back = plan.rollback_at(phase, LOST)
         steps = [{"step": kind, "calls": [c.as_json() for c in action.calls],
-                  "tolerate": kind == "drain"}
+                  "tolerate": KINDS[kind].tolerated}
                  for kind, action in zip(back.kinds, back.actions, strict=True)]
         plans[phase.label] = {"steps": list(back.kinds), "to": back.to,
                               "outcome": back.outcome, "rolled_back": back.rolled_back,

@@ -74,9 +74,10 @@ def rollback_plan(
         )
     if not previous or previous == target_id:
         return RollbackPlan(
-            ("stop",), None, "NO PREVIOUS RELEASE to go back to: host left stopped and held", False
+            tuple(k for k in UNDONE if KINDS[k].without_release), None,
+            "NO PREVIOUS RELEASE to go back to: host left stopped and held", False
         )
-    kinds = tuple(k for k in UNDONE if not (k == "drain" and failed == "drain"))
+    kinds = tuple(k for k in UNDONE if not (k == failed and KINDS[k].not_redone))
     return RollbackPlan(kinds, previous, f"rolled back to {previous}, validated", True,
                         release=previous)
 
@@ -226,7 +227,7 @@ def _settle(facts: HostFacts, target: Target, specs: list[Any], decided: Decided
     out: Decided = []
     for spec, (decision, by_when) in zip(specs, decided, strict=True):
         kind = str(spec.kind)
-        if quiet and kind == "preflight" and isinstance(decision, Action) and (
+        if quiet and KINDS[kind].checks_changes and isinstance(decision, Action) and (
                 decision.detail is not None or not decision.fails):  # refused by its checks
             decision = quiet
         elif (kind in BY_EVIDENCE and isinstance(decision, Skip) and "evidence" in decision.data

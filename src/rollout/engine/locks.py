@@ -1,6 +1,6 @@
 """Locks: every host's deploy lock, taken before anything changes and held to the run's end.
 
-The lock lives on each host (``<root>/rollout/lock``, see rollout.host.scripts.lock), so a second
+The lock lives on each host (``<root>/rollout/lock``, see the ops.lock action), so a second
 rollout is refused whatever controller, checkout or inventory it runs from. A run takes
 all its hosts' locks before its first batch: the first host in a fixed order (by address
 and port, the same from any inventory) alone, then the others; two runs of one fleet

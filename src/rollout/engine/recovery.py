@@ -11,6 +11,7 @@ from rollout.engine.hostplan import RollbackPlan, apply
 from rollout.engine.stepper import RunStep
 from rollout.steps.base import HostContext
 from rollout.steps.current import current_release
+from rollout.steps.kinds import KINDS, UNDONE
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,8 @@ def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> R
     calls), in order; the first that fails ends the rollback."""
     if not plan.kinds:
         return RollbackResult(False, plan.outcome, plan.release)
-    if "drain" not in plan.kinds and plan.rolled_back:
-        ctx.log(
-            "drain failed (deadline or plateau): restarting the previous release "
-            "without waiting again (its memory is still charged)"
-        )
+    for skipped in (k for k in UNDONE if k not in plan.kinds and plan.rolled_back):
+        ctx.log(KINDS[skipped].not_redone)  # its own failure: its undo is not run again
     for kind, action in zip(plan.kinds, plan.actions, strict=True):
         spec = RollbackStep(f"rollback-{kind}", kind, timeout=_timeout(ctx, kind))
         result = run_step(ctx, spec, partial(apply, ctx, kind, action))
@@ -53,8 +51,6 @@ def roll_back_host(ctx: HostContext, plan: RollbackPlan, run_step: RunStep) -> R
 
 
 def _timeout(ctx: HostContext, kind: str) -> float | None:
-    daemon = ctx.settings.daemon
-    return {
-        "drain": float(daemon.drain.deadline) + 60,
-        "ready": float(daemon.ready_timeout) + 30,
-    }.get(kind)
+    """The seconds the kind's undo may take (Kind.undo_seconds), from the host's settings."""
+    seconds = KINDS[kind].undo_seconds
+    return seconds(ctx.settings) if seconds is not None else None

@@ -1,4 +1,4 @@
-"""Host facts as typed data: what rollout.host.scripts.facts printed on a host, parsed in one place.
+"""Host facts as typed data: what the ops.facts action reported on a host, parsed in one place.
 
 Everything read back from a host is hostile: a field of the wrong type becomes None (or its
 empty default), never an exception and never code. The record fields (`last_exit`,
@@ -339,7 +339,7 @@ def _port_owners(raw: Any) -> dict[int, tuple[ProcessFacts, ...]]:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """One host as it was when the facts were read (one round trip, rollout.host.scripts.facts)."""
+    """One host as it was when the facts were read (one round trip, the ops.facts action)."""
 
     time: float | None = None
     root: str | None = None
@@ -360,11 +360,11 @@ class HostFacts:
     exits_last_hour: int | None = None
     exit_counts_complete: bool | None = None
     restarts_total: int | None = None  # unheld exits since exits.jsonl began (a counter)
-    digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (--digest)
+    digests: dict[str, str | None] = field(default_factory=dict)  # path: sha256 (its digests)
     validated: ValidatedFacts | None = None  # which daemon passed which release's validation
     registered: str | None = None  # how a restart brings the supervisor back (none: nothing)
     cuzk: tuple[ProcessFacts, ...] = ()  # every cuzk daemon on the host, whatever its parent
-    port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # --port
+    port_owners: dict[int, tuple[ProcessFacts, ...]] = field(default_factory=dict)  # its ports
     cuzk_loops: tuple[Parent, ...] = ()  # shells that start cuzk, outside any SSH session
     errors: dict[str, str] = field(default_factory=dict)
     host_id: str | None = None  # <root>/rollout/host-id: what this machine is (read, not made)
@@ -373,7 +373,7 @@ class HostFacts:
 
     @classmethod
     def parse(cls, raw: Any) -> HostFacts:
-        """The one parser of facts.py's JSON object."""
+        """The one parser of ops.facts's report (its outcome and reason are not read)."""
         d = _dict(raw)
         releases = (ReleaseDir.parse(r) for r in _list(d.get("releases")) if isinstance(r, dict))
         complete = d.get("exit_counts_complete")

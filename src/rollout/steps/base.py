@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,13 +201,17 @@ class HostContext:
         return report.get("outcome") == "written"
 
     def facts(self, *digests: str) -> HostFacts:
-        """The host's facts, read fresh in one round trip; `digests`: files to hash too."""
-        args = [a for path in digests for a in ("--digest", path)]
+        """The host's facts, read fresh in one round trip (ops.facts; a read, not a host_call
+        event); `digests`: files to hash too. StepFailed when the host gave no facts."""
         daemon = self.settings.daemon
-        for port in (tcp_port(daemon.listen), tcp_port(daemon.status_listen)):
-            args += ["--port", str(port)] if port else []
-        _, data = self.script("facts", "--root", self.layout.root, *args, timeout=30)
-        return HostFacts.parse(data)
+        ports: list[JSON] = [p for p in (tcp_port(daemon.listen), tcp_port(daemon.status_listen))
+                             if p]
+        report = self._call("facts", 30, {"root": self.layout.root, "digests": list(digests),
+                                          "ports": ports})
+        if report.get("outcome") != "read":
+            raise StepFailed(f"ops.facts on host gave no facts: "
+                             f"{head(str(report.get('reason') or report), 300)}")
+        return HostFacts.parse(report)
 
 
 def judged(kind: str, calls: Sequence[Call], reports: list[JSONObject],
@@ -247,3 +251,16 @@ class Kind:
     apply: Apply
     undo: Undo | None = None  # None: a rollback never runs it
     facts: NeedsFacts = lambda target, params: []  # noqa: E731 - the reads its decide needs
+    undo_seconds: Callable[[Playbook], float] | None = None
+    """The seconds its undo may take in a rollback, from the host's settings (None: no limit)."""
+    not_redone: str = ""
+    """Why a rollback after its own failure skips its undo (logged); empty: it runs it."""
+    tolerated: bool = False
+    """The guard's takeover goes on past a failed undo of it (reported)."""
+    without_release: bool = False
+    """Its undo runs even where there is no release to go back to (the host left held)."""
+    checks_changes: bool = False
+    """It checks a host before its changes: skipped where a plan changes nothing, its refusal
+    of an untouched host skips the host (no rollback), and `rollout rollback` runs it too."""
+    rollback_params: Mapping[str, Any] = field(default_factory=dict)
+    """What `rollout rollback` adds to the params of the playbook's step of this kind."""

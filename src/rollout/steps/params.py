@@ -19,9 +19,10 @@ from rollout.errors import StepFailed
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.progress import parse_host_progress, tracker_for
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Call, Target
 from rollout.steps.params_push import digest_arg, push_missing
 from rollout.steps.pull import CONNECT_TIMEOUT, fetch_command, parse_report
-from rollout.steps.transfer import follow_lines
+from rollout.steps.transfer import follow_lines, put_call
 from rollout.units import format_size, parse_size
 
 MAX_LINE = 4096  # characters of a line from the host that may be a size
@@ -39,10 +40,10 @@ class Problem:
         return f"{self.name} ({self.found} bytes, expected {want})"
 
 
-def probe_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+def probe_reads(target: HostContext | Target) -> list[tuple[str, JSONObject]]:
     """The read check_params makes first (ops.params_probe): the manifest's files in
     param_cache and the reuse folders, their .partial sizes, the PCE file, the free bytes."""
-    spec, cache = ctx.settings.params, ctx.settings.daemon.param_cache
+    spec, cache = target.settings.params, target.settings.daemon.param_cache
     if not spec.files and parse_size(spec.pce_bytes) == 0:
         return []
     return [("params_probe", {"cache": cache, "pce": spec.pce_file,
@@ -56,10 +57,37 @@ def _probe(ctx: HostContext) -> JSONObject:
 
 
 def _missing(ctx: HostContext, facts: JSONObject) -> list[ParamFile]:
-    """The files neither in param_cache nor in a reuse folder: to download or push."""
-    sizes, reuse = _object(facts.get("sizes")), _object(facts.get("reuse"))
-    return [f for f in ctx.settings.params.files
-            if sizes.get(f.name) is None and not reuse.get(f.name)]
+    return missing_files(ctx.settings.params.files, facts)
+
+
+def missing_files(files: list[ParamFile], probe: JSONObject) -> list[ParamFile]:
+    """The files neither in param_cache nor in a reuse folder (ops.params_probe's report):
+    to download or push."""
+    sizes, reuse = _object(probe.get("sizes")), _object(probe.get("reuse"))
+    return [f for f in files if sizes.get(f.name) is None and not reuse.get(f.name)]
+
+
+def params_calls(target: Target, probe: JSONObject | None) -> list[Call]:
+    """The calls check_params makes on a host whose probe answered `probe` (None: not read
+    yet, the probe alone): the probe, the push of each missing file where params.source is
+    set (its folder, then a put each), and fetch.py's check and download."""
+    reads = probe_reads(target)
+    calls = [Call(name, kwargs) for name, kwargs in reads]
+    spec, cache = target.settings.params, target.settings.daemon.param_cache
+    if probe is None or not reads or not spec.files:
+        return calls
+    missing = missing_files(spec.files, probe)
+    if spec.source is not None and missing:
+        calls.append(Call("make_folder", {"path": cache, "link_ok": True}))
+        calls += [put_call(f"{cache}/{f.name}.partial") for f in missing]
+    return [*calls, fetch_call(cache, spec.files, missing)]
+
+
+def fetch_call(cache: str, files: list[ParamFile], missing: list[ParamFile]) -> Call:
+    """fetch.py's run (a host script, not an ops action), as the dry run and the journal
+    name it: the folder, the files it checks and those it must get."""
+    return Call("fetch", {"dir": cache, "names": [f.name for f in files],
+                          "missing": [f.name for f in missing]})
 
 
 def check_params(ctx: HostContext) -> str:
@@ -77,6 +105,8 @@ def check_params(ctx: HostContext) -> str:
     if missing:
         ctx.forget_reads()  # what preflight read ahead (the PCE's room) changes now
     pushed = push_missing(ctx, missing) if spec.source is not None and missing else {}
+    fetched = fetch_call(cache, spec.files, missing)
+    ctx.record(fetched.name, fetched.kwargs)  # a script's run, named as the plan names it
     report = _fetch(ctx, _fetch_args(ctx, pushed), missing)
     error = report.get("error")
     if error:

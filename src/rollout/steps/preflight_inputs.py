@@ -69,8 +69,10 @@ class Look:
         return cls(ctx.target, facts or HostFacts(), ctx, facts is not None)
 
     def read(self, fact: Fact) -> JSONObject:
-        """The fact's report: gathered, else read now (while deciding: Later)."""
-        found = self.facts.read(fact.name, fact.kwargs)
+        """The fact's report: while deciding, as gathered (not gathered: Later); while the
+        step runs, a host call (a report gathered with the plan's facts is handed to it,
+        reads_ahead: no round trip), so the run makes the calls its plan lists."""
+        found = self.facts.read(fact.name, fact.kwargs) if self.ctx is None else None
         if found is not None:
             return found
         return self.acting().call(fact.name, call_timeout=fact.timeout, **fact.kwargs)

@@ -16,6 +16,7 @@ from rollout.host.layout import q
 from rollout.output.progress import tracker_for
 from rollout.readfile import open_regular
 from rollout.steps.base import HostContext
+from rollout.steps.decision import Call
 from rollout.transport.base import Stream
 
 T = TypeVar("T")
@@ -42,11 +43,18 @@ def follow_lines(ctx: HostContext, stream: Stream, on_line: Callable[[str], T | 
             last_look = True
 
 
+def put_call(remote: str) -> Call:
+    """A file put_file copies, as the dry run and the journal name it."""
+    return Call("put", {"path": remote})
+
+
 def put_file(ctx: HostContext, local: str, remote: str, what: str, step: str = "preflight"
              ) -> None:
     """Copy `local` to `remote` on the host, resumed; progress events as the bytes go. The
     file is opened once, as a regular file (a FIFO or a device is refused, never read), and
     sent from that descriptor."""
+    call = put_call(remote)
+    ctx.record(call.name, call.kwargs)
     with open_regular(local, what) as f:
         tracker = tracker_for(ctx.emit, step, what, os.fstat(f.fileno()).st_size)
         progress = None if tracker is None else tracker.offset(0)

@@ -3,6 +3,7 @@ exit code, decides."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -11,17 +12,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rollout.config.render import Command, render_command
+from rollout.config.sections import InputSpec
 from rollout.errors import StepFailed
 from rollout.host.layout import is_release_id
 from rollout.host.reports import BudgetWait, InputReport, ProbeReport, ProveReport, Report
 from rollout.jsontypes import JSONObject
+from rollout.readfile import open_regular
 from rollout.steps.base import HostContext
 from rollout.steps.budget_wait import watch_for
 from rollout.steps.daemon import status_url
 from rollout.steps.decision import Call, Release, Target, write_call
 from rollout.steps.identity import daemon_ports, ports_query
 from rollout.steps.proof_budget import budget_too_small, budget_total
-from rollout.steps.transfer import put_file
+from rollout.steps.transfer import put_call, put_file
 from rollout.transport.base import RunResult
 
 
@@ -36,32 +39,41 @@ def validation_command(target: Target, template: Command, release_id: str | None
     return render_command(template, target.settings.validation.env, context, where)
 
 
-def input_reads(ctx: HostContext) -> list[tuple[str, JSONObject]]:
+def input_reads(target: HostContext | Target) -> list[tuple[str, JSONObject]]:
     """The read ensure_input makes (ops.input_check): the input's size and sha256."""
-    spec = ctx.settings.validation.input
+    spec = target.settings.validation.input
     return [("input_check", {"path": spec.path, "size": spec.size})]
 
 
-def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
-    """The validation input is on the host with the expected size and sha256 (a real C1,
-    not a stand-in); stage it if not. `seen`: what ops.input_check said, where it ran in an
-    earlier call (ops.probe)."""
-    spec = ctx.settings.validation.input
-    source = Path(spec.source) if spec.source else None
-    if source is not None and spec.size is not None and source.stat().st_size != spec.size:
-        raise StepFailed(
-            f"validation input source {source} is {source.stat().st_size} bytes, "
-            f"validate.input.size says {spec.size}",
-            retryable=False,
-        )
-    want = spec.sha256 or (hashlib.sha256(source.read_bytes()).hexdigest() if source else None)
-    if seen is None:
-        (action, kwargs), = input_reads(ctx)
-        seen = InputReport.parse(ctx.call(action, **kwargs))
+def _wanted(spec: InputSpec) -> str | None:
+    """The input's expected sha256: validate.input.sha256, else its source's (hashed once a
+    run, while the file keeps its size and time); None: any content will do."""
+    if not spec.source:
+        return spec.sha256
+    source = Path(spec.source)
+    seen = source.stat()
+    if spec.size is not None and seen.st_size != spec.size:
+        raise StepFailed(f"validation input source {source} is {seen.st_size} bytes, "
+                         f"validate.input.size says {spec.size}", retryable=False)
+    return spec.sha256 or _source_sha256(str(source), seen.st_size, seen.st_mtime_ns)
+
+
+@functools.cache
+def _source_sha256(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open_regular(path, "validation input source") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _staged(spec: InputSpec, want: str | None, seen: InputReport) -> tuple[Call, ...] | None:
+    """The calls that stage the input where the host's copy is not the one wanted (None: it
+    is); StepFailed where it is not and there is no source to stage it from."""
     size, have = seen.size, seen.sha256
     if have and (want is None or have == want):
-        return f"input {spec.path} present"
-    if source is None:
+        return None
+    if not spec.source:
         if size is not None and spec.size is not None and size != spec.size:
             problem = f"is {size} bytes, not {spec.size}"
         else:
@@ -69,23 +81,55 @@ def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
         raise StepFailed(
             f"validation input {spec.path} {problem} and no source is set", retryable=False
         )
-    return _stage_input(ctx, source, spec.path, want or "")
+    folder, partial = spec.path.rsplit("/", 1)[0] or "/", f"{spec.path}.partial"
+    return (Call("make_folder", {"path": folder}), put_call(partial),
+            Call("stage_input", {"partial": partial, "path": spec.path, "sha256": want or ""}))
 
 
-def _stage_input(ctx: HostContext, source: Path, path: str, want: str) -> str:
-    """Upload `source` beside `path`, then ops.stage_input: checked, renamed into place."""
-    folder = path.rsplit("/", 1)[0] or "/"
-    made = Report.parse(ctx.call("make_folder", path=folder))
+def input_calls(target: Target, seen: JSONObject | None) -> list[Call]:
+    """The calls ensure_input makes on a host whose ops.input_check answered `seen` (None:
+    not read yet, the read alone): the read, then the staging where it is needed. A
+    staging the plan cannot work out (a source that does not read) is left to the run."""
+    calls = [Call(name, kwargs) for name, kwargs in input_reads(target)]
+    if seen is None:
+        return calls
+    spec = target.settings.validation.input
+    try:
+        staging = _staged(spec, _wanted(spec), InputReport.parse(seen))
+    except (StepFailed, OSError):
+        return calls
+    return calls + list(staging or ())
+
+
+def ensure_input(ctx: HostContext, seen: InputReport | None = None) -> str:
+    """The validation input is on the host with the expected size and sha256 (a real C1,
+    not a stand-in); stage it if not. `seen`: what ops.input_check said, where it ran in an
+    earlier call (ops.probe)."""
+    spec = ctx.settings.validation.input
+    want = _wanted(spec)
+    if seen is None:
+        (action, kwargs), = input_reads(ctx)
+        seen = InputReport.parse(ctx.call(action, **kwargs))
+    staging = _staged(spec, want, seen)
+    if staging is None:
+        return f"input {spec.path} present"
+    _stage_input(ctx, Path(str(spec.source)), staging)
+    return f"staged input {spec.path} from {Path(str(spec.source)).name}"
+
+
+def _stage_input(ctx: HostContext, source: Path, calls: tuple[Call, ...]) -> None:
+    """Its folder, the upload beside the input, then ops.stage_input: checked, renamed."""
+    folder, put, stage = calls
+    path = str(stage.kwargs["path"])
+    made = Report.parse(ctx.run_call(folder))
     if made.outcome not in ("made", "kept"):
         raise StepFailed(f"staged validation input {path}: {made.reason}", retryable=False)
-    partial = f"{path}.partial"
-    put_file(ctx, str(source), partial, "input")
-    staged = Report.parse(ctx.call("stage_input", partial=partial, path=path, sha256=want))
+    put_file(ctx, str(source), str(put.kwargs["path"]), "input")
+    staged = Report.parse(ctx.run_call(stage))
     if staged.outcome == "mismatch":
         raise StepFailed(f"staged validation input {path}: sha256 mismatch ({staged.reason})")
     if staged.outcome != "staged":
         raise StepFailed(f"staged validation input {path}: {staged.reason}", retryable=False)
-    return f"staged input {path} from {source.name}"
 
 
 KILL_AFTER = 5  # seconds between timeout's SIGTERM and its SIGKILL

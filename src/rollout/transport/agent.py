@@ -71,13 +71,11 @@ class HostAgent:
         return self._result(command, answer)
 
     def script(self, source: str, args: Sequence[str], timeout: float | None,
-               before: str = "", stdin: str | None = None) -> RunResult:
-        """A host script in a forked child of the agent; `stdin`: what it reads there."""
+               before: str = "") -> RunResult:
+        """A host script in a forked child of the agent."""
         sha = source_sha256(source)
         request: dict[str, Any] = {"script": True, "sha": sha, "args": list(args),
                                    "before": before, "timeout": timeout}
-        if stdin is not None:
-            request["stdin"] = stdin
         return self._result(script_command(args, before), self._compiled(request, source))
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],

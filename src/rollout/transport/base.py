@@ -95,14 +95,6 @@ class Transport(ABC):
         a warm interpreter on the host run it there."""
         return self.run(script_command(args, before), timeout=timeout, stdin=source)
 
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:
-        """Run a host script that reads `stdin` (files.py's text to write): without an
-        agent, `python3 -c BOOTSTRAP ARGS` with the script and then `stdin` on its stdin
-        (never in the command line); transports with an agent run it there."""
-        command = f"python3 -c {shlex.quote(bootstrap(filename))} {shlex.join(args)}"
-        return self.run(command, timeout=timeout, stdin=sized(source).decode() + stdin)
-
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         """Call one function of a host module (`call`: "ops.stop"; `source`: the module's

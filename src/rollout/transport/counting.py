@@ -57,14 +57,6 @@ class CountingTransport(Transport):
         self._sent_source(source)
         return result
 
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:
-        size = self._source_size(source) + sum(len(a.encode()) for a in args) + len(stdin.encode())
-        self.sent.add(self.name, size)
-        result = self.inner.run_script_fed(source, filename, args, stdin, timeout)
-        self._sent_source(source)
-        return result
-
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         self.sent.add(self.name, self._source_size(source) + len(repr(kwargs).encode()))

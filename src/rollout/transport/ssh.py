@@ -326,14 +326,6 @@ class SshTransport(Transport):
         return self._through(agent, lambda: agent.script(source, args, timeout, before),
                              "a host script")
 
-    def run_script_fed(self, source: str, filename: str, args: Sequence[str], stdin: str,
-                       timeout: float | None = None) -> RunResult:
-        agent = self._host_agent()
-        if agent is None:
-            return super().run_script_fed(source, filename, args, stdin, timeout)
-        return self._through(agent, lambda: agent.script(source, args, timeout, stdin=stdin),
-                             f"a host script ({filename})")
-
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None = None) -> RunResult:
         agent = self._host_agent()

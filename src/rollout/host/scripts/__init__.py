@@ -14,10 +14,7 @@ import re
 import threading
 from importlib import resources
 
-SCRIPTS = (
-    "supervisor", "drain", "facts", "diagnose", "lock", "fetch", "guard", "ops", "agent",
-    "files",
-)
+SCRIPTS = ("supervisor", "diagnose", "fetch", "guard", "ops", "agent")
 INLINED = re.compile(
     r"^from rollout\.host\.scripts\.(\w+(?:\.\w+)*) import .*# inlined on hosts\s*$")
 """A line that imports helpers from a module under this package ("common", "actions.hold"):
@@ -77,7 +74,7 @@ def _inlined_order(base: str, seen: tuple[str, ...] = ()) -> list[str]:
 
 
 def script_text(name: str) -> str:
-    """Source of the host script ``name`` ("drain" or "drain.py"), ready to send (put
+    """Source of the host script ``name`` ("guard" or "guard.py"), ready to send (put
     together once per process: every host gets the same text; the hosts' threads that
     ask at once wait for the one that builds it).
 

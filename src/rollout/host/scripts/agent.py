@@ -7,19 +7,18 @@ The controller starts it once per connection, on a session channel of its own:
 and sends each command as one JSON line; the answer is one JSON line. A request is data:
 
     {"id": 1, "sh": "COMMAND", "stdin": "TEXT", "timeout": 30}
-    {"id": 2, "script": "facts", "sha": "HEX", "source": "...", "args": [...], "before": "CMD"}
-    {"id": 4, "script": "files", "sha": "HEX", "args": [...], "stdin": "TEXT"}
+    {"id": 2, "script": "guard", "sha": "HEX", "source": "...", "args": [...], "before": "CMD"}
     {"id": 3, "call": "ops.stop", "kwargs": {...}, "sha": "HEX", "source": "...", "timeout": 30}
 
 A shell command runs as `sh -c COMMAND`, its stdin fed from "stdin", as the session's own
 exec channel would run it. A host script (rollout.host.scripts) runs in a forked child of
 this process, as `python3 - ARGS` with the script on its stdin would: sys.argv is
-["-", *args], stdin is "stdin" (else empty), __name__ is "__main__", its exit status is its
-answer's (a script that reads its stdin, files.py, otherwise ran as a python3 of its own). The
-child skips what each `python3 -` paid for again: the interpreter's start, compiling the
-script (compiled once per connection, by its sha256; "source" is sent only when asked for)
-and importing the standard modules most scripts use (imported here, once). "before" is a
-shell command run first; the script runs only when it exits 0, as `before && python3 -`.
+["-", *args], its stdin is empty, __name__ is "__main__", its exit status is its
+answer's. The child skips what each `python3 -` paid for again: the interpreter's start,
+compiling the script (compiled once per connection, by its sha256; "source" is sent only
+when asked for) and importing the standard modules most scripts use (imported here, once).
+"before" is a shell command run first; the script runs only when it exits 0, as
+`before && python3 -`.
 A call runs one function of a host module (ops.py, rollout's host API) in a forked child:
 the module (compiled once per connection, by its sha256, like a script) is run as a module
 of that name, the function called with the keyword arguments; its report, one JSON line, is
@@ -159,8 +158,7 @@ def _done(code: int, out: bytes, err: bytes, timed_out: bool,
     return {"exit": code, "stdout": out, "stderr": err, "timed_out": timed_out}
 
 
-def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int,
-           in_r: int | None = None) -> None:
+def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> None:
     """In the forked child: become `python3 - ARGS` running the script, then exit."""
     def body() -> None:
         sys.argv = ["-", *args]
@@ -169,7 +167,7 @@ def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int,
         sys.modules["__main__"] = module
         exec(code, module.__dict__)  # noqa: S102 - a rollout host script, sent by the controller
 
-    _as_child(body, out_w, err_w, in_r)
+    _as_child(body, out_w, err_w)
 
 
 def _call_child(code: types.CodeType, call: str, kwargs: dict[str, Any], out_w: int,
@@ -191,13 +189,13 @@ def _call_child(code: types.CodeType, call: str, kwargs: dict[str, Any], out_w: 
     _as_child(body, out_w, err_w)
 
 
-def _as_child(body: Any, out_w: int, err_w: int, in_r: int | None = None) -> None:
-    """Run body() as the forked child's whole life: its own group, stdin `in_r` (else
-    /dev/null), stdout and stderr to the pipes; exit with its status, as python3 would."""
+def _as_child(body: Any, out_w: int, err_w: int) -> None:
+    """Run body() as the forked child's whole life: its own group, stdin /dev/null, stdout
+    and stderr to the pipes; exit with its status, as python3 would."""
     status: Any = 0
     try:
         os.setpgid(0, 0)
-        os.dup2(os.open(os.devnull, os.O_RDONLY) if in_r is None else in_r, 0)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, 65536)
@@ -225,18 +223,12 @@ def run_call(code: types.CodeType, call: str, kwargs: dict[str, Any],
     return _forked(lambda out_w, err_w: _call_child(code, call, kwargs, out_w, err_w), timeout)
 
 
-def run_script(code: types.CodeType, args: list[str], timeout: float | None,
-               feed: bytes = b"") -> dict[str, Any]:
-    """The script in a forked child; `feed`: its stdin (none: /dev/null)."""
-    if not feed:
-        return _forked(lambda out_w, err_w: _child(code, args, out_w, err_w), timeout)
-    in_r, in_w = os.pipe()
-    return _forked(lambda out_w, err_w: _child(code, args, out_w, err_w, in_r), timeout,
-                   feed, (in_r, in_w))
+def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> dict[str, Any]:
+    """The script in a forked child, its stdin /dev/null."""
+    return _forked(lambda out_w, err_w: _child(code, args, out_w, err_w), timeout)
 
 
-def _forked(child: Any, timeout: float | None, feed: bytes = b"",
-            stdin: tuple[int, int] | None = None) -> dict[str, Any]:
+def _forked(child: Any, timeout: float | None) -> dict[str, Any]:
     started = time.monotonic()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -246,18 +238,13 @@ def _forked(child: Any, timeout: float | None, feed: bytes = b"",
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        if stdin is not None:
-            os.close(stdin[1])
         child(out_w, err_w)
     os.close(out_w)
     os.close(err_w)
-    if stdin is not None:
-        os.close(stdin[0])
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: no race with a kill before the child set it
     deadline = None if timeout is None else started + timeout
-    writing = None if stdin is None else stdin[1]
-    out, err, timed_out, over = _pump(pid, feed, writing, out_r, err_r, deadline)
+    out, err, timed_out, over = _pump(pid, b"", None, out_r, err_r, deadline)
     return _done(_wait(pid, timed_out), out, err, timed_out, over)
 
 
@@ -379,7 +366,7 @@ class Agent:
             if timeout is not None:
                 timeout = max(0.001, timeout - (time.monotonic() - started))
         args = [str(a) for a in req.get("args") or []]
-        done = run_script(code, args, timeout, str(req.get("stdin") or "").encode())
+        done = run_script(code, args, timeout)
         if "oversized" not in done:
             done["stdout"] = first["stdout"] + done["stdout"]
             done["stderr"] = first["stderr"] + done["stderr"]

@@ -799,8 +799,8 @@ def _counted(out: dict[str, Any], mem: dict[str, Any]) -> str:
 
 
 def drain_failure(out: dict[str, Any]) -> str:
-    """Why drain.py did not drain: what it counted, and what still holds the memory, each
-    holder by what it holds. The drain step and the guard both say it this way; drain.py's
+    """Why the drain did not drain: what it counted, and what still holds the memory, each
+    holder by what it holds. The drain step and the guard both say it this way; ops.drain's
     answer is read as hostile data (a field missing or of the wrong type shows as "-")."""
     memory = out.get("memory")
     mem: dict[str, Any] = memory if isinstance(memory, dict) else {}

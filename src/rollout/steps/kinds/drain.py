@@ -94,4 +94,8 @@ def undo(target: Target, facts: HostFacts, params: DrainParams, to: str | None) 
 KIND = Kind("drain", DrainParams,
             # drain waits for the memory of the daemon the stop stopped (its pid from the stop)
             KindRule("stopped", needs=("stop",), changes=True), place=50,
-            decide=decide, apply=apply, undo=undo)
+            decide=decide, apply=apply, undo=undo,
+            undo_seconds=lambda settings: float(settings.daemon.drain.deadline) + 60,
+            not_redone="drain failed (deadline or plateau): restarting the previous release "
+                       "without waiting again (its memory is still charged)",
+            tolerated=True)

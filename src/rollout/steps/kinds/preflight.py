@@ -24,9 +24,9 @@ from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext, Kind
 from rollout.steps.budget import BudgetRule, decide_budget
 from rollout.steps.daemon import cannot_adopt
-from rollout.steps.decision import Action, Decision, Target
+from rollout.steps.decision import Action, Call, Decision, Target
 from rollout.steps.gather import Fact
-from rollout.steps.params import check_params, probe_reads
+from rollout.steps.params import check_params, params_calls, probe_reads
 from rollout.steps.preflight_inputs import (
     Later,
     Look,
@@ -35,7 +35,7 @@ from rollout.steps.preflight_inputs import (
     check_pce_space,
     pce_facts,
 )
-from rollout.steps.validate import ensure_input, input_reads
+from rollout.steps.validate import ensure_input, input_calls, input_reads
 from rollout.units import format_size
 
 PreflightCheck = Literal[
@@ -195,11 +195,12 @@ def check_executables(look: Look, notes: list[str]) -> list[str]:
     if look.release is None:
         notes.append(later)
         return []
+    (fact,) = ldd_facts(look.target)
     if look.read_base and not _release_on_host(look.target, look.facts):
         look.acting()  # while deciding: Later (after an upload, it is there)
+        look.read(fact)  # the plan's read (gathered with its facts), as the plan lists it
         notes.append(later)  # the plan's facts, nothing acted since: still not there
         return []
-    (fact,) = ldd_facts(look.target)
     r = OutputsReport.parse(look.read(fact))  # one round trip
     if r.outcome == "missing":
         notes.append(later)
@@ -434,6 +435,31 @@ def judge(look: Look, names: tuple[str, ...], decided: dict[str, Verdict]
     return out
 
 
+def _answer(facts: HostFacts, reads: list[tuple[str, JSONObject]]) -> JSONObject | None:
+    """The plan's report of a check's one read (None: none, or not gathered)."""
+    return facts.read(*reads[0]) if reads else None
+
+
+WORK: dict[str, Callable[[Target, HostFacts], list[Call]]] = {
+    "params": lambda target, facts: params_calls(target, _answer(facts, probe_reads(target))),
+    "input": lambda target, facts: input_calls(target, _answer(facts, input_reads(target))),
+}
+"""The calls of the checks that stage (params, input), worked out from their first read."""
+
+
+def later_calls(target: Target, facts: HostFacts, names: Sequence[str]) -> tuple[Call, ...]:
+    """The host calls of the checks judged when the step runs, in their order: each one's
+    reads, and the staging the plan's facts show it will do."""
+    calls: list[Call] = []
+    for name in names:
+        if name in WORK:
+            with contextlib.suppress(StepFailed):  # a setting its check refuses
+                calls += WORK[name](target, facts)
+        else:
+            calls += [Call(f.name, f.kwargs) for f in facts_of(target, [name])]
+    return tuple(calls)
+
+
 def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decision:
     """The checks the plan's facts can judge, judged here: a problem refuses the host in the
     plan; the rest (work, or executables not there yet) are judged when the step runs."""
@@ -446,7 +472,8 @@ def decide(facts: HostFacts, target: Target, params: PreflightParams) -> Decisio
     later = [n for n in names if n not in verdicts]
     if later:
         summary += f" ({', '.join(later)} judged when it runs)"
-    return Action(summary, params, Checks(names, verdicts))
+    return Action(summary, params, Checks(names, verdicts),
+                  calls=later_calls(target, facts, later))
 
 
 def apply(ctx: HostContext, action: Action) -> StepResult:
@@ -467,4 +494,4 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
 
 
 KIND = Kind("preflight", PreflightParams, KindRule("untouched"), place=10, decide=decide,
-            apply=apply, facts=needs)
+            apply=apply, facts=needs, checks_changes=True)

@@ -78,4 +78,5 @@ def undo(target: Target, facts: HostFacts, params: ReadyParams, to: str | None) 
 KIND = Kind("ready", ReadyParams,
             # ready waits on the daemon the start saw the supervisor start
             KindRule("started", needs=("start",), by_evidence=True), place=90,
-            decide=decide, apply=apply, undo=undo)
+            decide=decide, apply=apply, undo=undo,
+            undo_seconds=lambda settings: float(settings.daemon.ready_timeout) + 30)

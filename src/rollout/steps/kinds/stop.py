@@ -122,4 +122,4 @@ def undo(target: Target, facts: HostFacts, params: StopParams, to: str | None) -
 
 
 KIND = Kind("stop", StopParams, KindRule("stopped", enters="stopped", changes=True), place=40,
-            decide=decide, apply=apply, undo=undo)
+            decide=decide, apply=apply, undo=undo, without_release=True)

@@ -116,4 +116,6 @@ def undo(target: Target, facts: HostFacts, params: SwitchParams, to: str | None)
 KIND = Kind("switch", SwitchParams,
             # switch points current at the release the upload put on the host (and verified)
             KindRule("switched", enters="switched", needs=("upload",), changes=True),
-            place=70, decide=decide, apply=apply, undo=undo)
+            place=70, decide=decide, apply=apply, undo=undo,
+            # `rollout rollback` switches back to an earlier release: with the config it ran with
+            rollback_params={"restore_config": True})

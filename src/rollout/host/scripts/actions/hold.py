@@ -185,7 +185,7 @@ def _stop(root: str, sig: str, grace: float, adopt_pid: int, adopt_starttime: in
     return out
 
 
-# ---------------------------------------------------------------- drain (drain.py's rule)
+# ---------------------------------------------------------------- drain (actions/drain.py's rule)
 
 
 def _dead_daemon(root: str, proc: str) -> tuple[int, int | None]:
