@@ -254,3 +254,22 @@ def test_the_code_cache_keeps_the_newest_files_only(tmp_path: Path) -> None:
     assert left == {"not-ours", *(hashlib.sha256(f"print({i})".encode()).hexdigest()
                                   for i in (1, 2))}
     agent.close()
+
+
+def test_a_host_module_is_run_once_in_the_agent_and_each_call_forks_with_it(
+        agent: HostAgent) -> None:
+    """A module's top level runs in the agent, once (not in each call's fork: ~100 actions
+    defined again per call cost the host's CPU); a call's changes die with its fork."""
+    source = ("import os\nLOADED_IN = os.getpid()\nSEEN = []\n\n"
+              "def call(name, kwargs):\n    SEEN.append(1)\n"
+              "    return {'loaded_in': LOADED_IN, 'runs_in': os.getpid(), 'seen': len(SEEN)}\n")
+    first, second = (json.loads(agent.call(source, "mod.f", {}, 30).stdout) for _ in range(2))
+    assert first["loaded_in"] == second["loaded_in"] != first["runs_in"] != second["runs_in"]
+    assert first["seen"] == second["seen"] == 1
+
+
+def test_a_module_that_fails_to_load_says_why_in_its_call(agent: HostAgent) -> None:
+    r = agent.call("raise RuntimeError('broken module')\n", "mod.f", {}, 30)
+    assert r.exit_code == 1 and "broken module" in r.stderr
+    assert agent.call("def call(name, kwargs):\n    return {'ok': 1}\n", "mod.f", {},
+                      30).stdout.strip() == '{"ok": 1}'

@@ -153,10 +153,16 @@ def plan_gathered(ctx: HostContext, specs: list[Any], facts: HostFacts | None = 
     context's own, or the dry run's (a build to come)."""
     target = target or ctx.target
     facts = facts if facts is not None else ctx.facts(*digest_paths(target))
-    plan = plan_host(facts, target, specs, where)
+    first = [decide_step(s, facts, target, where) for s in specs]
+    plan = plan_host(facts, target, specs, where, first)
     acting = [s.spec for s in plan.steps if isinstance(s.decision, Action)]
     wanted = [f for f in needed_facts(target, acting) if facts.read(f.name, f.kwargs) is None]
-    return plan_host(gather(ctx, facts, wanted), target, specs, where) if wanted else plan
+    if not wanted:
+        return plan
+    gathered = gather(ctx, facts, wanted)
+    again = [decide_step(s, gathered, target, where) if needed_facts(target, [s]) else d
+             for s, d in zip(specs, first, strict=True)]  # a kind reads only what it declares
+    return plan_host(gathered, target, specs, where, again)
 
 
 def previous_release(facts: HostFacts, target: Target) -> str | None:
@@ -238,13 +244,16 @@ def _settle(facts: HostFacts, target: Target, specs: list[Any], decided: Decided
 
 
 def plan_host(
-    facts: HostFacts, target: Target, specs: list[Any], where: Where | None = None
+    facts: HostFacts, target: Target, specs: list[Any], where: Where | None = None,
+    decided: Decided | None = None,
 ) -> HostPlan:
+    """The host's plan from its facts; `decided`: each step's decision already made from
+    these facts (decide_step), else made here."""
     previous = previous_release(facts, target)
     phase = Phase.UNTOUCHED
     steps = []
-    decided = _settle(facts, target, specs, [decide_step(s, facts, target, where) for s in specs],
-                      where)
+    decided = _settle(facts, target, specs,
+                      decided or [decide_step(s, facts, target, where) for s in specs], where)
     for spec, (decision, by_when) in zip(specs, decided, strict=True):
         rollback = None
         if isinstance(decision, Action):

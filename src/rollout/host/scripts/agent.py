@@ -170,16 +170,40 @@ def _child(code: types.CodeType, args: list[str], out_w: int, err_w: int) -> Non
     _as_child(body, out_w, err_w)
 
 
+_LOADED: dict[types.CodeType, types.ModuleType] = {}
+"""Host modules run once in the agent (by their code): each call's fork finds its module
+loaded, where running a module of ~100 actions in every fork cost the host's CPU each call."""
+
+
+def _module(code: types.CodeType, name: str) -> tuple[types.ModuleType, bool]:
+    """The module `code` makes, run here once and kept (True); a module that fails to load
+    here is a fresh one (False), for the child to run and report its error as before."""
+    module = _LOADED.get(code)
+    if module is not None:
+        return module, True
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - rollout's host module, sent by the controller
+    except BaseException:  # noqa: BLE001 - the child runs it again and says what failed
+        fresh = types.ModuleType(name)
+        fresh.__file__ = module.__file__
+        return fresh, False
+    _LOADED[code] = module
+    return module, True
+
+
 def _call_child(code: types.CodeType, call: str, kwargs: dict[str, Any], out_w: int,
                 err_w: int) -> None:
-    """In the forked child: load the module, call the function, print its report."""
+    """In the forked child: the module (loaded in the agent, else run now), the function
+    called, its report printed."""
     module_name, _, function = call.partition(".")
-    module = types.ModuleType(module_name)
-    module.__file__ = f"<{module_name}>"
+    module, loaded = _module(code, module_name)
     sys.modules[module_name] = module
 
     def body() -> None:
-        exec(code, module.__dict__)  # noqa: S102 - rollout's host module, sent by the controller
+        if not loaded:
+            exec(code, module.__dict__)  # noqa: S102 - rollout's host module, from the controller
         dispatch = getattr(module, "call", None)
         if not callable(dispatch):
             raise SystemExit(f"agent: module {module_name} has no call()")
@@ -220,6 +244,7 @@ def _as_child(body: Any, out_w: int, err_w: int) -> None:
 
 def run_call(code: types.CodeType, call: str, kwargs: dict[str, Any],
              timeout: float | None) -> dict[str, Any]:
+    _module(code, call.partition(".")[0])  # loaded before the fork, for every later call
     return _forked(lambda out_w, err_w: _call_child(code, call, kwargs, out_w, err_w), timeout)
 
 
