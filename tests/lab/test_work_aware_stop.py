@@ -76,11 +76,19 @@ def submitted(host: str) -> list[str]:
     return [e["job_id"] for e in lab.sidecar_events(host) if e.get("event") == "submitted"]
 
 
+def sidecar_sees_cordon(host: str) -> bool:
+    """The sidecar's last poll found its host cordoned (it reads the cordon late, as curio)."""
+    seen = [e.get("cordoned") for e in lab.sidecar_events(host) if e.get("event") == "cordon_seen"]
+    return seen[-1:] == [True]
+
+
 def settle_sidecars(hosts: list[str]) -> None:
-    """Cordon by hand, then wait until every proof submitted has ended."""
+    """Cordon by hand, then wait until the sidecar has seen it and every proof submitted
+    has ended."""
     for host in hosts:
         sh(host, "curio cordon")
     for host in hosts:
+        wait_until(lambda h=host: sidecar_sees_cordon(h))
         wait_until(lambda h=host: set(submitted(h)) <= set(ended(h)))
 
 

@@ -224,9 +224,12 @@ class FakeHost(Transport):
 
     def _op_work(self, status_url: str, **_: Any) -> dict[str, Any]:
         if self.daemon is None:
-            return _report("no-answer", f"{status_url} did not answer", jobs=[],
-                           queue_depth=None)
-        return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=0)
+            return _report("no-answer", "no daemon runs and nothing answered", jobs=[],
+                           queue_depth=None, working_bytes=None,
+                           signals={"status": "none", "grpc": "none", "memory": "none"})
+        return _report("idle", "no job in flight, queue empty", jobs=[], queue_depth=0,
+                       working_bytes=0,
+                       signals={"status": "idle", "grpc": "none", "memory": "idle"})
 
     def _op_cordon(self, run_id: str, status_url: str, **_: Any) -> dict[str, Any]:
         self.cordoned = run_id  # the record first, then the command, then the first look

@@ -37,7 +37,6 @@ from rollout.steps.preflight_inputs import Look
 CASES = sorted((Path(__file__).parent / "cases" / "budget").glob("*.json"))
 
 
-
 def drain_recipe(ctx: Any, plan: HostPlan) -> dict[str, Any]:
     """The drain settings the guard's recipe carries: its rollback drain call's (the guard's
     recipe is the rollback actions' calls serialised, rollout.engine.guard.rollback_recipe)."""
@@ -136,15 +135,18 @@ def test_the_guard_passes_the_recipes_figure_and_never_works_out_one(
 
 def test_every_proof_kind_of_the_table_is_the_settings_and_has_its_figures() -> None:
     """validate.proof_kind takes exactly the kinds of the one table, and the rule reads its
-    figures there: SRS plus one partition (memory.rs), none where the table has none."""
+    figures there: SRS, one partition, the PCE extraction and the PCE (memory.rs)."""
     from rollout.config.params_manifest import kinds
     from rollout.steps.budget import ProofNeed
 
     for name in kinds():
         assert ValidateSpec(proof_kind=name).proof_kind == name
+        assert ProofNeed.of(name) is not None
     need = ProofNeed.of("porep-32g")
-    assert need is not None and need.bytes == (44 + 14) << 30
-    assert ProofNeed.of("lab-porep") is None and ProofNeed.of(None) is None
+    assert need is not None and need.one_proof.bytes == (44 + 14) << 30
+    assert need.floor.bytes == (44 + 14 + 14) << 30 and need.cached.bytes == 84 << 30
+    assert ProofNeed.of(None) is None
     assert ValidateSpec().proof_kind is None  # the default playbook sets porep-32g
-    rule = BudgetRule("cgroup", "0", "1GiB", "lab-porep")  # no figure: min_budget alone
-    assert rule.least()[0] == 1 << 30 and "preflight.min_budget" in rule.least()[1]
+    rule = BudgetRule("cgroup", "0", "1GiB", None)  # no kind: min_budget alone
+    refusal, warning = rule.judge(1 << 29)
+    assert refusal is not None and "preflight.min_budget" in refusal and warning is None

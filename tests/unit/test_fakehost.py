@@ -70,7 +70,7 @@ SAME_STATE = [
     ("restore_config", {"config_path": "ROOT/cuzk.toml", "kept_config": "ROOT/k"}, []),
     ("remove_files", {"paths": ["ROOT/a", "ROOT/b"]}, []),
     ("make_folder", {"path": "ROOT"}, []),
-    ("work", {"status_url": "http://127.0.0.1:1/status"}, []),
+    ("work", {"status_url": "http://127.0.0.1:1/status", "proc": "ROOT"}, []),
     ("read_release", {"root": "ROOT", "release": RELEASE}, []),
 ]
 

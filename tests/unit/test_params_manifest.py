@@ -82,14 +82,16 @@ def test_the_pce_room_follows_the_proof_kind_unless_set() -> None:
     lab = playbook().params
     assert (lab.pce_file, parse_size(lab.pce_bytes)) == ("pce-porep-32g.bin", 26 << 20)
     assert (kind("wpost-32g").pce_file, kind("wpost-32g").pce_bytes) == (
-        "pce-window-post.bin", None)  # no figure known: not checked unless set
+        "pce-window-post.bin", 26 << 30)  # every kind has its figure (issue 27)
+    assert (kind("snap-32g").pce_file, kind("snap-32g").pce_bytes) == (
+        "pce-snap-deals-32g.bin", 17 << 30)
     assert parse_size(playbook("pce_bytes=1GiB").params.pce_bytes) == 1 << 30
     assert parse_size(playbook("pce_bytes=0").params.pce_bytes) == 0  # explicitly off
     none = playbook("proof_kind=").params
     assert (none.pce_file, parse_size(none.pce_bytes)) == ("pce-porep-32g.bin", 0)
 
 
-@pytest.mark.parametrize("value", ["porep-128g", "$(reboot)", "none"])
+@pytest.mark.parametrize("value", ["porep-128g", "porep-64g", "$(reboot)", "none"])
 def test_an_unknown_kind_is_refused_naming_the_key_and_the_known_ones(value: str) -> None:
     with pytest.raises(ConfigError) as e:
         playbook(f"proof_kind={value}")
@@ -105,7 +107,7 @@ def test_a_command_that_proves_another_kind_is_refused_at_load(path: Path) -> No
     message = str(e.value)
     assert f"{path.name}:" in message and ": validate.command: " in message
     assert "cuzk-bench -t porep, but validate.proof_kind is wpost-32g (-t wpost)" in message
-    for name in ("porep-32g", "porep-64g", "lab-porep"):
+    for name in ("porep-32g", "lab-porep"):
         assert playbook(f"proof_kind={name}", path=path).validation.proof_kind == name
 
 

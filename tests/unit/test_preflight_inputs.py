@@ -295,10 +295,11 @@ def test_a_c1_of_another_kind_than_the_validations_is_refused(tmp_path: Path) ->
     assert len(problems) == 1
     assert "it is a StackedDrg64GiBV1_1 C1, but validate.proof_kind is lab-porep" in problems[0]
     assert "StackedDrg32GiBV1, StackedDrg32GiBV1_1" in problems[0]
-    notes: list[str] = []  # no kind set: the 64 GiB C1's replica id is checked with its number
+    notes: list[str] = []  # no kind set: cuzk proves no 64 GiB kind, none has its porep id
     ctx = c1_context(tmp_path, 1, 1000, source, "proof_kind=")
     assert check_c1_ids(Look.running(ctx), notes) == []
-    assert notes == ["C1 made for miner 1000, sector 1"]
+    assert notes == ["C1 is sector 1; miner not checked (registered proof StackedDrg64GiBV1_1 "
+                     "has no porep id in the kinds table)"]
 
 
 def test_a_c1_that_names_no_sector_is_noted_not_refused(tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ def status(pipelines: Any = (), workers: Any = (IDLE_WORKER,), depth: Any = 0) -
 def test_a_pipeline_in_flight_is_named_with_its_kind_id_and_age() -> None:
     out = ops.jobs_in_flight(status([RUNNING, DONE, FAILED]))
     assert out["outcome"] == "busy"
-    assert out["jobs"] == [{"id": "j-1", "kind": "porep-c2", "age": 42.5}]
+    assert out["jobs"] == [{"id": "j-1", "kind": "porep-c2", "age": 42.5, "steps": 4,
+                            "seen": "status"}]
 
 
 def test_pipelines_cuzk_keeps_after_their_end_and_an_empty_queue_are_idle() -> None:
@@ -56,7 +57,8 @@ def test_pipelines_cuzk_keeps_after_their_end_and_an_empty_queue_are_idle() -> N
 def test_a_gpu_workers_current_job_and_a_queue_are_work_too() -> None:
     worker = {"worker_id": 1, "current_job": "j-9", "busy_secs": 3}
     out = ops.jobs_in_flight(status(workers=[worker]))
-    assert out["outcome"] == "busy" and out["jobs"] == [{"id": "j-9", "kind": "?", "age": 3.0}]
+    assert out["outcome"] == "busy" and out["jobs"] == [
+        {"id": "j-9", "kind": "?", "age": 3.0, "steps": None, "seen": "status"}]
     queued = ops.jobs_in_flight(status(depth=2))
     assert queued["outcome"] == "busy" and queued["jobs"] == [] and queued["queue_depth"] == 2
 
@@ -107,15 +109,16 @@ def test_the_controller_parses_the_work_report_as_hostile_data(doc: Any) -> None
 
 
 HOW = WorkHow("", "", deadline=60, interval=10, at_deadline="skip", timeout=5, status_url="",
-              settle=1)
+              cordon_takes=1)
 BUSY = WorkReport("busy", "", (Job("porep-c2", "j-1", 4.0),), 0)
 
 
 @pytest.mark.parametrize(("report", "waited", "at", "want"), [
     (WorkReport("idle", "", (), 0), 0, "skip", "go"),
     (WorkReport("no-answer", "", (), None), 0, "skip", "go"),
-    (WorkReport("unknown", "", (), None), 0, "skip", "go"),
-    (WorkReport("bad-call", "", (), None), 0, "stop", "go"),
+    (WorkReport("unknown", "", (), None), 0, "skip", "wait"),  # issue 27: never idle
+    (WorkReport("unknown", "", (), None), 60, "skip", "skip"),
+    (WorkReport("bad-call", "", (), None), 0, "stop", "wait"),
     (BUSY, 59.9, "skip", "wait"),
     (WorkReport("busy", "", (), 3), 10, "skip", "wait"),
     (BUSY, 60, "skip", "skip"),
@@ -261,32 +264,11 @@ def test_a_user_command_that_runs_past_its_timeout_is_said(tmp_path: Path) -> No
     assert ops.user_command("  ")["outcome"] == "no-command"
 
 
-def test_after_a_cordon_idle_is_confirmed_by_a_second_look() -> None:
-    late = {**RUNNING, "job_id": "j-late"}
-    answers = [status(), status([late]), status(), status()]
-    ctx, _, _ = scripted_context(answers, **{"work.cordon": "curio cordon",
-                                             "work.uncordon": "curio uncordon"})
-    clock = Clock()
-    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
-    assert done.verdict == "go" and [j.id for j in done.waited_on] == ["j-late"]
-
-
-@pytest.mark.parametrize(("settle", "looks"), [(0, 1), (0.2, 2), (3, 4)])
-def test_work_settle_is_how_far_apart_the_two_idle_looks_are(settle: float, looks: int) -> None:
-    answers = [status()] * 6
-    ctx, transport, _ = scripted_context(answers, **{"work.cordon": "curio cordon",
-                                                     "work.uncordon": "curio uncordon",
-                                                     "work.settle": settle})
-    clock = Clock()
-    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
-    assert done.verdict == "go" and clock.now >= settle
-    assert sum(1 for call, _ in transport.calls if call == "ops.work") == looks
-
-
 def test_the_cordons_call_brings_the_first_look_back(tmp_path: Path) -> None:
     """ops.cordon looks at /status right after the command (a silent port: no-answer); the
-    wait takes that look as its first, so a settle of 0 needs no ops.work at all."""
-    out = ops.cordon(str(tmp_path), "run-1", "true", status_url="http://127.0.0.1:9/status")
+    wait takes that look as its first, so a cordon_takes of 0 needs no ops.work at all."""
+    out = ops.cordon(str(tmp_path), "run-1", "true", status_url="http://127.0.0.1:9/status",
+                     proc=str(tmp_path))  # no daemon process there either
     assert out["outcome"] == "cordoned" and out["work"]["outcome"] == "no-answer"
     assert "work" not in ops.cordon(str(tmp_path), "run-1", "true")  # no URL: no look
     assert "work" not in ops.cordon(str(tmp_path), "run-1", "exit 2", status_url="http://x")
@@ -300,14 +282,15 @@ def test_the_cordons_call_brings_the_first_look_back(tmp_path: Path) -> None:
             look = ops.jobs_in_flight(self.answers.pop(0))
             return RunResult(call, 0, json.dumps({"outcome": "cordoned", "work": look}), "")
 
-    for settle, looks in ((0, 0), (0.3, 1)):
-        ctx, _, _ = scripted_context([], **{"work.cordon": "curio cordon", "work.settle": settle,
+    for takes, looks in ((0, 0), (0.3, 1)):
+        ctx, _, _ = scripted_context([], **{"work.cordon": "curio cordon",
+                                            "work.cordon_takes": takes,
                                             "work.uncordon": "curio uncordon"})
         host = Cordoning([status(), status()])
         ctx.transport = host  # type: ignore[assignment]
         clock = Clock()
         done = before_stop(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
-        assert done.verdict == "go" and clock.now >= settle
+        assert done.verdict == "go" and clock.now >= takes
         assert host.calls[0][1]["status_url"] == "http://x/status"
         assert sum(1 for call, _ in host.calls if call == "ops.work") == looks
     busy = Cordoning([status([RUNNING])])

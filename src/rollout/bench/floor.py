@@ -60,14 +60,14 @@ def staged(release: Release, work: Path) -> Path:
 
 @functools.cache
 def lab_work() -> tuple[str, str, str]:
-    """The lab playbook's cordon and uncordon commands and its work.settle, which rollout
-    runs around each host's stop: the floor runs them too (the same steps, the user's own
-    commands costing both sides alike)."""
+    """The lab playbook's cordon and uncordon commands and its work.cordon_takes, which
+    rollout runs and waits around each host's stop: the floor does too (the same steps, the
+    user's own commands and the cordon's window costing both sides alike)."""
     from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
     from rollout.steps.kinds import load_playbook
 
     work = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(())).work
-    return str(work.cordon or ""), str(work.uncordon or ""), f"{float(work.settle):g}"
+    return str(work.cordon or ""), str(work.uncordon or ""), f"{float(work.cordon_takes):g}"
 
 
 def _run(argv: list[str], stdin: str | None, what: str) -> str:

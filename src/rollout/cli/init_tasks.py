@@ -37,7 +37,7 @@ def lab_inventory() -> str:
         "cordon": "curio: cordon each host through curio while its proofs end (default); "
         "none: no cordon.",
         "proof": "The validation's proof kind: porep-32g (default), snap-32g, wpost-32g, "
-        "winning-32g, porep-64g.",
+        "winning-32g (the 32 GiB kinds cuzk proves).",
         "vastai": "Also the running vast.ai instances whose label matches LABEL.",
         "ci": "github (.github/workflows/rollout.yml, default) or gitlab (.gitlab-ci.yml).",
         "force": "Replace files that exist (never through a link).",

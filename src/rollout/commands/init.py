@@ -79,7 +79,7 @@ def playbook_text(choices: Choices) -> str:
         checkout = str(Path(choices.build).expanduser().absolute())
         text = _replace(text, r"^  curio_dir: ~/curio", f"  curio_dir: {_quoted(checkout)}")
     if choices.cordon == "curio":
-        text = _replace(text, r"^# (work:|  \w+: .*)$", r"\1", count=5)
+        text = _replace(text, r"^# (work:|  \w+: .*)$", r"\1", count=6)
     return text
 
 

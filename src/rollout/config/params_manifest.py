@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 
 from ruamel.yaml import YAML
 
-from rollout.jsontypes import JSON, JSONObject
+from rollout.jsontypes import JSONObject
 
 PACKAGE = "rollout.resources"
 
@@ -57,32 +57,38 @@ def _kinds() -> JSONObject:
 
 @dataclass(frozen=True)
 class ProofKind:
-    """One row of kinds.yaml (its comment says what each field is)."""
+    """One row of kinds.yaml (its comment says what each field is): every kind there is one
+    cuzk can prove, with every figure of cuzk's memory model."""
 
     name: str
     bench_type: str
-    srs: int | None
-    partition: int | None
+    srs: int
+    partition: int
     partitions: int
+    pce_transient: int
+    pce_bytes: int
     registered_proofs: dict[str, int]
     pce_file: str | None = None
-    pce_bytes: int | None = None
 
 
 def kind(name: str) -> ProofKind:
     """The kind `name`, from the shipped table; KeyError for an unknown kind."""
     spec = _kinds()[name]
     return ProofKind(name=name, bench_type=str(spec["bench_type"]),
-                     srs=_bytes(spec.get("srs")), partition=_bytes(spec.get("partition")),
+                     srs=_bytes(name, spec, "srs"), partition=_bytes(name, spec, "partition"),
                      partitions=int(spec.get("partitions", 1)),
+                     pce_transient=_bytes(name, spec, "pce_transient"),
+                     pce_bytes=_bytes(name, spec, "pce_bytes"),
                      registered_proofs={str(k): int(v) for k, v in
                                         (spec.get("registered_proofs") or {}).items()},
-                     pce_file=str(spec["pce_file"]) if spec.get("pce_file") else None,
-                     pce_bytes=_bytes(spec.get("pce_bytes")))
+                     pce_file=str(spec["pce_file"]) if spec.get("pce_file") else None)
 
 
-def _bytes(value: JSON) -> int | None:
-    return None if value is None else int(value)
+def _bytes(name: str, spec: JSONObject, key: str) -> int:
+    value = spec.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise RuntimeError(f"resources/params/kinds.yaml: {name}.{key} is not a size in bytes")
+    return value
 
 
 def all_registered_proofs() -> dict[str, int]:

@@ -590,10 +590,11 @@ class ValidateSpec(Section):
     proof_kind: str | None = Field(
         default=None,
         description="The validation proof's kind, and of the work the host does (resources/"
-        "params/kinds.yaml: " + ", ".join(kinds()) + "): params.files defaults to its files, "
-        "preflight refuses a budget that cannot hold one such proof in cuzk's memory model "
-        "(its SRS + one partition: porep-32g 58 GiB) and a C1 of another kind; a cuzk-bench "
-        "command's -t must be its. null: none of these.",
+        "params/kinds.yaml: " + ", ".join(kinds()) + ", the kinds cuzk proves): params.files "
+        "defaults to its files, preflight refuses a budget with which cuzk never proves it "
+        "(its memory model: porep-32g needs 72 GiB, SRS + PCE extraction + one partition) "
+        "and warns where it never caches its PCE (porep-32g under 84 GiB), and refuses a C1 "
+        "of another kind; a cuzk-bench command's -t must be its. null: none of these.",
     )
     command: CommandField = Field(
         default_factory=lambda: [
@@ -627,7 +628,13 @@ class ValidateSpec(Section):
         "validate.proof_kind) while other work holds the budget; then it is stopped as on "
         "timeout and the validation fails naming the budget, what one proof needs and who "
         "holds it. Where nothing could release budget: at once. Only kinds with a partition "
-        "figure are watched.",
+        "figure are watched. The watch follows the validation's own job by its id: cuzk-bench "
+        "`single` names it with a fresh UUID (it takes no id from the caller) and curio names "
+        "its jobs `porep-<miner>-<sector>` and so on, so it is the job of that form that "
+        "appeared after the proof was submitted, never merely the oldest new one. Where "
+        "another cuzk-bench submits at the same moment, the proof is stopped only once each "
+        "such job waits. A client that names its own jobs is not watched (validate.timeout "
+        "bounds it).",
     )
     input: InputSpec = Field(default_factory=InputSpec, description="The proof's input file.")
 
@@ -637,7 +644,8 @@ class ValidateSpec(Section):
         if value == "":
             return None
         if value is not None and value not in kinds():
-            raise ValueError(f"unknown proof kind {value!r}; known: {', '.join(kinds())}")
+            raise ValueError(f"unknown proof kind {value!r}; known: {', '.join(kinds())} "
+                             "(the kinds cuzk proves: 32 GiB sectors only)")
         return value
 
     @field_validator("command")
@@ -694,6 +702,12 @@ RETIRED_KEYS: tuple[Retired, ...] = (
     Retired(
         key="validate.failure_pattern",
         why="success is validate.success_pattern matching the output; anything else fails",
+    ),
+    Retired(
+        key="work.settle",
+        why="after the cordon the stop waits work.cordon_takes (the scheduler's poll "
+        "interval, curio's 30 s by default) and for every job that appeared meanwhile; set "
+        "work.cordon_takes if your scheduler polls at another interval",
     ),
 )
 """Retired playbook keys, declared once next to the options: a playbook from an earlier

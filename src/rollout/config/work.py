@@ -12,11 +12,13 @@ from .durations import Seconds
 from .sections import COMMAND_HELP, CommandField, Section
 
 AtDeadline = Literal["skip", "stop"]
+OnStuck = Literal["roll", "skip"]
 
 
 class WorkSpec(Section):
     """Work in flight before a stop: cordon the host (no new work is scheduled on it), wait
-    until the daemon's /status shows no job in flight and an empty queue, then stop; a
+    until no signal of the daemon shows work in flight (its /status, its GetStatus through
+    `bench`, its working memory above the SRS and PCE) or only stuck jobs, then stop; a
     host is never left cordoned (uncordoned after validation, a rollback, a failure, a skip,
     and by the host's guard when the controller dies)."""
 
@@ -34,7 +36,9 @@ class WorkSpec(Section):
         default=600,
         ge=0,
         description="Seconds to wait for the jobs in flight and the queue to end before the "
-        "stop; then `at_deadline` decides. 0: never wait (the choice is made at once).",
+        "stop; then `at_deadline` decides. A daemon that runs and answers none of its signals "
+        "is waited on the same way (its work is unknown, never taken for idle). 0: never "
+        "wait (the choice is made at once).",
     )
     interval: Seconds = Field(
         default=30, gt=0, description="Seconds between the wait's reports of the jobs in flight."
@@ -46,14 +50,41 @@ class WorkSpec(Section):
         "the others) or `stop` (stop anyway: the proofs abandoned are named in the stop's "
         "result and the events).",
     )
+    stuck_after: Seconds = Field(
+        default=300, gt=0,
+        description="Seconds a job may show no progress (no partition of it moves a stage: "
+        "none synthesised, none proved on the GPU, none done) before the wait calls it "
+        "stuck; counted from the wait's first look at it. cuzk leaves a job whose GPU "
+        "partition failed in /status for the daemon's life: it never ends by itself. A "
+        "stuck job is named with its id and age in the stop's result and a `work` event.",
+    )
+    on_stuck: OnStuck = Field(
+        default="roll",
+        description="A host whose daemon holds a stuck job: `roll` (the job is not waited "
+        "for: its daemon cannot finish it, and the host is stopped once nothing else is in "
+        "flight) or `skip` (the host is left untouched and uncordoned, reported as skipped "
+        "because stuck).",
+    )
+    bench: str | None = Field(
+        default="cuzk-bench", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The client the wait asks cuzk's GetStatus with (`NAME -a <daemon.listen> "
+        "status`), run from the running release's folder (`current`): cuzk-bench, or a "
+        "client of your own among release.executables that prints what `cuzk-bench status` "
+        "prints. GetStatus is the only signal that names a WindowPoSt or WinningPoSt proof "
+        "on the GPU. null: not asked.",
+    )
     command_timeout: Seconds = Field(
         default=60, gt=0, description="Seconds the cordon or uncordon command may run."
     )
-    settle: Seconds = Field(
-        default=1, ge=0,
-        description="After the cordon, the daemon must be seen idle twice this many seconds "
-        "apart before the stop: a task the scheduler assigned just before the cordon may "
-        "reach the daemon a moment later.",
+    cordon_takes: Seconds = Field(
+        default=30, ge=0,
+        description="Seconds after the cordon command ended before the cordon can have taken "
+        "effect: the scheduler's poll interval (curio reads its node's `unschedulable` flag "
+        "on its database poll, every 30 s). The stop waits this long, and for any job that "
+        "appeared meanwhile, as for any job in flight (never killed); a host with no work in "
+        "flight waits this long at most. Counted on the controller's clock from the cordon's "
+        "report. Only with `cordon`. A task curio claimed before its poll may still prepare "
+        "its input (a PoRep's vanilla proof) before it reaches cuzk: raise this to cover it.",
     )
 
     @model_validator(mode="after")

@@ -275,7 +275,7 @@ class Parent:
     program: str = ""
     cmdline: str = ""
     shell: bool = False
-    starts_cuzk: bool = False  # its command line, or the script it runs, names cuzk
+    starts_cuzk: bool = False  # runs the daemon's program (ops.facts what_it_is)
 
     @classmethod
     def parse(cls, raw: Any) -> Parent | None:

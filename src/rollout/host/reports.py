@@ -180,11 +180,12 @@ class Job:
     """One job on the daemon, as ops.work (in flight) or ops.prove's budget watch named it:
     cuzk's proof kind, its id, its age, and its partitions where the host counted them."""
 
-    KEYS: ClassVar[str] = "kind:str id:str age:float?"
+    KEYS: ClassVar[str] = "kind:str id:str age:float? steps:int?"
     kind: str = key(keep=_text(40))
     id: str = key(keep=_text(80))
     age: float | None = key(keep=_seconds)  # seconds since it started, where /status says
     partitions: Partitions | None = DERIVED
+    steps: int | None = key(keep=_count, default=None)  # its progress (ops.work: STAGES)
 
     @classmethod
     def parse(cls, doc: JSON, counted: bool = False) -> Job | None:
@@ -267,21 +268,36 @@ class ProveReport(Parsed):
 
 @dataclass(frozen=True)
 class WorkReport(Parsed):
-    """ops.work: idle, busy (the jobs in flight and the queue's depth), unknown (a /status
-    not of cuzk's shape), no-answer (no status port answered)."""
+    """ops.work, from every signal cuzk gives (/status, GetStatus, its working memory): idle
+    (every signal that answered says so), busy (the jobs in flight, the queue's depth, the
+    working memory above the SRS and PCE), unknown (a daemon runs and no signal answered, or
+    a /status not of cuzk's shape), no-answer (nothing answered and no daemon runs). Each
+    signal's word in `signals` (status, grpc, memory: idle, busy, unknown or none)."""
 
     ACTIONS = ("work",)
     outcome: str
     reason: str = key(keep=_cut(300))
     jobs: tuple[Job, ...] = key(of=Job.parse, most=50)
     queue_depth: int | None = key(keep=_count)
+    working_bytes: int | None = key(keep=_count, default=None)
+    signals: dict[str, str] | None = key(each=_text(20), most=8, default=None)
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def idle(self) -> bool:
-        """Nothing in flight, nothing queued (or no daemon answering: nothing can be)."""
-        return self.outcome in ("idle", "no-answer") or (
-            self.outcome == "busy" and not self.jobs and not self.queue_depth)
+        """Nothing in flight by any signal that answered (and one did)."""
+        return self.outcome == "idle"
+
+    def without(self, jobs: tuple[Job, ...]) -> WorkReport:
+        """This look with `jobs` (stuck: never to end) not in flight: idle where nothing
+        else showed work (no other job, no queue, no working memory), unknown where a
+        signal did not read."""
+        ids = {j.id for j in jobs}
+        rest = tuple(j for j in self.jobs if j.id not in ids)
+        if self.outcome != "busy" or rest or self.queue_depth or self.working_bytes:
+            return replace(self, jobs=rest)
+        unread = "unknown" in (self.signals or {}).values()
+        return replace(self, jobs=rest, outcome="unknown" if unread else "idle")
 
 
 @dataclass(frozen=True)

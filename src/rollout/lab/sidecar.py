@@ -25,7 +25,8 @@ CORDONED = "/var/lib/lab-curio/cordoned"
 EVENTS = "/var/log/lab-curio.jsonl"
 KEYS: dict[str, type | tuple[type, ...]] = {
     "addr": str, "c1": str, "sector_num": int, "miner_id": int, "hold_mib": int,
-    "pause_secs": (int, float), "concurrency": int,
+    "pause_secs": (int, float), "concurrency": int, "cordon_poll_secs": (int, float),
+    "proof_type": str,
 }  # fmt: skip
 """What the sidecar reads, with its type; its defaults are in the sidecar (curio run)."""
 

@@ -14,10 +14,12 @@ daemon.safety_margin, validate.proof_kind and preflight.min_budget:
   container's, so it is never used (issue 17).
 - total_budget a size: that size, which must fit in the same room where the host shows a
   limit; where it shows none, the setting is taken as it is, and said so.
-- Either way, a budget below the least one proof of validate.proof_kind needs (cuzk's
-  memory model: the kind's figures in resources/params/kinds.yaml) or below
-  preflight.min_budget is refused before anything is stopped, naming the figures, and so is
-  one under 1 MiB (the config says it in whole MiB).
+- Either way, a budget with which cuzk never proves validate.proof_kind (ProofNeed: below
+  one proof's SRS + one partition, or where the first proof's PCE extraction leaves no room
+  for a partition: porep-32g needs 72 GiB) or below preflight.min_budget is refused before
+  anything is stopped, naming every figure, and so is one under 1 MiB (the config says it in
+  whole MiB). One that proves but never caches the kind's PCE (porep-32g under 84 GiB)
+  passes with a warning.
 
 A limit the host reports that is not a positive number of bytes below HUGE_LIMIT (a
 negative or zero figure, a string, a boolean, cgroup v1's "no limit" of about 2**63) counts
@@ -35,44 +37,127 @@ from rollout.host.scripts.common import HUGE_LIMIT
 from rollout.units import format_size, parse_size
 
 CGROUP = "cgroup"
+WARNING = "WARNING: "  # a preflight note that is a warning starts so (and is a warning event)
 MIB = 1 << 20  # the config says the budget in whole MiB
 NEIGHBOUR_GRAIN = 64 * MIB  # what other processes hold, rounded up to this
 
 
 @dataclass(frozen=True)
-class ProofNeed:
-    """The least budget one proof of a kind needs in cuzk's memory model (curio's
-    extern/cuzk/cuzk-core/src): the SRS, reserved whole before the proof runs
-    (engine.rs: budget.acquire(srs_file_size) when it is not loaded; srs_manager.rs), and
-    one partition's working set (memory.rs proof_kind_full_bytes) times the partitions one
-    proof must hold at once to go on. cuzk acquires a partition's reservation one partition
-    at a time (engine.rs's dispatcher, and one such figure for a whole single-sector proof
-    on its monolithic path), so 1; a budget that cannot hold this blocks acquire() forever."""
+class Sum:
+    """A figure of cuzk's memory model and the terms it is made of, said for people:
+    `84.0GiB (90194313216 bytes) = SRS 44.0GiB + PCE extraction 14.0GiB + PCE 26.0GiB`."""
 
-    srs: int  # the .params file's size: SrsManager reserves exactly that
-    partition: int
-    partitions: int = 1
+    terms: tuple[tuple[str, int], ...]
 
     @property
     def bytes(self) -> int:
-        return self.srs + self.partition * self.partitions
+        return sum(size for _, size in self.terms)
+
+    @property
+    def text(self) -> str:
+        return f"{format_size(self.bytes)} ({self.bytes} bytes) = {self.terms_text}"
+
+    @property
+    def short(self) -> str:
+        return f"{format_size(self.bytes)} = {self.terms_text}"
+
+    @property
+    def terms_text(self) -> str:
+        return " + ".join(f"{name} {format_size(size)}" for name, size in self.terms)
+
+
+@dataclass(frozen=True)
+class ProofNeed:
+    """What a daemon proving one kind needs in cuzk's memory model (curio's
+    extern/cuzk/cuzk-core/src), from the kind's figures in resources/params/kinds.yaml:
+
+    - one proof: its SRS, reserved whole before the first proof (engine.rs:
+      budget.acquire(srs_file_size)), and one partition's working set (memory.rs
+      *_FULL_BYTES; cuzk acquires partitions one at a time, so `partitions` is 1). Less,
+      and acquire() waits forever.
+    - the PCE extraction: at the daemon's first proof of the kind, a background thread
+      try_acquire()s PCE_EXTRACTION_TRANSIENT_BYTES, retried every second, and holds it
+      while PceCache::insert_blocking waits for the PCE's own bytes (engine.rs,
+      pipeline.rs). From SRS + transient it gets it; under SRS + transient + one partition
+      no partition fits beside it then, and every later proof waits forever (a deadlock).
+    - the PCE cached: SRS + transient + PCE to insert it, SRS + PCE + one partition to
+      prove beside it once the transient is gone. Under that the extraction never gets its
+      transient, or holds it for the daemon's life: proofs work, without the PCE."""
+
+    kind: str
+    srs: int
+    partition: int
+    transient: int
+    pce: int
+    partitions: int = 1
 
     @classmethod
     def of(cls, kind: str | None) -> ProofNeed | None:
-        """The figures of the kind `kind` in the shipped table; None without a kind or
-        where the table has no figure for it."""
+        """The figures of the kind `kind` in the shipped table; None without a kind."""
         if kind is None:
             return None
         row = proof_kind(kind)
-        if row.srs is None or row.partition is None:
-            return None
-        return cls(srs=row.srs, partition=row.partition, partitions=row.partitions)
+        return cls(kind, srs=row.srs, partition=row.partition, transient=row.pce_transient,
+                   pce=row.pce_bytes, partitions=row.partitions)
 
-    def explain(self, kind: str) -> str:
-        """What the figure is made of, after 'is below ...'."""
-        return (f"the {format_size(self.bytes)} ({self.bytes} bytes) one {kind} proof needs: "
-                f"its SRS {format_size(self.srs)} + {self.partitions} partition x "
-                f"{format_size(self.partition)} (cuzk's memory model; validate.proof_kind)")
+    def _terms(self, *names: str) -> Sum:
+        working = ("one partition" if self.partitions == 1
+                   else f"{self.partitions} partitions", self.partition * self.partitions)
+        known = {"srs": ("SRS", self.srs), "partition": working,
+                 "transient": ("PCE extraction", self.transient), "pce": ("PCE", self.pce)}
+        return Sum(tuple(known[n] for n in names))
+
+    @property
+    def one_proof(self) -> Sum:
+        return self._terms("srs", "partition")
+
+    @property
+    def extraction(self) -> Sum:
+        return self._terms("srs", "transient")
+
+    @property
+    def floor(self) -> Sum:
+        """The least budget that cannot deadlock, whatever the extraction does."""
+        return self._terms("srs", "transient", "partition")
+
+    @property
+    def cached(self) -> Sum:
+        """The least budget with which cuzk caches the PCE and proves beside it."""
+        return max((self._terms("srs", "transient", "pce"), self._terms("srs", "pce", "partition"),
+                    self.floor), key=lambda s: s.bytes)
+
+    def refusal(self, size: int) -> str | None:
+        """Why a budget of `size` bytes never proves this kind (after 'memory budget X is'),
+        with every figure; None where it can."""
+        if size < self.one_proof.bytes:
+            why = (f"too small for one {self.kind} proof, which needs {self.one_proof.text}: "
+                   "cuzk would wait forever in acquire()")
+        elif self.extraction.bytes <= size < self.floor.bytes:
+            why = (f"too small for a {self.kind} daemon once its first proof's PCE extraction "
+                   f"holds its {format_size(self.transient)}, which needs {self.floor.text}: "
+                   f"the extraction takes them from {self.extraction.short} and keeps them "
+                   "while it waits for the PCE, so no partition fits beside it and cuzk "
+                   "would wait forever in acquire() at every later proof")
+        else:
+            return None
+        return (f"{why} (cuzk's memory model, validate.proof_kind: give the daemon "
+                f"{format_size(self.floor.bytes)} at least, {self.cached.short} to cache its "
+                "PCE)")
+
+    def warning(self, size: int) -> str | None:
+        """Why a budget of `size` bytes that proves this kind never caches its PCE; None
+        where it does (or where it is refused)."""
+        if self.refusal(size) is not None or size >= self.cached.bytes:
+            return None
+        if size < self.extraction.bytes:
+            why = (f"below {self.extraction.short} its PCE extraction never gets its "
+                   "reservation")
+        else:
+            why = (f"its PCE extraction holds its {format_size(self.transient)} for the "
+                   f"daemon's life and the PCE never fits beside it (under {self.cached.text})")
+        return (f"cuzk proves {self.kind} without its PCE: {why}; give the daemon "
+                f"{format_size(self.cached.bytes)} to cache it (cuzk's memory model, "
+                "validate.proof_kind)")
 
 
 @dataclass(frozen=True)
@@ -92,14 +177,21 @@ class BudgetRule:
         return cls(str(daemon.total_budget), str(daemon.safety_margin),
                    str(settings.preflight.min_budget), settings.validation.proof_kind)
 
-    def least(self) -> tuple[int, str]:
-        """The least budget a host must have, and what that figure is, for 'is below ...'."""
+    def judge(self, size: int) -> tuple[str | None, str | None]:
+        """Preflight's refusal of a budget of `size` bytes (after 'memory budget X is'), or
+        its warning: cuzk's memory model for validate.proof_kind, and preflight.min_budget
+        (named where it asks more than the model's floor)."""
         minimum = parse_size(self.min_budget)
         need = ProofNeed.of(self.proof_kind)
-        if need is not None and self.proof_kind is not None and need.bytes >= minimum:
-            return need.bytes, need.explain(self.proof_kind)
-        return minimum, (f"the minimum {format_size(minimum)} ({minimum} bytes) the proof "
-                         "needs (preflight.min_budget)")
+        floor = need.floor.bytes if need is not None else 0
+        short = (f"below the minimum {format_size(minimum)} ({minimum} bytes) the proof "
+                 "needs (preflight.min_budget)") if size < minimum else None
+        refused = need.refusal(size) if need is not None else None
+        if short is not None and (refused is None or minimum >= floor):
+            return short, None
+        if refused is not None:
+            return refused, None
+        return None, need.warning(size) if need is not None else None
 
 
 @dataclass(frozen=True)
@@ -109,12 +201,14 @@ class Budget:
     size: bytes the daemon may use (what the config step writes and the drain waits for);
     None where it cannot be sized. limit: the cgroup limit it was held against, None where
     the host shows none. refusal: why preflight refuses the host, None where it fits.
+    warning: why a budget that fits still costs the host (cuzk proves without its PCE).
     """
 
     size: int | None
     limit: int | None
     refusal: str | None = None
     others: str = ""  # what the container's other processes hold, said for people
+    warning: str | None = None
 
     @property
     def text(self) -> str:
@@ -122,11 +216,16 @@ class Budget:
         return f"{(self.size or 0) // 1024**2}MiB"
 
     def note(self) -> str:
-        """Preflight's note for a budget that fits."""
+        """Preflight's note for a budget that fits (WARNING first where it has one)."""
         if self.limit is None:
-            return (f"budget {format_size(self.size)} as set (daemon.total_budget; "
+            said = (f"budget {format_size(self.size)} as set (daemon.total_budget; "
                     "the host shows no cgroup memory limit to hold it against)")
-        return f"budget {format_size(self.size)} fits{self.others}"
+        else:
+            said = f"budget {format_size(self.size)} fits{self.others}"
+        if self.warning is None:
+            return said
+        return f"{WARNING}memory budget {format_size(self.size)} ({self.size} bytes): " \
+               f"{self.warning}; {said}"
 
 
 def neighbours_held(memory: MemoryFacts) -> int:
@@ -211,10 +310,10 @@ def decide_budget(memory: MemoryFacts, rule: BudgetRule) -> Budget:
             f"memory budget {budget.size} bytes is under 1 MiB: the daemon's config says it "
             "in whole MiB, so it would read 0MiB (raise the limit or daemon.total_budget)"
         ))
-    least, why = rule.least()
-    if budget.size < least:
+    refusal, warning = rule.judge(budget.size)
+    if refusal is not None:
         return replace(budget, refusal=(
-            f"memory budget {format_size(budget.size)} ({budget.size} bytes) is below "
-            f"{why}{budget.others}"
+            f"memory budget {format_size(budget.size)} ({budget.size} bytes) is "
+            f"{refusal}{budget.others}"
         ))
-    return budget
+    return replace(budget, warning=warning)

@@ -1,10 +1,13 @@
-"""Whether the daemon's /status shows a budget that cannot hold one validation proof
-(issue 17): cuzk's memory `acquire` waits forever for a reservation the budget cannot hold,
-so such a validation fails at once with that cause instead of at validate.timeout.
+"""Whether the daemon's /status shows a budget with which cuzk never proves the validation's
+kind (issue 17, issue 27): cuzk's memory `acquire` waits forever for a reservation the
+budget cannot hold (one proof's SRS and partition, or a partition beside the first proof's
+PCE extraction), so such a validation fails at once with that cause instead of at
+validate.timeout. The judgement is preflight's (rollout.steps.budget.ProofNeed.refusal),
+applied to the budget the daemon says it has.
 
 Pure: a /status document (hostile data from the host) in, a reason or None out. Only
-positive evidence counts: a missing, foreign or mistyped /status, or a kind with no figure
-in the kinds table, is "unknown" and never fails a validation by itself."""
+positive evidence counts: a missing, foreign or mistyped /status, or no validate.proof_kind,
+is "unknown" and never fails a validation by itself."""
 
 from __future__ import annotations
 
@@ -29,13 +32,12 @@ def budget_total(status: Any) -> int | None:
 
 
 def budget_too_small(status: Any, kind: str | None) -> str | None:
-    """The cause, with the figures, where /status says the daemon's whole budget is below
-    the least one proof of `kind` needs; None where it can hold it or nothing is known."""
+    """The cause, with the figures, where /status says the daemon's whole budget is one
+    with which cuzk never proves `kind`; None where it can or nothing is known."""
     need = ProofNeed.of(kind)
     total = budget_total(status)
-    if need is None or total is None or total >= need.bytes:
+    refusal = need.refusal(total) if need is not None and total is not None else None
+    if refusal is None:
         return None
-    return (f"the daemon's budget {format_size(total)} ({total} bytes) cannot hold one "
-            f"{kind} proof (needs {format_size(need.bytes)} ({need.bytes} bytes): SRS "
-            f"{format_size(need.srs)} + {need.partitions} partition x "
-            f"{format_size(need.partition)}); cuzk would wait forever")
+    return (f"the daemon's budget {format_size(total)} ({total} bytes) cannot hold one {kind} "
+            f"proof: it is {refusal}")

@@ -1,22 +1,25 @@
 """Work in flight before a stop (issue 17, a busy prover): cordon the host (the user's own
-command, e.g. `curio cordon`), then wait until the daemon's /status shows no job in flight
-and an empty queue, bounded by work.deadline and reporting the jobs at each work.interval;
-at the deadline, `skip` the host (left untouched and uncordoned) or `stop` anyway, naming
-the jobs abandoned. The host's end uncordons it (uncordon_at_end), whatever happened; the
-host's guard does when the controller dies (engine.guard's recipe).
+command, e.g. `curio cordon`), then wait until the cordon can have taken effect (issue 27:
+work.cordon_takes, the scheduler's poll) and no signal of the daemon shows work in flight
+(issue 27: ops.work reads /status, GetStatus and the working memory; a daemon that answers
+none is waited on; a job with no progress for work.stuck_after is named stuck and, with
+work.on_stuck roll, not waited for), bounded by work.deadline and reporting the jobs at
+each work.interval; at the deadline, `skip` the host (left untouched and uncordoned) or
+`stop` anyway, naming the jobs abandoned. The host's end uncordons it (uncordon_at_end),
+whatever happened; the host's guard does when the controller dies (engine.guard's recipe).
 
-The decisions are pure (`verdict`, `due`); the host is read through ops.work, parsed in
-host/reports.py as hostile data."""
+The decisions are pure (`verdict`, `cordon_holds`, `track`, `stuck_jobs`, `due`); the
+host is read through ops.work, parsed in host/reports.py as hostile data."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from rollout.config.render import render_command
-from rollout.config.work import AtDeadline
+from rollout.config.work import AtDeadline, OnStuck
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.reports import CommandReport, Job, WorkReport
 from rollout.jsontypes import JSON
@@ -39,7 +42,10 @@ class WorkHow:
     at_deadline: AtDeadline
     timeout: float
     status_url: str
-    settle: float  # work.settle: idle seen twice this far apart after the cordon
+    cordon_takes: float  # work.cordon_takes: after the cordon, until it can have taken effect
+    bench: tuple[str, ...] = ()  # argv that asks GetStatus (work.bench); () not asked
+    stuck_after: float = 300.0  # work.stuck_after: seconds without progress
+    on_stuck: OnStuck = "roll"
 
 
 def work_how(target: Target, status_url: str) -> WorkHow:
@@ -54,26 +60,82 @@ def work_how(target: Target, status_url: str) -> WorkHow:
 
     return WorkHow(rendered("cordon"), rendered("uncordon"), float(spec.deadline),
                    float(spec.interval), spec.at_deadline, float(spec.command_timeout),
-                   status_url, float(spec.settle))
+                   status_url, float(spec.cordon_takes), bench_argv(target),
+                   float(spec.stuck_after), spec.on_stuck)
+
+
+def bench_argv(target: Target) -> tuple[str, ...]:
+    """`<current>/BENCH -a ADDR status`: the running release's own client (work.bench) asks
+    the daemon's GetStatus at daemon.listen, as preload and the validation address it."""
+    name = target.settings.work.bench
+    if name is None:
+        return ()
+    listen = target.settings.daemon.listen
+    address = listen if listen.startswith("unix://") else f"http://{listen}"
+    return (f"{target.layout.current}/{name}", "-a", address, "status")
 
 
 def work_calls(target: Target, how: WorkHow) -> tuple[Call, ...]:
     """The calls before a stop: the cordon (where set; the run's id added at run time),
     then ops.work, polled until the verdict is not `wait` (listed once: a poll repeats it)."""
+    look = {"status_url": how.status_url, "bench": list(how.bench)}
     cordon = Call("cordon", {"root": target.layout.root, "command": how.cordon,
-                             "timeout": how.timeout, "status_url": how.status_url},
+                             "timeout": how.timeout, **look},
                   how.timeout + 30, runtime=("run_id",))
-    work = Call("work", {"status_url": how.status_url}, 30)
+    work = Call("work", look, 30)
     return (cordon, work) if how.cordon else (work,)
 
 
 def verdict(report: WorkReport, waited: float, how: WorkHow) -> Verdict:
-    """What the wait does after one look at /status: `go` (nothing in flight or queued, no
-    daemon answering, or a /status not of cuzk's shape: said so in the stop's result),
-    `wait`, or at the deadline the operator's choice (`skip` or `stop`)."""
-    if report.idle or report.outcome not in ("busy",):
+    """What the wait does after one look at the daemon (ops.work, its stuck jobs left out
+    where work.on_stuck rolls): `go` where every signal that answered says idle, or where
+    no daemon runs at all (no-answer); else `wait` (busy, and unknown: a daemon that
+    answers nothing is never taken for idle), and at the deadline the operator's choice
+    (`skip` or `stop`)."""
+    if report.outcome in ("idle", "no-answer"):
         return "go"
     return "wait" if waited < how.deadline else how.at_deadline
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A job's progress as the wait last saw it move: its steps (ops.work), and the wait's
+    time at the look that first showed them."""
+
+    steps: int
+    since: float
+
+
+def track(before: Mapping[str, Progress], jobs: tuple[Job, ...], waited: float
+          ) -> dict[str, Progress]:
+    """Each job's progress after this look (`waited`: the wait's time): kept from the
+    previous look where its steps did not move, else now. A job with no steps (a GPU
+    worker's or GetStatus's: no partitions to count) is not tracked."""
+    out: dict[str, Progress] = {}
+    for job in jobs:
+        old = before.get(job.id)
+        if job.steps is not None:
+            out[job.id] = old if old is not None and old.steps == job.steps \
+                else Progress(job.steps, waited)
+    return out
+
+
+def stuck_jobs(jobs: tuple[Job, ...], tracked: Mapping[str, Progress], waited: float,
+               stuck_after: float) -> tuple[Job, ...]:
+    """The jobs whose progress has not moved for `stuck_after` seconds of the wait."""
+    return tuple(j for j in jobs if j.id in tracked
+                 and waited - tracked[j.id].since >= stuck_after)
+
+
+def cordon_holds(decided: Verdict, report: WorkReport, since_cordon: float | None,
+                 how: WorkHow) -> Verdict:
+    """An idle daemon before the cordon can have taken effect (work.cordon_takes since the
+    cordon command ended; `since_cordon` None: no cordon ran) is waited on: a task the
+    scheduler claims in that window reaches the daemon and is waited for like any job."""
+    if decided == "go" and report.idle and since_cordon is not None \
+            and since_cordon < how.cordon_takes:
+        return "wait"
+    return decided
 
 
 def due(waited: float, reported: float | None, interval: float) -> bool:
@@ -85,6 +147,16 @@ def jobs_text(jobs: tuple[Job, ...], queue: int | None) -> str:
     named = ", ".join(j.describe() for j in jobs[:10]) or "no job"
     more = f" and {len(jobs) - 10} more" if len(jobs) > 10 else ""
     return f"{named}{more}; queue {'unknown' if queue is None else queue}"
+
+
+def look_text(report: WorkReport) -> str:
+    """One look for people: its jobs and queue, the working memory no job names, and the
+    daemon's work unknown where no signal could tell."""
+    if report.outcome == "unknown":
+        return f"work unknown ({report.reason})"
+    memory = "" if not report.working_bytes else (
+        f"; {report.working_bytes / (1 << 20):.1f} MiB of working memory above the SRS and PCE")
+    return jobs_text(report.jobs, report.queue_depth) + memory
 
 
 def _jobs_data(jobs: tuple[Job, ...]) -> list[JSON]:
@@ -107,22 +179,69 @@ class WorkWait:
     in_flight: tuple[Job, ...]
     last: WorkReport
     hint: str = ""  # how the next wait could end sooner (NO_CORDON)
+    cordon_takes: float | None = None  # the cordon's window (work.cordon_takes); None: no cordon
+    new: tuple[Job, ...] = ()  # the jobs first seen after the cordon's own look
+    stuck: tuple[Stuck, ...] = ()  # jobs found stuck (work.stuck_after), never waited for
+    unnamed: bool = False  # a look showed work that no job names (working memory, a queue)
+
+    def cordon_text(self) -> str:
+        """What the cordon's window showed, where the stop goes after it ('' otherwise)."""
+        if self.cordon_takes is None or self.verdict != "go" or not self.last.idle:
+            return ""
+        new = (f"{len(self.new)} new job(s) since, waited for: "
+               + ", ".join(j.describe() for j in self.new[:10])) if self.new else "no new job since"
+        return (f"cordon in effect: waited {self.waited:.1f}s "
+                f"(work.cordon_takes {self.cordon_takes:g}s), {new}")
 
     def describe(self) -> str:
+        stuck = "; " + stuck_text(self.stuck) if self.stuck else ""
+        if self.verdict == "stop" and self.last.outcome == "unknown":
+            return (f"deadline {self.waited:.0f}s passed with the daemon's work unknown "
+                    f"({self.last.reason}): stopped anyway{stuck}")
         if self.verdict == "stop":
             return (f"deadline {self.waited:.0f}s passed: stopped anyway, abandoning "
                     f"{len(self.in_flight)} job(s) in flight: "
-                    f"{jobs_text(self.in_flight, self.last.queue_depth)}{self.hint}")
-        if self.last.outcome == "unknown":
-            return f"work in flight unknown ({self.last.reason}): stopped without waiting"
+                    f"{jobs_text(self.in_flight, self.last.queue_depth)}{self.hint}{stuck}")
+        return self._went() + stuck
+
+    def _went(self) -> str:
+        cordon = self.cordon_text()
+        if not self.waited_on and self.unnamed:
+            return (f"waited {self.waited:.1f}s for work in flight that no job names (working "
+                    "memory above the SRS and PCE, or a queue)")
         if not self.waited_on:
-            return "no job in flight"
-        return (f"waited {self.waited:.1f}s for {len(self.waited_on)} job(s) to end: "
+            return cordon or "no job in flight"
+        jobs = (f"waited {self.waited:.1f}s for {len(self.waited_on)} job(s) to end: "
                 + ", ".join(j.describe() for j in self.waited_on[:10]))
+        return f"{cordon}; {jobs}" if cordon else jobs
 
     def data(self) -> dict[str, JSON]:
+        cordon: dict[str, JSON] = {} if self.cordon_takes is None else {"cordon": {
+            "takes": self.cordon_takes, "new_since": _jobs_data(self.new)}}
         return {"waited": round(self.waited, 3), "waited_on": _jobs_data(self.waited_on),
-                "abandoned": _jobs_data(self.in_flight) if self.verdict == "stop" else []}
+                "abandoned": _jobs_data(self.in_flight) if self.verdict == "stop" else [],
+                "stuck": [s.data() for s in self.stuck], **cordon}
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A job found stuck: no progress for `still` seconds of the wait (work.stuck_after)."""
+
+    job: Job
+    still: float
+
+    def describe(self) -> str:
+        age = "age unknown" if self.job.age is None else f"age {self.job.age:.0f}s"
+        return (f"{self.job.kind} {self.job.id} ({age}, no progress for "
+                f"{self.still:.0f}s)")
+
+    def data(self) -> dict[str, JSON]:
+        return {**self.job.data(), "no_progress_for": round(self.still, 3)}
+
+
+def stuck_text(stuck: tuple[Stuck, ...]) -> str:
+    return (f"{len(stuck)} job(s) stuck, not waited for: "
+            + ", ".join(s.describe() for s in stuck[:10]))
 
 
 def _emit(ctx: HostContext, reason: str, step: str | None = "stop", **data: JSON) -> None:
@@ -155,51 +274,91 @@ def cordon(ctx: HostContext, how: WorkHow) -> WorkReport | None:
 def wait_for_work(ctx: HostContext, how: WorkHow,
                   clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep,
-                  first: WorkReport | None = None) -> WorkWait:
+                  first: WorkReport | None = None,
+                  cordoned_at: float | None = None) -> WorkWait:
     """Poll ops.work until the verdict is not `wait`; report the jobs at each interval.
-    `first`: the first look, where the cordon's call took it. The wait's time does not
-    count against the stop step's own timeout (work.deadline bounds it)."""
-    start, reported, idle_at = clock(), None, None
+    `first`: the first look, where the cordon's call took it; `cordoned_at`: when the
+    cordon's report came back (on `clock`; None: no cordon ran), the start of its window
+    (cordon_holds). The wait's time does not count against the stop step's own timeout
+    (work.deadline bounds it)."""
+    start, reported = clock(), None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
+    tracked: dict[str, Progress] = {}  # each job's progress at the previous look (track)
+    stuck: dict[str, Stuck] = {}
+    unnamed = False
+    at_cordon: set[str] | None = None  # the jobs of the first look: any other is new
     poll = work_calls(ctx.target, how)[-1]
     while True:
         report = first or WorkReport.parse(ctx.run_call(poll))
         first = None
-        waited = clock() - start
+        now = clock()
+        waited = now - start
         if step_deadline is not None:
             ctx.deadline = step_deadline + waited
         seen.update((j.id, j) for j in report.jobs)
-        decided = verdict(report, waited, how)
-        if decided == "go" and how.cordon and report.idle:  # confirmed once, settle later
-            idle_at = waited if idle_at is None else idle_at
-            decided = "go" if waited - idle_at >= how.settle else "wait"
-        else:
-            idle_at = None
+        at_cordon = {j.id for j in report.jobs} if at_cordon is None else at_cordon
+        tracked = track(tracked, report.jobs, waited)
+        now_stuck = stuck_jobs(report.jobs, tracked, waited, how.stuck_after)
+        _name_stuck(ctx, how, stuck, now_stuck, tracked, waited)
+        if now_stuck and how.on_stuck == "roll":
+            report = report.without(now_stuck)  # its daemon cannot finish it: not in flight
+        since = None if cordoned_at is None else now - cordoned_at
+        decided = cordon_holds(verdict(report, waited, how), report, since, how)
+        if now_stuck and how.on_stuck == "skip":
+            decided = "skip"
+        unnamed = unnamed or (report.outcome == "busy" and not report.jobs)
         if decided == "wait" and not report.idle and due(waited, reported, how.interval):
             reported = waited
             _emit(ctx, f"waiting for work in flight ({waited:.0f}s of {how.deadline:g}s): "
-                  f"{jobs_text(report.jobs, report.queue_depth)}",
+                  f"{look_text(report)}",
                   jobs=_jobs_data(report.jobs), queue_depth=report.queue_depth,
+                  working_bytes=report.working_bytes, signals=dict(report.signals or {}),
                   waited=round(waited, 3), deadline=how.deadline)
         if decided != "wait":
             hint = NO_CORDON if decided != "go" and not how.cordon else ""
-            done = WorkWait(decided, waited, tuple(seen.values()), report.jobs, report, hint)
-            if seen or decided != "go":
+            new = tuple(j for i, j in seen.items() if i not in at_cordon and i not in stuck)
+            ended = tuple(j for i, j in seen.items() if i not in stuck)
+            done = WorkWait(decided, waited, ended, report.jobs, report, hint,
+                            None if cordoned_at is None else how.cordon_takes, new,
+                            tuple(stuck.values()), unnamed)
+            if seen or unnamed or decided != "go" or done.cordon_text():
                 _emit(ctx, done.describe(), verdict=decided, **done.data())
             return done
-        pause = min(POLL, how.interval)  # while confirming idle: the settle's own spacing
-        sleep(pause if idle_at is None else min(pause, max(0.05, how.settle)))
+        pause = min(POLL, how.interval)
+        if report.idle and since is not None:  # idle in the cordon's window: look at its end
+            pause = min(pause, max(0.05, how.cordon_takes - since))
+        sleep(pause)
+
+
+def _name_stuck(ctx: HostContext, how: WorkHow, named: dict[str, Stuck],
+                now_stuck: tuple[Job, ...], tracked: Mapping[str, Progress],
+                waited: float) -> None:
+    """A `work` event for each job found stuck at this look, once; `named` keeps them."""
+    for job in now_stuck:
+        if job.id in named:
+            continue
+        named[job.id] = Stuck(job, waited - tracked[job.id].since)
+        _emit(ctx, f"job stuck: {named[job.id].describe()} (work.stuck_after "
+              f"{how.stuck_after:g}s): not waited for (work.on_stuck: {how.on_stuck})",
+              stuck=[named[job.id].data()], on_stuck=how.on_stuck)
 
 
 def busy_skip(ctx: HostContext, done: WorkWait) -> StepFailed:
-    """The host skipped at the deadline: left untouched (and uncordoned at its end)."""
+    """The host skipped at the deadline, or for a stuck job (work.on_stuck: skip): left
+    untouched (and uncordoned at its end)."""
     ctx.state.phase = Phase.UNTOUCHED
+    stuck = [s.data() for s in done.stuck]
+    if done.stuck and done.verdict == "skip" and ctx.settings.work.on_stuck == "skip":
+        reason = (f"busy: {stuck_text(done.stuck)}; its daemon cannot finish it: host left "
+                  "untouched, not stopped (work.on_stuck: skip)")
+        return StepFailed(reason, retryable=False, data={"busy": True, "stuck": stuck,
+                                                         "jobs": _jobs_data(done.in_flight)})
     reason = (f"busy: {len(done.in_flight)} job(s) still in flight after the deadline "
               f"{done.waited:.0f}s ({jobs_text(done.in_flight, done.last.queue_depth)}): "
               f"host left untouched, not stopped (work.at_deadline: skip){done.hint}")
     return StepFailed(reason, retryable=False,
-                      data={"busy": True, "jobs": _jobs_data(done.in_flight)})
+                      data={"busy": True, "jobs": _jobs_data(done.in_flight), "stuck": stuck})
 
 
 def before_stop(ctx: HostContext, how: WorkHow,
@@ -208,7 +367,10 @@ def before_stop(ctx: HostContext, how: WorkHow,
     """Cordon, then wait for the work in flight (timed by `clock`, `sleep`); StepFailed
     (busy) when the host is skipped."""
     first = cordon(ctx, how)
-    done = wait_for_work(ctx, how, clock, sleep, first)
+    # the window starts once the cordon's report is back, on the controller's clock: the
+    # command had ended on the host before, and no host clock is compared with ours
+    cordoned_at = clock() if how.cordon else None
+    done = wait_for_work(ctx, how, clock, sleep, first, cordoned_at)
     if done.verdict == "skip":
         raise busy_skip(ctx, done)
     return done
@@ -216,8 +378,9 @@ def before_stop(ctx: HostContext, how: WorkHow,
 
 def with_work(result: StepResult, done: WorkWait | None) -> StepResult:
     """The stop's result, with what the wait did (the jobs waited on, or abandoned)."""
-    if done is None or (not done.waited_on and done.verdict == "go"
-                        and done.last.outcome != "unknown"):
+    if done is None or (not done.waited_on and done.verdict == "go" and not done.stuck
+                        and not done.unnamed
+                        and done.last.outcome != "unknown" and not done.cordon_text()):
         return result
     return replace(result, reason=f"{result.reason}; {done.describe()}",
                    data={**result.data, **done.data()})

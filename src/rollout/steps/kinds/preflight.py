@@ -22,7 +22,7 @@ from rollout.host.reports import CommandReport, OutputsReport, Report, TextRepor
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext, Kind
-from rollout.steps.budget import BudgetRule, decide_budget
+from rollout.steps.budget import WARNING, BudgetRule, decide_budget
 from rollout.steps.daemon import cannot_adopt
 from rollout.steps.decision import Action, Call, Decision, Target
 from rollout.steps.gather import Fact
@@ -227,7 +227,9 @@ HAND_OVER = (
 def respawner(p: ProcessFacts) -> Parent | None:
     """The process that would start a foreign daemon again, found by what it is, not by
     timing: its parent, unless that is rollout's own or the container's init (pid 1) that
-    does not start cuzk itself (an orphan's reaper); None when there is none."""
+    does not run the daemon's program itself (an orphan's reaper, a shell that polls
+    cuzk-bench or tails the log: the host's facts read its text, ops.facts what_it_is);
+    None when there is none."""
     parent = p.parents[0] if p.parents else None
     if parent is None or parent.program in ROLLOUTS_OWN:
         return None
@@ -235,8 +237,10 @@ def respawner(p: ProcessFacts) -> Parent | None:
 
 
 def respawners(facts: HostFacts) -> list[str]:
-    """Each foreign daemon's respawning parent, and each shell loop that starts cuzk (one
-    between two restarts has no daemon to find it by)."""
+    """Each foreign daemon's respawning parent, and each shell loop whose command runs the
+    daemon's program (cuzk-daemon or cuzk in a command's executable position, as the host's
+    facts read it; never a loop of cuzk-bench or one that reads the log): one between two
+    restarts has no daemon to find it by."""
     problems, named = [], set()
     for p in facts.foreign_daemons:
         parent = respawner(p)
@@ -490,7 +494,11 @@ def apply(ctx: HostContext, action: Action) -> StepResult:
     problems = [p for v in verdicts.values() for p in v.problems]
     if problems:
         raise StepFailed("; ".join(problems), retryable=False)
-    return ok("; ".join(n for v in verdicts.values() for n in v.notes))
+    notes = [n for v in verdicts.values() for n in v.notes]
+    for note in notes:
+        if note.startswith(WARNING) and ctx.emit is not None:  # a budget that costs the host
+            ctx.emit("warning", reason=note, data={"step": "preflight"})
+    return ok("; ".join(notes))
 
 
 KIND = Kind("preflight", PreflightParams, KindRule("untouched"), place=10, decide=decide,

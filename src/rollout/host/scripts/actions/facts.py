@@ -15,7 +15,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import Collector, all_pids, cgroup_memory, cgroup_working_set, cuzk_processes, neighbours, ports_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_ancestors, proc_cmdline, proc_exe, proc_program, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
+from rollout.host.scripts.common import DAEMON_NAMES, Collector, all_pids, cgroup_memory, cgroup_working_set, cuzk_processes, neighbours, ports_owners, distrust_daemon, distrust_supervisor, meminfo, parse_jsonl, proc_ancestors, proc_cmdline, proc_exe, proc_program, proc_start_epoch, proc_stat, read_pidfile, read_text, tail_window  # inlined on hosts
 from rollout.host.scripts.actions.spec import action  # inlined on hosts
 # isort: on
 
@@ -76,30 +76,188 @@ def script_of(proc: str, pid: int, argv: list[str]) -> str:
 
 
 def what_it_is(proc: str, pid: int) -> dict[str, Any]:
-    """pid, program, command line, and whether it starts cuzk: its command line, or the
-    script a shell runs, names cuzk (a loop such as an entrypoint.sh)."""
+    """pid, program, command line, and whether it starts cuzk: a shell, or a launcher (nohup,
+    tini, ...), whose command line or script runs the daemon's program (command_runs),
+    or another program whose command line names cuzk (what it runs cannot be read); and
+    whether it runs the daemon in a loop (an entrypoint.sh)."""
     argv = proc_cmdline(proc, pid)
     program = os.path.basename(proc_program(proc, pid) or (argv[0] if argv else ""))
     shell = program in SHELLS or (bool(argv) and os.path.basename(argv[0]) in SHELLS)
-    text = " ".join(argv[1:]) + "\n" + (script_of(proc, pid, argv) if shell else "")
+    script = script_of(proc, pid, argv) if shell else ""
+    daemon, loop = argv_runs(argv, {})
+    in_script = text_runs(script)
+    daemon, loop = daemon or in_script[0], loop or in_script[1]
+    readable = shell or (bool(argv) and os.path.basename(argv[0]) in LAUNCHERS)
     return {"pid": pid, "program": program[:100], "cmdline": " ".join(argv)[:300],
-            "shell": shell, "starts_cuzk": "cuzk" in text,
-            "loops_cuzk": shell and runs_cuzk_in_a_loop(text)}
+            "shell": shell,
+            "starts_cuzk": daemon if readable else "cuzk" in " ".join(argv[1:]),
+            "loops_cuzk": shell and loop and daemon}
 
 
-LOOP = re.compile(r"\b(?:while|until|for)\b")
-# cuzk as a command: at the start of a line or after ; & | do then else exec nohup, its path
-# written out or starting with $(...) ($(readlink -f /data/current)/cuzk-daemon)
-CUZK_COMMAND = re.compile(
-    r"(?:^|[;&|\n]|\b(?:do|then|else|exec|nohup)\b)\s*(?:\$\([^)]*\))?[^\s;&|()]*cuzk",
-    re.MULTILINE)
+# ---------------------------------------------------------------- what a shell runs
+# A respawner is found by the daemon's program (DAEMON_NAMES: cuzk-daemon, or cuzk as `make
+# cuzk` names it) in the executable position of a command: the word that is run, not one
+# that is read (`tail -f cuzk.log`, `grep cuzk`, `pgrep -x cuzk-daemon`) nor another
+# program (`cuzk-bench`, a client). Shell text is read as data, never run or expanded.
+
+SEPARATORS = ";&|()\n`"
+RESERVED = frozenset(("if", "then", "else", "elif", "fi", "do", "done", "while", "until",
+                      "!", "{", "}", "time", "esac"))  # a command follows them
+LOOPS = frozenset(("while", "until", "for", "select"))
+# programs that run the command in their arguments (their options and values included:
+# every word after them that names the daemon counts)
+LAUNCHERS = frozenset((
+    "exec", "nohup", "setsid", "env", "nice", "ionice", "timeout", "stdbuf", "taskset",
+    "chrt", "numactl", "sudo", "doas", "su", "runuser", "setpriv", "command", "builtin",
+    "xargs", "flock", "unbuffer", "chpst", "prlimit", "tini", "dumb-init", "gosu", "su-exec",
+    "catchsegv", "strace", "ltrace", "valgrind", "watch", "daemonize", "start-stop-daemon",
+    "systemd-run", "script", "faketime", "cgexec", "firejail", "unshare", "nsenter", "chroot",
+    "s6-setuidgid", "setuidgid", "envdir", "softlimit", "with-contenv", "time"))
+REDIRECT = re.compile(r"^[0-9]*(?:<<?<?|>>?|&>>?|>&|<&|<>)(.*)$")
+ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+VARIABLE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)(?::?[-=+]([^}]*))?\}?$")
+MAX_DEPTH = 4  # sh -c inside sh -c ...: deeper text is not read
+MAX_RESOLVED = 64  # words a variable in a command's place is followed through
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """The words of each simple command of shell text, quotes removed: a new command after
+    ; & | ( ) ` and a newline (so the command of a $(...) is one too); comments dropped."""
+    commands: list[list[str]] = [[]]
+    word: list[str] | None = None  # the word being read; None between words
+    quote, i, n = "", 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r" + SEPARATORS and not quote:
+            if word is not None:
+                commands[-1].append("".join(word))
+                word = None
+            if c in SEPARATORS:
+                commands.append([])
+        elif c == "#" and word is None and not quote:
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        else:
+            word = [] if word is None else word
+            if c == quote:
+                quote = ""
+            elif c in "'\"" and not quote:
+                quote = c
+            elif c == "\\" and quote != "'" and i + 1 < n:
+                i += 1
+                word.append(text[i] if text[i] != "\n" else "")
+            else:
+                word.append(c)
+        i += 1
+    if word is not None:
+        commands[-1].append("".join(word))
+    return [c for c in commands if c]
+
+
+def assignments(commands: list[list[str]]) -> dict[str, list[str]]:
+    """Every NAME=VALUE word of the text (a variable that may hold the daemon's path)."""
+    out: dict[str, list[str]] = {}
+    for words in commands:
+        for w in words:
+            m = ASSIGNMENT.match(w)
+            if m:
+                out.setdefault(m.group(1), []).append(m.group(2))
+    return out
+
+
+def names_daemon(word: str, assigned: dict[str, list[str]]) -> bool:
+    """The word, run, is the daemon's program: its last path part is one of DAEMON_NAMES,
+    or a variable the text sets to such a path (${X:-default}'s default too), followed
+    through at most MAX_RESOLVED words."""
+    todo = [word]
+    seen: set[str] = set()
+    while todo and len(seen) < MAX_RESOLVED:
+        w = todo.pop()
+        if w in seen:
+            continue
+        seen.add(w)
+        base = w.rstrip("/").rsplit("/", 1)[-1]
+        if base in DAEMON_NAMES:
+            return True
+        m = VARIABLE.match(w) or VARIABLE.match(base)
+        if m is not None:
+            todo += assigned.get(m.group(1), [])[-16:] + ([m.group(2)] if m.group(2) else [])
+    return False
+
+
+def _plain(words: list[str]) -> list[str]:
+    """The words less redirections (`> log`, `2>&1`, `<in`) and their targets."""
+    out: list[str] = []
+    skip = False
+    for w in words:
+        m = REDIRECT.match(w)
+        if skip:
+            skip = False
+        elif m is not None:
+            skip = m.group(1) == ""  # `> log`: its target is the next word
+        else:
+            out.append(w)
+    return out
+
+
+def command_runs(words: list[str], assigned: dict[str, list[str]],
+                 depth: int = 0) -> tuple[bool, bool]:
+    """(runs the daemon, is or starts a loop) for one simple command: its leading reserved
+    words and assignments skipped, then the word that is run; a launcher's or a shell's
+    words after it are run too (a word with spaces or ; in it read as shell text: sh -c)."""
+    words, loop, i = _plain(words), False, 0
+    while i < len(words) and (words[i] in RESERVED or ASSIGNMENT.match(words[i])):
+        loop = loop or words[i] in ("while", "until")
+        i += 1
+    if i < len(words) and words[i] == "function":
+        return False, loop
+    if i >= len(words):
+        return False, loop
+    program = words[i].rsplit("/", 1)[-1]
+    loop = loop or program in LOOPS
+    if names_daemon(words[i], assigned):
+        return True, loop
+    if program not in LAUNCHERS and program not in SHELLS:
+        return False, loop
+    for w in words[i + 1:]:
+        if any(c in w for c in " \t\n;&|"):
+            inner = text_runs(w, depth + 1, assigned)
+            loop = loop or inner[1]
+            if inner[0]:
+                return True, loop
+        elif names_daemon(w, assigned):
+            return True, loop
+    return False, loop
+
+
+def text_runs(text: str, depth: int = 0,
+              outer: dict[str, list[str]] | None = None) -> tuple[bool, bool]:
+    """(runs the daemon's program, has a loop) for shell text: a script, or sh -c's."""
+    if not text or depth > MAX_DEPTH:
+        return False, False
+    commands = shell_commands(text[:SCRIPT_BYTES])
+    assigned = {**(outer or {}), **assignments(commands)}
+    daemon = loop = False
+    for words in commands:
+        d, lp = command_runs(words, assigned, depth)
+        daemon, loop = daemon or d, loop or lp
+    return daemon, loop
+
+
+def argv_runs(argv: list[str], assigned: dict[str, list[str]]) -> tuple[bool, bool]:
+    """What a process's own command line runs: its argv read as one command (a shell's -c
+    text, a launcher's command)."""
+    return command_runs(list(argv), assigned) if argv else (False, False)
 
 
 def runs_cuzk_in_a_loop(text: str) -> bool:
-    """A shell's command line or script that loops and runs cuzk as a command (an
-    entrypoint's `while true; do .../cuzk-daemon ...; sleep 10; done`); not one that only
-    names it (`stat .../cuzk-daemon`, `tail cuzk.log`, `while pgrep -x cuzk-daemon`)."""
-    return bool(LOOP.search(text)) and bool(CUZK_COMMAND.search(text))
+    """A shell's script or -c text that loops and runs the daemon's program as a command
+    (an entrypoint's `while true; do .../cuzk-daemon ...; sleep 10; done`); not one that
+    only names it (`stat .../cuzk-daemon`, `tail cuzk.log`, `while pgrep -x cuzk-daemon`)
+    nor one that runs another program (`while true; do cuzk-bench status; sleep 5; done`)."""
+    daemon, loop = text_runs(text)
+    return daemon and loop
 
 
 def parent_chain(proc: str, ancestors: list[int]) -> list[dict[str, Any]]:

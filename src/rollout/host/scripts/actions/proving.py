@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal as signals
 import time
 from typing import Any
@@ -147,33 +148,53 @@ def _pinned(doc: Any) -> int:
     return total
 
 
-def _mine(jobs: list[dict[str, Any]], before: list[str]) -> dict[str, Any] | None:
-    """The proof's job: the oldest job not listed before the proof was submitted (cuzk-bench
-    chooses its id; cuzk registers jobs in the order they came)."""
-    new = [j for j in jobs if j["id"] not in set(before)]
-    return max(new, key=lambda j: -1.0 if j["age"] is None else j["age"]) if new else None
+# The id cuzk-bench `single` gives its job (uuid::Uuid::new_v4, the request_id; cuzk's engine
+# gives the same form to a request that names none). Callers cannot choose it there; curio
+# names its jobs porep-<miner>-<sector>, snap-..., wdpost-... (lib/ffi/cuzk_funcs.go).
+BENCH_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+REGISTER_SLACK = 1.0  # seconds: a job registered since the proof began is at most that old
 
 
-def budget_waiting(doc: Any, before: list[str], partition: int) -> dict[str, Any] | None:
-    """What /status shows when the proof's job (see _mine) waits in cuzk's budget acquire;
-    None when it does not, or nothing is known. It waits when it has a partition pending,
-    none holding a reservation, and the budget's available bytes cannot hold one partition
-    (`partition`: the kind's figure). `releasable`: another job holds a partition, or the
-    budget holds more than the SRS and PCE allocations (a reservation that ends, such as
-    cuzk's PCE extraction); else nothing will ever free room."""
+def own_jobs(jobs: list[dict[str, Any]], before: list[str],
+             elapsed: float | None = None) -> list[dict[str, Any]]:
+    """The jobs that can be the proof's, from the evidence cuzk gives (/status names no
+    caller): not listed before the proof was submitted, registered since (`elapsed` s ago
+    at most; None: not known), named as cuzk-bench names its job (BENCH_ID), and not ended
+    (cuzk answers a job's caller as it ends). More than one only where another bench client
+    submitted at the same moment; arrival order is never evidence (curio's work arrives at
+    any moment)."""
+    known = set(before)
+    return [j for j in jobs if j["id"] not in known and BENCH_ID.fullmatch(j["id"])
+            and not j["ended"]
+            and (elapsed is None or j["age"] is None or j["age"] <= elapsed + REGISTER_SLACK)]
+
+
+def _waits(job: dict[str, Any]) -> bool:
+    return bool(job["pending"]) and not job["active"]
+
+
+def budget_waiting(doc: Any, before: list[str], partition: int,
+                   elapsed: float | None = None) -> dict[str, Any] | None:
+    """What /status shows when the proof's job (own_jobs: where several can be it, every one
+    of them) waits in cuzk's budget acquire; None when it does not, or nothing is known. It
+    waits when it has a partition pending, none holding a reservation, and the budget's
+    available bytes cannot hold one partition (`partition`: the kind's figure).
+    `releasable`: another job holds a partition, or the budget holds more than the SRS and
+    PCE allocations (a reservation that ends, such as cuzk's PCE extraction); else nothing
+    will ever free room."""
     memory = doc.get("memory") if isinstance(doc, dict) else None
     memory = memory if isinstance(memory, dict) else {}
     total, used, available = (_count(memory.get(k)) for k in (
         "total_bytes", "used_bytes", "available_bytes"))
     jobs = _jobs(doc)
-    mine = _mine(jobs, before)
-    if mine is None or total is None or used is None or available is None or partition <= 0:
+    mine = own_jobs(jobs, before, elapsed)
+    if not mine or total is None or used is None or available is None or partition <= 0:
         return None
-    if not mine["pending"] or mine["active"] or available >= partition:
+    if not all(_waits(j) for j in mine) or available >= partition:
         return None
-    others = [j for j in jobs if j["id"] != mine["id"] and j["active"]]
+    others = [j for j in jobs if j["active"]]
     pinned = _pinned(doc)
-    return {"job": mine, "others": others, "total": total, "used": used,
+    return {"job": mine[0], "others": others, "total": total, "used": used,
             "available": available, "pinned": pinned, "partition": partition,
             "releasable": bool(others) or used > pinned}
 
@@ -189,6 +210,7 @@ def _run_watched(argv: list[str], kill_after: float, status_url: str,
     import subprocess
 
     partition, limit = int(watch.get("partition") or 0), float(watch.get("wait") or 0)
+    began = time.monotonic()
     before = job_ids(_status_doc(status_url))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
@@ -200,10 +222,11 @@ def _run_watched(argv: list[str], kill_after: float, status_url: str,
         except subprocess.TimeoutExpired:
             pass
         doc = _status_doc(status_url)
-        seen = budget_waiting(doc, before, partition)
+        elapsed = time.monotonic() - began
+        seen = budget_waiting(doc, before, partition, elapsed)
         if seen is None:
-            mine = _mine(_jobs(doc), before)
-            if mine is None or mine["active"] or mine["done"]:
+            mine = own_jobs(_jobs(doc), before, elapsed)
+            if not mine or any(j["active"] or j["done"] for j in mine):
                 looks = 0  # no job of the proof's yet, or it moves: no wait
             continue
         since, looks = (since if looks else time.monotonic()), looks + 1
