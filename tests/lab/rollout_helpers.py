@@ -251,3 +251,20 @@ def marks_made(host: str, marks: Iterable[str]) -> list[str]:
     found = [m for m in marks if Path(m).exists()]
     listing = sh(host, f"ls -d {' '.join(marks)} 2>/dev/null || true").split()
     return found + [f"{host}:{m}" for m in listing]
+
+
+def wait_until(predicate: Any, bound: float = 120.0) -> Any:
+    """Poll a condition; the bound only ends a wait that would never end."""
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition not met within the bound")
+
+
+def sidecar_ended(host: str) -> dict[str, str]:
+    """The proofs the host's curio-like sidecar saw end: job id -> completed, failed or lost."""
+    return {e["job_id"]: e["event"] for e in lab.sidecar_events(host)
+            if e.get("event") in ("completed", "failed", "lost")}

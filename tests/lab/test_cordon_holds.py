@@ -7,7 +7,6 @@ result names the wait."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ import pytest
 from rollout import lab
 
 from .conftest import LabFleet
-from .rollout_helpers import FAST_KNOBS, CliRun, fresh_fleet, rollout_args, run_cli, sh
+from .rollout_helpers import FAST_KNOBS, CliRun, fresh_fleet, rollout_args, run_cli, sh, wait_until
+from .rollout_helpers import sidecar_ended as ended
 
 pytestmark = pytest.mark.lab
 POLL = 8  # seconds: the sidecar's cordon poll here, and work.cordon_takes
@@ -31,24 +31,10 @@ COMMON = ("--set", "ready_timeout=15", "--set", "stop_grace=3", "--set", "work_d
 ROLLOUTS = 3  # a rollout where no sidecar claimed after the cordon proves nothing: again
 
 
-def wait_until(predicate: Any, bound: float = 120.0) -> Any:
-    """Poll a condition; the bound only ends a wait that would never end."""
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met within the bound")
-
 
 def events(host: str, kind: str) -> list[dict[str, Any]]:
     return [e for e in lab.sidecar_events(host) if e.get("event") == kind]
 
-
-def ended(host: str) -> dict[str, str]:
-    return {e["job_id"]: e["event"] for e in lab.sidecar_events(host)
-            if e.get("event") in ("completed", "failed", "lost")}
 
 
 def claimed_after_cordon(host: str) -> list[str]:

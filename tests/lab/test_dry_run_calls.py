@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from rollout.config.playbook import LAB_PLAYBOOK
+
 from .conftest import LabFleet
 from .rollout_helpers import FAST_KNOBS, CliRun, fresh_fleet, rollout_args, run_cli
 
@@ -56,6 +58,9 @@ def made(run: CliRun, host: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
 
 def test_the_run_makes_the_calls_its_dry_run_listed(lab_fleet: LabFleet, tmp_path: Path) -> None:
     fleet = fresh_fleet(lab_fleet)
+    built = run_cli(tmp_path, "build", "-p", str(LAB_PLAYBOOK), "--set", "version=v1",
+                    "--out", str(tmp_path / "bundle"))  # the image exists: the plan names
+    assert built.code == 0, built.stderr[-3000:]  # its release (else a build to come)
     plan = run_cli(tmp_path, *_args(fleet, "--dry-run"))
     assert plan.code == 0, plan.stderr[-3000:]
     run = run_cli(tmp_path, *_args(fleet))

@@ -18,6 +18,7 @@ from rollout.lab.fleet import wait_for_ssh
 
 from .conftest import LISTEN, LOG, PARAMS, ZK, LabFleet, Standin
 from .rollout_helpers import FAST_KNOBS, assert_serving, run_cli
+from .rollout_helpers import sidecar_ended as ended
 
 pytestmark = pytest.mark.lab
 MIB = 1 << 20
@@ -221,10 +222,6 @@ def test_a_never_release_leak_survives_every_process_killed(standin: Standin) ->
 def submitted(host: str) -> list[str]:
     return [e["job_id"] for e in lab.sidecar_events(host) if e["event"] == "submitted"]
 
-
-def ended(host: str) -> dict[str, str]:
-    return {e["job_id"]: e["event"] for e in lab.sidecar_events(host)
-            if e["event"] in ("completed", "failed", "lost")}
 
 
 def test_the_sidecar_submits_proofs_holds_memory_and_honours_cordon(standin: Standin) -> None:

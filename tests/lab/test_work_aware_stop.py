@@ -7,7 +7,6 @@ cordoned, not even when the controller is SIGKILLed while the host waits for its
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,10 @@ from .rollout_helpers import (
     sh,
     start_cli,
     status_json,
+    wait_until,
+)
+from .rollout_helpers import (
+    sidecar_ended as ended,
 )
 
 pytestmark = pytest.mark.lab
@@ -56,20 +59,6 @@ def work_playbook(tmp: Path) -> Path:
     return path
 
 
-def wait_until(predicate: Any, bound: float = 120.0) -> Any:
-    """Poll a condition; the bound only ends a wait that would never end."""
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met within the bound")
-
-
-def ended(host: str) -> dict[str, str]:
-    return {e["job_id"]: e["event"] for e in lab.sidecar_events(host)
-            if e.get("event") in ("completed", "failed", "lost")}
 
 
 def submitted(host: str) -> list[str]:

@@ -26,6 +26,10 @@ from .rollout_helpers import (
     sh,
     start_cli,
     status_json,
+    wait_until,
+)
+from .rollout_helpers import (
+    sidecar_ended as ended,
 )
 
 pytestmark = pytest.mark.lab
@@ -39,16 +43,6 @@ SRS_HOLD = "/run/lab-srs-hold"  # the stand-in's drill: an SRS load that does no
 def knobs(load: float = 0.3, more: str = "") -> tuple[str, str]:
     return ("--set", f"lab_knobs={KNOBS.format(load=load, more=more)}")
 
-
-def wait_until(predicate: Any, bound: float = 120.0) -> Any:
-    """Poll a condition; the bound only ends a wait that would never end."""
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met within the bound")
 
 
 def playbook(tmp: Path, **work: Any) -> Path:
@@ -66,10 +60,6 @@ def rollout(tmp: Path, fleet: LabFleet, version: str, *extra: str, **work: Any) 
     return run_cli(tmp, *rollout_args(fleet.fleet_path, version), "--playbook",
                    str(playbook(tmp, **work)), *COMMON, *extra)
 
-
-def ended(host: str) -> dict[str, str]:
-    return {e["job_id"]: e["event"] for e in lab.sidecar_events(host)
-            if e.get("event") in ("completed", "failed", "lost")}
 
 
 def submitted(host: str) -> list[str]:

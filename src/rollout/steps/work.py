@@ -75,15 +75,18 @@ def bench_argv(target: Target) -> tuple[str, ...]:
     return (f"{target.layout.current}/{name}", "-a", address, "status")
 
 
-def work_calls(target: Target, how: WorkHow) -> tuple[Call, ...]:
+def work_calls(target: Target, how: WorkHow, polls: bool = True) -> tuple[Call, ...]:
     """The calls before a stop: the cordon (where set; the run's id added at run time),
-    then ops.work, polled until the verdict is not `wait` (listed once: a poll repeats it)."""
+    then ops.work, polled until the verdict is not `wait` (listed once: a poll repeats it).
+    `polls` False: no daemon runs, so the cordon's own first look ends the wait."""
     look = {"status_url": how.status_url, "bench": list(how.bench)}
     cordon = Call("cordon", {"root": target.layout.root, "command": how.cordon,
                              "timeout": how.timeout, **look},
                   how.timeout + 30, runtime=("run_id",))
     work = Call("work", look, 30)
-    return (cordon, work) if how.cordon else (work,)
+    if not how.cordon:
+        return (work,)
+    return (cordon, work) if polls else (cordon,)
 
 
 def verdict(report: WorkReport, waited: float, how: WorkHow) -> Verdict:

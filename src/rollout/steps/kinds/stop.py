@@ -70,8 +70,8 @@ def stop_action(facts: HostFacts, target: Target, params: StopParams) -> Action:
     if unnamed:  # refused before anything is stopped, as preflight refuses it
         return Action(summary, params, how, fails=unnamed)
     listen = daemon.status_listen
-    before = work_calls(target, work_how(target, status_url(listen) if listen else "")) \
-        if params.work else ()
+    before = work_calls(target, work_how(target, status_url(listen) if listen else ""),
+                        polls=old.running) if params.work else ()
     return Action(summary, params, how, calls=before + stop_calls(target, how))
 
 
