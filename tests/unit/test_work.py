@@ -155,16 +155,23 @@ def scripted_context(answers: list[dict[str, Any]], **settings: Any
                      ) -> tuple[HostContext, Scripted, list[dict[str, Any]]]:
     """The lab playbook's settings on a scripted host, without the lab's curio cordon
     unless `settings` set one (work.cordon, work.uncordon)."""
+    transport = Scripted(answers)
+    ctx, events = work_context(transport, **settings)
+    return ctx, transport, events
+
+
+def work_context(transport: Any, **settings: Any) -> tuple[HostContext, list[dict[str, Any]]]:
+    """A host context on `transport` with the lab playbook's settings (no cordon unless
+    `settings` set one), and the events it emits (host calls left out)."""
     settings = {"work.cordon": None, "work.uncordon": None, **settings}
     events: list[dict[str, Any]] = []
     host = small_host()
-    transport = Scripted(answers)
-    ctx = host_context(host, transport,  # type: ignore[arg-type]
+    ctx = host_context(host, transport,
                        emit=lambda kind, **f: kind == "host_call" or events.append(
                            {"kind": kind, **f}))
     ctx.settings = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(
         ("params_files=[]", "pce_bytes=0")), settings=settings).for_host(host)
-    return ctx, transport, events
+    return ctx, events
 
 
 class Clock:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contexts import host_context, small_host
+from test_work import work_context
 
 from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
 from rollout.errors import ConfigError, StepFailed
@@ -284,15 +284,8 @@ class Clock:
 
 def waiting(looks: list[tuple[Any, Any, bool]], **settings: Any
             ) -> tuple[HostContext, Looks, list[dict[str, Any]]]:
-    settings = {"work.cordon": None, "work.uncordon": None, **settings}
-    events: list[dict[str, Any]] = []
-    host = small_host()
     transport = Looks(looks)
-    ctx = host_context(host, transport,  # type: ignore[arg-type]
-                       emit=lambda kind, **f: kind == "host_call" or events.append(
-                           {"kind": kind, **f}))
-    ctx.settings = load_playbook(LAB_PLAYBOOK, overrides=parse_set_options(
-        ("params_files=[]", "pce_bytes=0")), settings=settings).for_host(host)
+    ctx, events = work_context(transport, **settings)
     return ctx, transport, events
 
 
