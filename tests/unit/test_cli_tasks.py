@@ -19,7 +19,7 @@ from invoke.program import Program
 import rollout.cli
 from rollout import lab
 from rollout.cli import lab_tasks, namespace
-from rollout.commands import app, single
+from rollout.commands import app, fleet, single
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -62,7 +62,7 @@ def no_task_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             raise AssertionError(f"{name} ran")
         return fake
 
-    for module, attr in ((app, "run_rollout"), (app, "load_fleet"), (single, "run_steps"),
+    for module, attr in ((app, "run_rollout"), (fleet, "load_fleet"), (single, "run_steps"),
                          (lab, "up"), (lab, "down"), (lab, "status")):  # fmt: skip
         monkeypatch.setattr(module, attr, record(f"{module.__name__}.{attr}"))
     monkeypatch.setenv("ROLLOUT_HOSTS", str(REPO / "no-such-inventory.yaml"))
@@ -115,7 +115,7 @@ def steps_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str
     monkeypatch.setattr(single, "run_steps",
                         lambda hosts, playbook, host, kinds, *lock: calls.append((host, *kinds))
                         or [])
-    monkeypatch.setattr(app, "load_fleet",
+    monkeypatch.setattr(fleet, "load_fleet",
                         lambda hosts, playbook, limit: calls.append(("load_fleet", limit)))
     monkeypatch.setattr("rollout.commands.diagnose.diagnose", lambda plan, as_json: 0)
     inventory = tmp_path / "fleet.yaml"

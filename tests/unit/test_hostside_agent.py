@@ -18,7 +18,7 @@ import pytest
 
 from rollout.errors import TransportError
 from rollout.host.scripts import script_text
-from rollout.host.scripts.agent import prune_cache
+from rollout.host.scripts.codecache import prune_cache
 from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command, source_sha256
 from rollout.transport.base import Stream
 
@@ -137,7 +137,7 @@ def test_source_is_sent_once_per_script_and_host(tmp_path: Path) -> None:
         assert with_source == ([sha, OPS_SHA] if connection == 0 else []), with_source
         agent.close()
     cached = sorted(f.name.split(".")[0] for f in (tmp_path / "cache/rollout/code").iterdir())
-    assert cached == sorted([sha, OPS_SHA])
+    assert cached == sorted([sha, OPS_SHA, source_sha256(script_text("agent"))])  # its own too
 
 
 def test_a_cached_code_file_that_is_not_the_agents_own_is_compiled_again(
@@ -151,7 +151,7 @@ def test_a_cached_code_file_that_is_not_the_agents_own_is_compiled_again(
     assert agent.script(source, [], 30).stdout == "mine\n"
     agent.close()
     folder = tmp_path / "cache/rollout/code"
-    (cached,) = folder.iterdir()
+    (cached,) = (f for f in folder.iterdir() if f.name.startswith(sha))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_bytes(cached.read_bytes())
     for spoilt in ("link", "garbage", "open folder"):
@@ -249,10 +249,10 @@ def test_the_code_cache_keeps_the_newest_files_only(tmp_path: Path) -> None:
             if f.name.startswith(hashlib.sha256(f"print({i})".encode()).hexdigest()):
                 os.utime(f, (old, old))
     (folder / "not-ours").write_text("kept")
-    prune_cache(str(folder), keep=2)
+    prune_cache(str(folder), keep=3)  # the agent's own code, the newest, and two more
     left = {f.name.split(".")[0] for f in folder.iterdir()}
-    assert left == {"not-ours", *(hashlib.sha256(f"print({i})".encode()).hexdigest()
-                                  for i in (1, 2))}
+    assert left == {"not-ours", source_sha256(script_text("agent")),
+                    *(hashlib.sha256(f"print({i})".encode()).hexdigest() for i in (1, 2))}
     agent.close()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import rollout.cli
-from rollout.commands import app
+from rollout.commands import app, fleet
 from rollout.config import vastai
 from rollout.config.inventory import Inventory, load_inventory
 from rollout.errors import ConfigError, EnvironmentProblem, UserError
@@ -356,13 +356,13 @@ def run_rollout(*argv: str) -> int:
 def plans(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The plans the commands made, instead of touching hosts."""
     made: list[Any] = []
-    real = app.make_plan
+    real = fleet.make_plan
 
     def make_plan(*args: Any, **kwargs: Any) -> Any:
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(app, "make_plan", make_plan)
+    monkeypatch.setattr(fleet, "make_plan", make_plan)
     monkeypatch.setattr("rollout.commands.status.fleet_rows", lambda plan: [])
     monkeypatch.setattr(app, "dry_run", lambda plan, *a, **k: SimpleNamespace(exit_code=0))
     monkeypatch.chdir(REPO)

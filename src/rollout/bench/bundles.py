@@ -17,6 +17,7 @@ from rollout.bundle.manifest import Executable
 from rollout.bundle.publish import publish
 from rollout.bundle.release import Artifact, Release, release_id_of
 from rollout.commands import app
+from rollout.commands.fleet import connect
 from rollout.lab.web import start_web_server, stop_web_server
 from rollout.transport.counting import CountingTransport, SentBytes
 
@@ -55,7 +56,7 @@ def _timed(fleet: Path, release: str) -> dict[str, Any]:
     sent = SentBytes()
     request = app.RolloutRequest(str(fleet), None, (f"lab_knobs={FAST}",), release=release)
     started = time.monotonic()
-    summary = app.run_rollout(request, lambda h: CountingTransport(app.connect(h), sent))
+    summary = app.run_rollout(request, lambda h: CountingTransport(connect(h), sent))
     return {
         "seconds": round(time.monotonic() - started, 2),
         "validated": sum(1 for o in summary.outcomes.values() if o.succeeded),

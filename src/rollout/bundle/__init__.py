@@ -6,7 +6,3 @@ each executable, the version, the image and its digest, the build args and the s
 revision. `rollout build` writes one; `rollout rollout --release DIR|URL` deploys one without
 a Docker engine; `rollout publish` copies one where hosts can download it themselves.
 """
-
-from rollout.bundle.manifest import MANIFEST, Executable, Manifest, parse_manifest
-
-__all__ = ["MANIFEST", "Executable", "Manifest", "parse_manifest"]

@@ -8,41 +8,19 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from typing import Any
 
-from invoke.collection import Collection
+from rollout.cli.version import FLAGS, version_line
 
-from rollout import __version__
-from rollout.cli import (
-    bench_tasks,
-    init_tasks,
-    inventory_tasks,
-    lab_tasks,
-    release_tasks,
-    rollout_tasks,
-)
-from rollout.cli.program import RolloutProgram
 
-namespace = Collection(
-    rollout_tasks.rollout,
-    rollout_tasks.rollback,
-    rollout_tasks.drain,
-    rollout_tasks.start,
-    rollout_tasks.stop,
-    rollout_tasks.validate,
-    rollout_tasks.status,
-    rollout_tasks.heal,
-    rollout_tasks.diagnose,
-    rollout_tasks.docs,
-    rollout_tasks.report,
-    inventory_tasks.inventory,
-    release_tasks.build,
-    release_tasks.publish,
-    bench_tasks.bench,
-    init_tasks.init,
-)
-namespace.add_collection(lab_tasks.ns)
+def __getattr__(name: str) -> Any:
+    """`namespace` and `program` (rollout.cli.command), loaded when first asked for: invoke
+    and the tasks cost more than all of `rollout --version`."""
+    if name in ("namespace", "program"):
+        from rollout.cli import command
 
-program = RolloutProgram(namespace=namespace, version=__version__, name="rollout", binary="rollout")
+        return getattr(command, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -50,13 +28,18 @@ def main() -> None:
     collector's settings for a process that ends with its command, then the command."""
     collect_less_often()
     try:
-        run()
+        if sys.argv[1:] in FLAGS:
+            print(version_line())
+        else:
+            run()
     finally:
         exit_without_collecting()
 
 
 def run() -> None:
     """The command that sys.argv names, with the exit status it calls for (SystemExit)."""
+    from rollout.cli.command import program
+
     try:
         program.run()
     except BrokenPipeError:  # `rollout status | head`: the reader left; say nothing more

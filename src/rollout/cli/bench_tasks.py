@@ -39,45 +39,67 @@ def _diagnose_1gib_log(fleet: Path, host: str) -> dict[str, float]:
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
 
     # for start-up time: --version and --help load no command
-    from rollout.commands import app
     from rollout.commands.diagnose import bench_diagnose
+    from rollout.commands.fleet import load_fleet
 
     log = "/data/rollout/daemon.log"
     lab.exec_on(host, f"yes 'INFO cuzk_daemon: job j COMPLETED' | head -c 1073741824 >> {log}")
-    return bench_diagnose(app.load_fleet(str(fleet), None, host), host)
+    return bench_diagnose(load_fleet(str(fleet), None, host), host)
 
 
 @task(
     help={
-        "hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s).",
+        "hosts": "Lab hosts for the lab.up timing (default 8; target: under 30 s), and for "
+        "the start-up figures' status and rerun.",
         "output": "Also write the figures as JSON to this file.",
         "only": "Run only this part: `bundles` (a 100 MiB release to N hosts, pushed and "
-        "pulled, and the bytes the controller sends per host) or `floor` (rollout against "
-        "the floor script, side by side: see docs/bench.md).",
+        "pulled, and the bytes the controller sends per host), `floor` (rollout against "
+        "the floor script, side by side: see docs/bench.md) or `startup` (`rollout "
+        "--version`, `rollout status` and a rerun with nothing to do through `inv`).",
         "sizes": "floor: fleet sizes to compare on, comma-separated (8 alone: a quick run).",
         "pairs": "floor: alternating rollout/floor pairs per size (the median is reported).",
         "release_mib": "floor: also compare with a release this large on 8 hosts (0: skip).",
+        "runs": "startup: fresh processes per command (the median is reported).",
+        "simulate": "Only this: the real engine against in-process simulated hosts, at each "
+        "of these fleet sizes (comma-separated, e.g. 100,1000,5000), a Python each (see "
+        "docs/bench.md).",
+        "latency_ms": "simulate: each round trip's latency, in milliseconds.",
+        "mbit": "simulate: each host's bandwidth in Mbit/s (0: no limit).",
+        "failure_rate": "simulate: the share of round trips that lose the session (0 to 1).",
+        "concurrency": "simulate: rolling.concurrency (0: its default).",
+        "plot": "simulate: also write the figures as an SVG plot to this file.",
     }
 )
 @reports_errors
 def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
-          sizes: str = "8,16,32,64", pairs: int = 3, release_mib: int = 100) -> None:
+          sizes: str = "8,16,32,64", pairs: int = 3, release_mib: int = 100,
+          runs: int = 5, simulate: str = "", latency_ms: float = 20.0, mbit: float = 1000.0,
+          failure_rate: float = 0.0, concurrency: int = 0, plot: str | None = None) -> None:
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
-    a 100 MiB release to N hosts pushed and pulled, and rollout against the floor."""
+    a 100 MiB release to N hosts pushed and pulled, rollout against the floor, and how
+    long commands take to start."""
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
     from rollout.bench.bundles import bench_bundles  # the benchmarks: loaded when one runs
     from rollout.bench.side_by_side import Plan
 
     figures: dict[str, Any] = {}
+    if simulate:
+        wire = (latency_ms / 1000, mbit * 125_000, failure_rate)  # seconds, bytes/s, share
+        figures["simulated"] = _simulated(_sizes(simulate, "--simulate", 100_000), wire,
+                                          concurrency, plot)
+        return _report(figures, output)
     os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))
-    if only not in ("", "bundles", "floor"):
-        raise UserError(f"--only {only!r}: use bundles or floor")
+    if only not in ("", "bundles", "floor", "startup"):
+        raise UserError(f"--only {only!r}: use bundles, floor or startup")
     floor_plan = Plan(_sizes(sizes), pairs, release_mib)
     if only == "bundles":
         figures.update(bench_bundles(Path(tempfile.mkdtemp(prefix="rollout-bench-")), hosts))
         return _report(figures, output)
     if only == "floor":
         figures["side_by_side"] = _side_by_side(floor_plan)
+        return _report(figures, output)
+    if only == "startup":
+        figures["startup"] = _startup(hosts, runs)
         return _report(figures, output)
     figures[f"lab_up_{hosts}_hosts_s"] = round(lab.bench_lab_up(hosts), 2)
     fleet = lab.up(3)
@@ -90,17 +112,36 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
         lab.down()
     figures.update(bench_bundles(Path(tempfile.mkdtemp(prefix="rollout-bench-")), hosts))
     figures["side_by_side"] = _side_by_side(floor_plan)
+    figures["startup"] = _startup(hosts, runs)
     _report(figures, output)
 
 
-def _sizes(text: str) -> tuple[int, ...]:
+def _sizes(text: str, flag: str = "--sizes", most: int = 64) -> tuple[int, ...]:
     try:
         sizes = tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
         sizes = ()
-    if not sizes or any(not 1 <= n <= 64 for n in sizes):
-        raise UserError(f"--sizes {text!r}: comma-separated host counts from 1 to 64")
+    if not sizes or any(not 1 <= n <= most for n in sizes):
+        raise UserError(f"{flag} {text!r}: comma-separated host counts from 1 to {most}")
     return sizes
+
+
+def _simulated(sizes: tuple[int, ...], wire: tuple[float, float, float], concurrency: int,
+               plot: str | None) -> list[dict[str, Any]]:
+    """The simulated fleets; prints the table, writes the plot, returns the figures."""
+    from rollout.bench import simulate  # loaded when one runs
+    from rollout.bench.simhost import Wire
+
+    latency, bandwidth, failure_rate = wire
+    if not (0 <= failure_rate <= 1 and latency >= 0 and bandwidth >= 0 and concurrency >= 0):
+        raise UserError("--latency-ms, --mbit and --concurrency are 0 or more, "
+                        "--failure-rate 0 to 1")
+    rows = simulate.fleet_sizes(sizes, Wire(latency, bandwidth, failure_rate),
+                                concurrency or None)
+    print(simulate.table(rows))
+    if plot:
+        Path(plot).write_text(simulate.svg(rows))
+    return rows
 
 
 def _side_by_side(plan: Plan) -> dict[str, Any]:
@@ -115,6 +156,15 @@ def _side_by_side(plan: Plan) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     print(summary_table(results["comparisons"], results.get("rerun")))
     return summary_json(results["comparisons"], results.get("rerun"), results["contention"])
+
+
+def _startup(hosts: int, runs: int) -> dict[str, Any]:
+    """How long commands take to start and end; prints the table, returns the figures."""
+    from rollout.bench.startup import measure, summary_table  # loaded when one runs
+
+    figures = measure(hosts, runs)
+    print(summary_table(figures))
+    return figures
 
 
 def _report(figures: dict[str, Any], output: str | None) -> None:

@@ -12,7 +12,7 @@ from invoke.context import Context
 from rollout.cli.errors import reports_errors
 from rollout.cli.taskdef import task
 from rollout.errors import EnvironmentProblem
-from rollout.transport.failures import docker_failure
+from rollout.failures import docker_failure
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -50,7 +50,7 @@ def inventory_for(hosts: str | None) -> Chosen:
 
 def playbook_for(playbook: str | None) -> Chosen | None:
     """--playbook, else $ROLLOUT_PLAYBOOK, else the project's playbook; None: the
-    inventory's own, else today's default (commands.app.choose_playbook)."""
+    inventory's own, else today's default (commands.fleet.choose_playbook)."""
     return choose(playbook, PLAYBOOK_ENV, current(), "playbook", "--playbook")
 
 

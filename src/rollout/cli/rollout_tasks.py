@@ -57,7 +57,7 @@ def hosts_file(hosts: str | None) -> str:
 
 def playbook_file(playbook: str | None) -> str | None:
     """--playbook, else $ROLLOUT_PLAYBOOK, else the project file's; None: the inventory's
-    own, else the default (commands.app.choose_playbook says which, and warns)."""
+    own, else the default (commands.fleet.choose_playbook says which, and warns)."""
     from rollout.cli.project import playbook_for  # for start-up time
 
     return playbook_for(playbook)
@@ -351,10 +351,10 @@ def diagnose(
     if all_ and host != "all":
         raise UserError(f"give HOST ({host!r}) or --all, not both")
     # for start-up time: --version and --help load no command
-    from rollout.commands import app
     from rollout.commands import diagnose as diagnose_mod
+    from rollout.commands.fleet import load_fleet
 
-    plan = app.load_fleet(hosts_file(hosts), playbook_file(playbook), host)
+    plan = load_fleet(hosts_file(hosts), playbook_file(playbook), host)
     code = diagnose_mod.diagnose(plan, as_json=json_)
     if code:
         raise Exit(code=code)
@@ -395,13 +395,13 @@ def report(
 ) -> None:
     """Render a finished run from its journal: an HTML timeline, JUnit XML or Markdown."""
     # loaded when the task runs: the CLI starts without it
-    from rollout.commands import app
+    from rollout.commands.fleet import runs_dir
     from rollout.output.journal import LATEST, journal_path, latest_run
     from rollout.reports.files import write_run_reports
 
     if not (html or junit or summary):
         raise UserError("give at least one of --html FILE, --junit FILE, --summary FILE")
-    runs = app.runs_dir()
+    runs = runs_dir()
     run = latest_run(runs) if run_id == LATEST else run_id
     if run != run_id:
         print(f"the latest run: {run}", file=sys.stderr)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from rollout.commands.app import connect
+from rollout.commands.fleet import connect
 from rollout.engine.guard import left_lines
 from rollout.engine.plan import Plan
 from rollout.errors import HostAnswerError, RolloutError, StepFailed
@@ -137,13 +137,15 @@ def _facts(ctx: HostContext) -> tuple[dict[str, Any], int]:
     return report, len(json.dumps(report).encode())
 
 
-def in_parallel(names: list[str], fn: Callable[[str], T]) -> list[T]:
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(names)))) as pool:
+def in_parallel(names: list[str], fn: Callable[[str], T], workers: int) -> list[T]:
+    """fn of each name, at most `workers` at once (the playbook's rolling.concurrency)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
         return list(pool.map(fn, names))
 
 
 def collect(plan: Plan, light: bool = False) -> list[HostEvidence]:
-    return in_parallel(list(plan.host_names), lambda n: collect_host(plan, n, light))
+    return in_parallel(list(plan.host_names), lambda n: collect_host(plan, n, light),
+                       plan.playbook.rolling.concurrency)
 
 
 # ---------------------------------------------------------------- classification (pure)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout.commands.app import cache_dir, connect, load_fleet, runs_dir, step_spec
 from rollout.commands.diagnose import collect_host
+from rollout.commands.fleet import cache_dir, connect, load_fleet, runs_dir, step_spec
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.plan import Plan
 from rollout.engine.run import Engine, EngineOptions

@@ -6,16 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rollout.commands.app import (
-    RolloutRequest,
-    cache_dir,
-    connect,
-    interrupts,
-    json_stream,
-    load_plan,
-    make_bus,
-    step_spec,
-)
+from rollout.commands.app import RolloutRequest, interrupts, json_stream, load_plan, make_bus
+from rollout.commands.fleet import cache_dir, connect, step_spec
 from rollout.config.steps import StepSpec
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.run import Engine, EngineOptions, RunSummary

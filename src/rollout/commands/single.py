@@ -5,7 +5,7 @@ A step that did not do what the command says (a stop that signalled nothing) is 
 
 from __future__ import annotations
 
-from rollout.commands.app import cache_dir, connect, load_fleet, step_spec
+from rollout.commands.fleet import cache_dir, connect, load_fleet, step_spec
 from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.run import Engine, EngineOptions
 from rollout.errors import UserError

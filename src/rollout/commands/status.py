@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.commands.app import load_fleet_used
 from rollout.commands.diagnose import HostEvidence, classify, collect, whole_tree_kill
+from rollout.commands.fleet import load_fleet_used
 from rollout.engine.plan import Plan
 from rollout.errors import UserError
 from rollout.host.facts import HostFacts

@@ -201,6 +201,11 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
+CONCURRENCY = 64
+"""rolling.concurrency's default: a 2-core controller works 64 hosts at once with CPU to
+spare (docs/bench.md), and a larger fleet is worked through it; Ansible's forks is 5."""
+
+
 class RollingSpec(Section):
     """How hosts are batched, and when the rollout stops."""
 
@@ -222,6 +227,16 @@ class RollingSpec(Section):
         default="none",
         description="After an abort: `none` leaves hosts as they are, `all` switches "
         "every host of the run back to its previous release.",
+    )
+    concurrency: int = Field(
+        default=CONCURRENCY,
+        ge=1,
+        le=1024,
+        description="Hosts worked on at once, as Ansible's forks: a batch larger than this is "
+        "worked through it (a host starts as another ends), staging ahead takes its share of "
+        "it (up to 4; none below 2), and the locks (taken, refreshed, given back) and diagnose "
+        "go through it too. Each locked host's connection stays open for the run; this bounds "
+        "the sessions at work.",
     )
 
     lock_stale_after: Seconds = Field(

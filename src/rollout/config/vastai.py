@@ -37,13 +37,6 @@ from pydantic import (
     StringConstraints,
     ValidationError,
 )
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    retry_if_result,
-    stop_after_attempt,
-)
 
 from rollout.errors import ConfigError, EnvironmentProblem, Location, UserError
 from rollout.failures import url_failure
@@ -66,6 +59,7 @@ NAME_MAX = 63
 
 if TYPE_CHECKING:
     import urllib3
+    from tenacity import RetryCallState
 
 
 def _no_control(text: str) -> str:
@@ -269,6 +263,7 @@ def open_api(key: str, deadline: float | None = None) -> PageGetter:
             f"reading a vast.ai fleet needs the vastai package: {PIP_FIX}"
         ) from None
     import requests
+    from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 
     client = VastAI(api_key=key, retry=RETRIES).client
     end = time.monotonic() + LIST_DEADLINE if deadline is None else deadline

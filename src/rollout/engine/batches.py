@@ -15,7 +15,7 @@ from rollout.engine.hosts import Hosts
 from rollout.engine.options import EngineOptions
 from rollout.engine.outcome import HostOutcome, RunSummary
 from rollout.engine.runlocks import RunLocks
-from rollout.engine.staging import Stager, staging
+from rollout.engine.staging import STAGING_WORKERS, Stager, staging
 from rollout.engine.stepper import DEFAULT_STEP_TIMEOUT
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Release
@@ -35,9 +35,11 @@ class Batches:
         later = [h for batch in plan.batches[1:] for h in batch
                  if h not in self.options.done_hosts
                  and self.locks.not_locked(h) is None]  # fmt: skip
-        with staging(release, self.hosts.bus, self._staging_host, later,
-                     self._upload_timeout()) as stager:
-            self._each(release, summary, stager)
+        concurrency = plan.playbook.rolling.concurrency
+        ahead = min(STAGING_WORKERS, concurrency // 2)  # staging's share of the bound
+        with staging(release, self.hosts.bus, self._staging_host, later if ahead else [],
+                     self._upload_timeout(), ahead) as stager:
+            self._each(release, summary, stager, concurrency - (ahead if stager else 0))
 
     def _upload_timeout(self) -> float:
         """The upload step's timeout: what bounds a host's download when staged ahead."""
@@ -49,18 +51,20 @@ class Batches:
         """A context for staging on a host: on its lock's connection when there is one."""
         return self.hosts.on(name, self.locks.transport(name))
 
-    def _each(self, release: Release, summary: RunSummary, stager: Stager | None) -> None:
+    def _each(self, release: Release, summary: RunSummary, stager: Stager | None,
+              workers: int) -> None:
         plan = self.hosts.plan
         for index, batch in enumerate(plan.batches):
             if self.options.interrupted.is_set():
-                summary.aborted = (f"interrupted: no new hosts started; resume with "
-                                   f"`rollout rollout --resume {plan.run_id}`")
+                summary.aborted = self._interrupted()
                 return
             self.hosts.bus.emit("batch_start", data={"index": index, "hosts": batch})
-            with ThreadPoolExecutor(max_workers=max(1, len(batch))) as pool:
-                outcomes = list(pool.map(lambda h: self.run_host(h, release, stager), batch))
+            outcomes = self._work(batch, release, stager, workers)
             for outcome in outcomes:
                 summary.outcomes[outcome.host] = outcome
+            if len(outcomes) < len(batch):  # interrupted while some waited their turn
+                summary.aborted = self._interrupted()
+                return
             stop = self._stop_after(index, summary)
             if stop:
                 summary.aborted = stop
@@ -68,6 +72,23 @@ class Batches:
             pause = plan.playbook.rolling.pause_between_batches
             if pause and index + 1 < len(plan.batches):
                 time.sleep(float(pause))
+
+    def _work(self, batch: list[str], release: Release, stager: Stager | None, workers: int
+              ) -> list[HostOutcome]:
+        """The batch's hosts, `workers` at once (rolling.concurrency less staging's share: a
+        host starts as another ends); after an interrupt, no host waiting its turn starts."""
+        def one(name: str) -> HostOutcome | None:
+            if self.options.interrupted.is_set():
+                return None
+            return self.run_host(name, release, stager)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(batch))),
+                                thread_name_prefix="host") as pool:
+            return [o for o in pool.map(one, batch) if o is not None]
+
+    def _interrupted(self) -> str:
+        return (f"interrupted: no new hosts started; resume with "
+                f"`rollout rollout --resume {self.hosts.plan.run_id}`")
 
     def _stop_after(self, index: int, summary: RunSummary) -> str | None:
         """Why the rollout stops after batch `index`; None: it goes on."""

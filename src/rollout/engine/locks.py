@@ -27,8 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 from rollout.config.inventory import Host
+from rollout.config.sections import CONCURRENCY
 from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
 from rollout.failures import failure
 from rollout.host.facts import HOST_ID_RE
@@ -37,6 +39,7 @@ from rollout.steps.base import HostContext
 
 HEARTBEATS_PER_STALE = 6  # a live holder refreshes its locks this often within stale_after
 FUTURE_SLACK = 5.0  # seconds a lock's date may be ahead of its host's clock (a small step)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -302,6 +305,7 @@ class FleetLocks:
     refused: dict[str, str] = field(default_factory=dict)  # one machine under two entries
     lost: set[str] = field(default_factory=set)
     kept: set[str] = field(default_factory=set)  # handed to their guards: not given back
+    workers: int = CONCURRENCY  # hosts' locks taken, refreshed, given back at once
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def keep(self, name: str) -> None:
@@ -317,8 +321,7 @@ class FleetLocks:
             refused = self._take_one(rest.pop(0), open_host)
             if refused is not None:
                 raise refused
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(rest)))) as pool:
-            refusals = [e for e in pool.map(lambda n: self._take_one(n, open_host), rest) if e]
+        refusals = [e for e in self._each(lambda n: self._take_one(n, open_host), rest) if e]
         if refusals:
             raise refusals[0]
         self._refuse_same_machines()
@@ -366,21 +369,34 @@ class FleetLocks:
         self.kinds[name] = error.kind
         self.events.unreachable(name, self.unreachable[name])
 
+    def _each(self, fn: Callable[[str], T], names: list[str]) -> list[T]:
+        """fn of each host, `workers` at once."""
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(names))),
+                                thread_name_prefix="locks") as pool:
+            return list(pool.map(fn, names))
+
     def beat(self) -> None:
-        """Refresh every lock until stopped: the sign of life a stale lock lacks."""
+        """Refresh every lock until stopped: the sign of life a stale lock lacks; `workers`
+        at once, so that a sweep of a large fleet stays within the heartbeat."""
         while not self._stop.wait(self.policy.heartbeat):
-            for name, ctx in list(self.held.items()):
-                with contextlib.suppress(RolloutError):  # a dropped link: the next beat retries
-                    other = refresh_host_lock(ctx, self.me)
-                    if other is not None and name not in self.lost:
-                        self.lost.add(name)
-                        self.events.lost(other)
+            self._each(self._refresh, list(self.held))
+
+    def _refresh(self, name: str) -> None:
+        ctx = self.held.get(name)
+        if ctx is None or self._stop.is_set():
+            return
+        with contextlib.suppress(RolloutError):  # a dropped link: the next beat retries
+            other = refresh_host_lock(ctx, self.me)
+            if other is not None and name not in self.lost:
+                self.lost.add(name)
+                self.events.lost(other)
 
     def release(self) -> None:
         """Give back every lock at once (a round trip each, in parallel)."""
         self._stop.set()
 
-        def give_back(name: str, ctx: HostContext) -> None:
+        def give_back(name: str) -> None:
+            ctx = self.held[name]
             try:
                 if name not in self.kept:
                     with contextlib.suppress(RolloutError):
@@ -388,10 +404,8 @@ class FleetLocks:
             finally:
                 ctx.transport.close()
 
-        held = list(self.held.items())
-        if held:
-            with ThreadPoolExecutor(max_workers=min(32, len(held))) as pool:
-                list(pool.map(lambda item: give_back(*item), held))
+        if self.held:
+            self._each(give_back, list(self.held))
         self.held.clear()
 
 
@@ -402,10 +416,11 @@ def fleet_locks(
     me: Holder,
     policy: LockPolicy,
     events: LockEvents,
+    workers: int = CONCURRENCY,
 ) -> Iterator[FleetLocks]:
-    """Hold every named host's lock (names in lock_order) for the body; LockHeld when one is
-    held by another run, after giving back those taken."""
-    locks = FleetLocks(me, policy, events)
+    """Hold every named host's lock (names in lock_order) for the body, `workers` hosts at
+    once; LockHeld when one is held by another run, after giving back those taken."""
+    locks = FleetLocks(me, policy, events, workers=workers)
     heartbeat = threading.Thread(target=locks.beat, name="lock-heartbeat", daemon=True)
     try:
         locks.take(names, open_host)

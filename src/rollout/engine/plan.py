@@ -36,6 +36,7 @@ class Plan:
     """Hosts the inventory names whose own source is hostile or unreadable: each ends
     failed with why, never touched; the rest of the fleet goes on."""
     _per_host: dict[str, Playbook] = field(default_factory=dict, repr=False)
+    _by_name: dict[str, Host] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def host_names(self) -> list[str]:
@@ -58,7 +59,11 @@ class Plan:
         return self.playbook.steps_in("host")
 
     def host(self, name: str) -> Host:
-        return next(h for h in self.hosts if h.name == name)
+        """The plan's host of this name (KeyError: none), from an index of the hosts made
+        once: a scan of the fleet per context made a run's cost grow with its square."""
+        if len(self._by_name) != len(self.hosts):
+            self._by_name = {h.name: h for h in self.hosts}
+        return self._by_name[name]
 
     def settings_for(self, name: str) -> Playbook:
         """The playbook rendered with this host's vars (cached; pure)."""

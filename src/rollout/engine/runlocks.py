@@ -39,7 +39,8 @@ class RunLocks:
         plan = self.hosts.plan
         names = [h.name for h in sorted(map(plan.host, plan.host_names), key=lock_order)]
         events = LockEvents(self._taken, self._broke, self._lost, self._unlockable)
-        with fleet_locks(names, self.hosts.open, self.holder, self.policy, events) as locks:
+        with fleet_locks(names, self.hosts.open, self.holder, self.policy, events,
+                         plan.playbook.rolling.concurrency) as locks:
             self.fleet = locks
             park(self.bus, "park-after-locks")
             try:

@@ -90,6 +90,7 @@ class Stager:
         self.bus = bus
         self.open_host = open_host
         self.seconds = seconds  # a download's bound: the upload step's timeout
+        self.workers = workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="staging")
         self._futures: dict[str, Future[Staged | None]] = {}
         self._began: set[str] = set()  # hosts where staging may have written something
@@ -197,7 +198,7 @@ class Stager:
         leftovers = [n for n in sorted(self._began)
                      if n not in self._given or not self._given[n].installed]  # fmt: skip
         if leftovers:
-            with ThreadPoolExecutor(max_workers=min(STAGING_WORKERS * 2, len(leftovers))) as p:
+            with ThreadPoolExecutor(max_workers=min(self.workers * 2, len(leftovers))) as p:
                 list(p.map(self._clear, leftovers))
 
     def _clear(self, name: str) -> None:
@@ -207,13 +208,15 @@ class Stager:
 
 @contextlib.contextmanager
 def staging(release: Release, bus: EventBus, open_host: OpenHost, hosts: list[str],
-            seconds: float = DEFAULT_STEP_TIMEOUT) -> Iterator[Stager | None]:  # fmt: skip
+            seconds: float = DEFAULT_STEP_TIMEOUT,
+            workers: int = STAGING_WORKERS) -> Iterator[Stager | None]:  # fmt: skip
     """A Stager for `hosts` (None when there are none), closed when the body ends;
-    `seconds`: the upload step's timeout, which bounds each host's download."""
+    `seconds`: the upload step's timeout, which bounds each host's download; `workers`:
+    hosts staged at once (its share of rolling.concurrency)."""
     if not hosts or not release.artifacts:
         yield None
         return
-    stager = Stager(release, bus, open_host, seconds=seconds)
+    stager = Stager(release, bus, open_host, workers, seconds)
     stager.start(hosts)
     try:
         yield stager

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rollout.output.escape import console_text, control_escaped
 from rollout.output.events import Event
 from rollout.output.progress import PlainLines, format_progress
 from rollout.secrets import redact
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class OutcomeRow(Protocol):
@@ -142,6 +144,8 @@ class ConsoleSink:
     def _live_update(self, key: tuple[str, str], text: str, done: object, total: object,
                      finished: bool) -> None:
         if self._live is None:
+            from rich.progress import BarColumn, Progress, TextColumn  # a terminal's bars only
+
             self._live = Progress(TextColumn("{task.description}"), BarColumn(),
                                   console=self.console, transient=True)
             self._live.start()

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from rollout.bundle.local import open_executable, sha256_of
 from rollout.errors import StepFailed
 from rollout.host.reports import FilesReport
 from rollout.jsontypes import JSON
@@ -126,6 +125,8 @@ def verified_executable(artifact: Artifact) -> Iterator[BinaryIO]:
     """The controller's copy of `artifact`, open and rewound, once its bytes were found to
     be the release's. A link, anything but a regular file, or a file that is no longer the
     one checked is refused before a byte is sent (StepFailed, not retried)."""
+    from rollout.bundle.local import open_executable, sha256_of  # where a release is sent
+
     try:
         src = open_executable(Path(artifact.local_path))
     except UnreadableFile as e:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shlex
 
-from rollout.bundle.remote import local_copy, release_urls
 from rollout.errors import StepFailed
 from rollout.host.reports import Report
 from rollout.host.scripts import bootstrap, script_text, sized
@@ -102,6 +101,8 @@ def _fetch(ctx: HostContext, release: Release, directory: str, step: str = "uplo
     """Run the download into `directory` on the host, within ctx's deadline; (exit code, its
     report). Where the transport keeps no channel to stream on, as one command whose output
     comes at its end."""
+    from rollout.bundle.remote import release_urls  # the bundle's code: where one is pulled
+
     args = _fetch_args(release, directory, release_urls(release), ctx.remaining())
     command, stdin = fetch_command(args)
     stream = ctx.transport.open_stream(command, stdin)
@@ -166,6 +167,8 @@ def pull_release(ctx: HostContext, release: Release) -> StepResult:
         _emit(ctx, "fallback", f"the host could not reach {release.source}: "
               f"{tail(str(error.get('message')), 300)}; pushing release {release.id} "
               f"({size} bytes) from the controller", url=release.source, bytes=size)
+        from rollout.bundle.remote import local_copy, release_urls  # as in _fetch
+
         local_copy(release, release_urls(release), ctx.remaining())
         pushed = push_into(ctx, release, partial)
         install_partial(ctx, release, partial, checked=True)

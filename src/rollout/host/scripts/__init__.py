@@ -102,11 +102,20 @@ def _script_text(base: str) -> str:
 
 def bootstrap(filename: str) -> str:
     """`python3 -c` code that runs a script sent on its stdin after its length (sized()),
-    leaving the rest of stdin to the script: how the guard and the agent start."""
-    return (
-        "import sys; n = int(sys.stdin.buffer.readline()); "
-        f'exec(compile(sys.stdin.buffer.read(n), "{filename}", "exec"), {{"__name__": "__main__"}})'
-    )
+    leaving the rest of stdin to the script: how the guard, the agent, a download and a
+    call without an agent start. The script is compiled once per host: codecache.py's
+    run_sized() takes its code from the host's code cache where the cache holds it."""
+    if not re.fullmatch(r"\w+\.py", filename):
+        raise ValueError(f"not a host script's file name: {filename!r}")
+    return _bootstrap(filename)
+
+
+@functools.cache
+def _bootstrap(filename: str) -> str:
+    body = _body("codecache")[2]
+    if "'" in body:  # the command line quotes it whole: shlex.quote() leaves it as it is
+        raise RuntimeError("codecache.py must hold no single quote")
+    return f'{FUTURE}\n{body}\nrun_sized("{filename}")\n'
 
 
 def sized(text: str) -> bytes:

@@ -20,20 +20,19 @@ when asked for) and importing the standard modules most scripts use (imported he
 "before" is a shell command run first; the script runs only when it exits 0, as
 `before && python3 -`.
 A call runs one function of a host module (ops.py, rollout's host API) in a forked child:
-the module (compiled once per connection, by its sha256, like a script) is run as a module
-of that name, the function called with the keyword arguments; its report, one JSON line, is
-the answer's stdout.
+the module (compiled once per connection, by its sha256, like a script) is run once in the
+agent as a module of that name, the function called with the keyword arguments; its report,
+one JSON line, is the answer's stdout. A call the module's in_agent() allows (an action
+declared in_agent: it starts no child, sends no signal and waits on nothing) runs in the
+agent itself, answered the same way: no fork (about 8 ms of a loaded host's CPU per call).
 
-What it compiles it keeps in a code cache on the host ($XDG_CACHE_HOME, else ~/.cache, then
-rollout/code/SHA256.TAG: the interpreter's bytecode, marshalled, for this python3 only), so
-a later connection needs neither the source nor the compiling (about 80 ms of a host's CPU
-per rollout): a request names its script by sha256 alone, and "unknown" (not compiled here,
-nor cached) asks the controller for the source. The cache is used only as a directory of
-this user's own, not writable by others; its files are opened without following links, and
-one that cannot be read back is compiled again.
+What it compiles it keeps in the host's code cache (codecache.py, which also starts this
+script and the guard), so a later connection needs neither the source nor the compiling: a
+request names its script by sha256 alone, and "unknown" (not compiled here, nor cached)
+asks the controller for the source.
 
-Each command is a process group of its own; at its timeout the group is killed and the
-answer says so (exit 124, "timed_out"). The agent ends when its stdin does: the
+Each command but an in-agent call is a process group of its own; at its timeout the group
+is killed and the answer says so (exit 124, "timed_out"). The agent ends when its stdin does: the
 controller closed the channel, or its connection is gone.
 Standard library only; python3 >= 3.9.
 """
@@ -44,19 +43,21 @@ import argparse
 import contextlib
 import fcntl  # noqa: F401 - for the forked scripts (lock, guard): each finds it loaded
 import hashlib
+import io
 import json
-import marshal
 import os
-import re
 import select
 import signal
-import stat
 import subprocess
 import sys
 import time
 import traceback
 import types
 from typing import Any
+
+# isort: off
+from rollout.host.scripts.codecache import load_code, store_code  # inlined on hosts
+# isort: on
 
 # What the agent imports, every script it forks finds loaded. Not urllib.request (as much
 # again as all of these): the agents of a whole fleet start at once while the run takes its
@@ -244,8 +245,53 @@ def _as_child(body: Any, out_w: int, err_w: int) -> None:
 
 def run_call(code: types.CodeType, call: str, kwargs: dict[str, Any],
              timeout: float | None) -> dict[str, Any]:
-    _module(code, call.partition(".")[0])  # loaded before the fork, for every later call
+    """A call in a forked child (loaded before the fork, for every later call); in this
+    process where its module says the action may run here (its in_agent())."""
+    module_name, _, function = call.partition(".")
+    module, loaded = _module(code, module_name)
+    if loaded and _here(module, function, kwargs):
+        return run_here(module, function, kwargs)
     return _forked(lambda out_w, err_w: _call_child(code, call, kwargs, out_w, err_w), timeout)
+
+
+def _here(module: types.ModuleType, function: str, kwargs: dict[str, Any]) -> bool:
+    """The module's in_agent(function, kwargs) (ops.in_agent: declared as data on the
+    action); False where it has none, or it fails."""
+    ask = getattr(module, "in_agent", None)
+    try:
+        return callable(ask) and ask(function, kwargs) is True
+    except Exception:  # noqa: BLE001 - forked, as any call
+        return False
+
+
+def run_here(module: types.ModuleType, function: str,
+             kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call in this process, answered as its forked child would be: the report on stdout,
+    exit 0; a traceback and exit 1 where it raised. Its stdin is empty and what it prints is
+    kept, never written to the controller's channel."""
+    out, err = io.StringIO(), io.StringIO()
+    status: Any = 0
+    stdin, sys.stdin = sys.stdin, io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                report = module.call(function, kwargs)
+                out.write(json.dumps(report, sort_keys=True, default=str) + "\n")
+            except SystemExit as e:
+                status = e.code
+            except Exception:  # noqa: BLE001 - reported as its child would, exit 1
+                traceback.print_exc()
+                status = 1
+    finally:
+        sys.stdin = stdin
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        err.write(f"{status}\n")
+        status = 1
+    said = {"stdout": out.getvalue().encode(), "stderr": err.getvalue().encode()}
+    over = next((n for n, b in said.items() if len(b) > MAX_OUTPUT), None)
+    return _done(status & 0xFF, said["stdout"], said["stderr"], False, over)
 
 
 def run_script(code: types.CodeType, args: list[str], timeout: float | None) -> dict[str, Any]:
@@ -271,84 +317,6 @@ def _forked(child: Any, timeout: float | None) -> dict[str, Any]:
     deadline = None if timeout is None else started + timeout
     out, err, timed_out, over = _pump(pid, b"", None, out_r, err_r, deadline)
     return _done(_wait(pid, timed_out), out, err, timed_out, over)
-
-
-SHA256 = re.compile(r"[0-9a-f]{64}")
-CACHE_CAP = 16 << 20  # bytes of one cached code file: past it, compiled again
-CACHE_KEEP = 64  # code files kept (about 11 per release of rollout): the oldest go first
-
-
-def cache_dir() -> str | None:
-    """rollout's code cache (made 0700 if missing); None unless it is a directory of this
-    user's own that no one else may write (a link to one is followed, as for any folder)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "rollout", "code")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-    except OSError:
-        return None
-    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-    return path if mine and not st.st_mode & 0o022 else None
-
-
-def _cache_path(sha: str) -> str | None:
-    folder = cache_dir() if SHA256.fullmatch(sha) else None
-    tag = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
-    return None if folder is None else os.path.join(folder, f"{sha}.{tag}")
-
-
-def load_code(sha: str) -> types.CodeType | None:
-    """The cached code of the script `sha`, or None (not cached, or not readable back)."""
-    path = _cache_path(sha)
-    if path is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > CACHE_CAP:
-            return None
-        try:
-            code = marshal.loads(f.read(CACHE_CAP + 1))
-        except (ValueError, EOFError, TypeError):
-            return None
-    return code if isinstance(code, types.CodeType) else None
-
-
-def store_code(sha: str, code: types.CodeType) -> None:
-    """Keep `code` in the cache (written aside, then renamed: never half a file); a cache
-    that cannot be written is no cache."""
-    path = _cache_path(sha)
-    if path is None:
-        return
-    aside = f"{path}.{os.getpid()}.new"
-    try:
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(marshal.dumps(code))
-        os.replace(aside, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
-        return
-    prune_cache(os.path.dirname(path))
-
-
-def prune_cache(folder: str, keep: int = CACHE_KEEP) -> None:
-    """Remove the oldest code files past `keep` (files only, never through a link)."""
-    try:
-        names = [n for n in os.listdir(folder) if SHA256.fullmatch(n.split(".")[0])]
-        if len(names) <= keep:
-            return
-        ages = {n: os.lstat(os.path.join(folder, n)).st_mtime for n in names}
-    except OSError:
-        return
-    for name in sorted(ages, key=ages.__getitem__)[: len(names) - keep]:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, name))
 
 
 def warm() -> None:

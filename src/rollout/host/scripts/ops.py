@@ -25,7 +25,7 @@ from typing import Any
 
 # ruff: noqa: E501, F401
 # isort: off
-from rollout.host.scripts.actions.spec import DECLARED, action, misfit, spec_of  # inlined on hosts
+from rollout.host.scripts.actions.spec import DECLARED, IN_AGENT, action, misfit, spec_of  # inlined on hosts
 from rollout.host.scripts.actions.base import POLL, STOPPED, _release_id_ok, _report  # inlined on hosts
 from rollout.host.scripts.actions.hold import drain, drain_figures, hold, release_hold, serving, stop  # inlined on hosts
 from rollout.host.scripts.actions.current import current_release, point_current, pointed, restore_config  # inlined on hosts
@@ -73,6 +73,17 @@ def __getattr__(name: str) -> Any:
     if name == "SPECS":
         return {action: spec_of(action) for action in ACTIONS}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def in_agent(action: str, kwargs: Any) -> bool:
+    """Whether the host's agent may run this call in its own process, without a fork: an
+    action declared in_agent (spec.IN_AGENT), or a batch of those alone."""
+    if action != "batch":
+        return action in IN_AGENT
+    calls = kwargs.get("calls") if isinstance(kwargs, dict) else None
+    return isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("call"), str) and c["call"] in IN_AGENT
+        for c in calls)
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def current_release(root: str) -> str | None:
     return found if _release_id_ok(found) else None
 
 
-@action("root:str release:str", "previous:str?", "refused kept missing pointed")
+@action("root:str release:str", "previous:str?", "refused kept missing pointed", in_agent=True)
 def point_current(root: str, release: str) -> dict[str, Any]:
     """Atomically repoint <root>/current at releases/RELEASE: a new link renamed over it."""
     if not _release_id_ok(release):
@@ -61,7 +61,7 @@ def restore_config(config_path: str, kept_config: str) -> dict[str, Any]:
 
 
 
-@action("root:str", "current:str? previous:str?", "pointed none")
+@action("root:str", "current:str? previous:str?", "pointed none", in_agent=True)
 def pointed(root: str) -> dict[str, Any]:
     """The release current points at and the one recorded as before it (each: a release
     id, or None)."""

@@ -181,7 +181,7 @@ def _ready(url: str, answer: str, ports: list[int], pid: int | None, watch: int,
                    if require_owner else f"{url} answered", answer=answer, owners=held)
 
 
-@action("root:str lines:int max_bytes:int", "text:str", "none read")
+@action("root:str lines:int max_bytes:int", "text:str", "none read", in_agent=True)
 def log_tail(root: str, lines: int = 20, max_bytes: int = 65536) -> dict[str, Any]:
     """The last `lines` lines (of at most `max_bytes`) of <root>/rollout/daemon.log."""
     fd = _open_read(os.path.join(_state_dir(root), "daemon.log"))
@@ -287,7 +287,7 @@ def register(root: str, onstart: str = "",
                    how=how or "none")
 
 
-@action("root:str", "", "removed none")
+@action("root:str", "", "removed none", in_agent=True)
 def forget_validated(root: str) -> dict[str, Any]:
     """Remove the validation evidence <root>/rollout/validated.json (a failed proof)."""
     if safe_remove(os.path.join(_state_dir(root), "validated.json")):

@@ -20,7 +20,7 @@ from rollout.host.scripts.actions.drain import DrainPaths, Figures, record, wait
 # ---------------------------------------------------------------- the hold
 
 
-@action("root:str", "", "kept set")
+@action("root:str", "", "kept set", in_agent=True)
 def hold(root: str) -> dict[str, Any]:
     """Set the hold: the supervisor restarts no daemon while <root>/rollout/hold exists."""
     path = os.path.join(_state_dir(root), "hold")
@@ -31,7 +31,7 @@ def hold(root: str) -> dict[str, Any]:
     return _report("set", "hold set")
 
 
-@action("root:str", "", "released none")
+@action("root:str", "", "released none", in_agent=True)
 def release_hold(root: str) -> dict[str, Any]:
     if safe_remove(os.path.join(_state_dir(root), "hold")):
         return _report("released", "hold released")

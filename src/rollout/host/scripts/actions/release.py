@@ -145,7 +145,8 @@ def _clear_staging(root: str, release: str) -> list[str]:
 @action(
     "root:str release:str names:[str]",
     "links:[str] stale:[str] present:bool same_device:bool",
-    "refused surveyed"
+    "refused surveyed",
+    in_agent=True,
 )
 def staging_survey(root: str, release: str, names: list[str]) -> dict[str, Any]:
     """Before staging RELEASE ahead: the folders that are links (rollout/, its staging

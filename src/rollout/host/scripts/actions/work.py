@@ -213,7 +213,7 @@ def _cordon_record(root: str) -> str:
     return os.path.join(_state_dir(root), "cordoned.json")
 
 
-@action("root:str", "run:str? time:float?", "none cordoned")
+@action("root:str", "run:str? time:float?", "none cordoned", in_agent=True)
 def cordoned(root: str) -> dict[str, Any]:
     """The record "cordoned by run X" (hostile data: what a host file says), if any."""
     try:

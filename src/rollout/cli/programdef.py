@@ -16,6 +16,7 @@ from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 from invoke.program import Program
 
+from rollout.cli.version import version_line
 from rollout.errors import RolloutError
 from rollout.output.escape import report_text
 
@@ -82,6 +83,9 @@ class RolloutProgram(Program):
     def parse_cleanup(self) -> None:
         with usage_errors(self.binary):
             super().parse_cleanup()
+
+    def print_version(self) -> None:
+        print(version_line())
 
     def print_help(self) -> None:
         print(f"Usage: {self.binary} [--help | --list | --version] COMMAND [OPTIONS] ...")

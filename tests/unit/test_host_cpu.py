@@ -1,0 +1,199 @@
+"""Less work on the prover (issue 30): calls declared in_agent run in the host's agent
+without a fork (a fork stays for everything that can hang, and is still killed at its
+timeout), and every host script sent on stdin is compiled once per host, from a code cache
+that runs only what it was sealed for."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_hostside_agent import start_agent
+
+from rollout.engine import guard as engine_guard
+from rollout.host.scripts import bootstrap, ops, sized
+from rollout.host.scripts.actions.spec import IN_AGENT
+from rollout.transport import agent as transport_agent
+from rollout.transport.agent import HostAgent
+
+MODULE = """import os, sys, time
+
+def in_agent(name, kwargs):
+    return name.startswith("here")
+
+def call(name, kwargs):
+    if name == "here_noisy":
+        print("noise on stdout")
+        sys.stderr.write("noise on stderr\\n")
+    if name.endswith("raises"):
+        raise RuntimeError("broken action")
+    if name == "sleeps":
+        with open(kwargs["pidfile"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(60)
+    return {"pid": os.getpid()}
+"""
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[HostAgent, int]]:
+    started, p = start_agent(tmp_path / "cache")
+    yield started, p.pid
+    started.close()
+    assert p.returncode == 0
+
+
+def _report(agent: HostAgent, name: str, **kwargs: object) -> dict[str, object]:
+    r = agent.call(MODULE, f"mod.{name}", kwargs, 30)
+    assert r.exit_code == 0, r.stderr
+    return dict(json.loads(r.stdout.splitlines()[-1]))
+
+
+def test_a_call_its_module_says_may_run_here_runs_in_the_agent_without_a_fork(
+        agent: tuple[HostAgent, int]) -> None:
+    host_agent, agent_pid = agent
+    assert _report(host_agent, "here")["pid"] == agent_pid
+    assert _report(host_agent, "forked")["pid"] != agent_pid
+
+
+def test_what_an_in_agent_call_prints_stays_in_its_answer(
+        agent: tuple[HostAgent, int]) -> None:
+    """The agent's stdout is the controller's channel: a call in the agent prints into its
+    own answer, as its fork would, and the next request is answered as ever."""
+    host_agent, agent_pid = agent
+    r = host_agent.call(MODULE, "mod.here_noisy", {}, 30)
+    assert r.exit_code == 0
+    assert r.stdout.startswith("noise on stdout\n") and r.stderr == "noise on stderr\n"
+    assert json.loads(r.stdout.splitlines()[-1]) == {"pid": agent_pid}
+    assert _report(host_agent, "here")["pid"] == agent_pid
+
+
+def test_an_in_agent_call_that_raises_answers_as_its_fork_would(
+        agent: tuple[HostAgent, int]) -> None:
+    host_agent, agent_pid = agent
+    here, forked = (host_agent.call(MODULE, f"mod.{name}", {}, 30)
+                    for name in ("here_raises", "raises"))
+    for r in (here, forked):
+        assert r.exit_code == 1 and "RuntimeError: broken action" in r.stderr, r
+        assert r.stdout == ""
+    assert _report(host_agent, "here")["pid"] == agent_pid  # the agent lives on
+
+
+def test_a_forked_call_still_times_out_and_is_killed(
+        agent: tuple[HostAgent, int], tmp_path: Path) -> None:
+    host_agent, agent_pid = agent
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    r = host_agent.call(MODULE, "mod.sleeps", {"pidfile": str(pidfile)}, 1)
+    assert r.exit_code == 124 and "timed out" in r.stderr
+    assert time.monotonic() - started < 30
+    child = int(pidfile.read_text())
+    assert child != agent_pid
+    assert not Path(f"/proc/{child}").exists()  # killed and reaped
+
+
+def test_the_actions_run_in_the_agent_are_declared_so_and_fit_its_rule() -> None:
+    """in_agent is data on each action (spec.IN_AGENT), read by ops.in_agent; an action
+    declared so starts no child, sends no signal and waits on nothing (its own text: no
+    subprocess, signal, sleep, lock or network), and the calls that can hang are forked."""
+    assert {"pointed", "point_current", "write_file", "identities"} <= IN_AGENT
+    for name in IN_AGENT:
+        text = inspect.getsource(ops.ACTIONS[name])
+        for word in ("subprocess", "os.kill", "killpg", "sleep", "flock", "_status_answer",
+                     "user_command", "urlopen", "socket"):
+            assert word not in text, (name, word)
+        assert ops.in_agent(name, {}) is True
+    for name in ("lock", "stop", "drain", "prove", "work", "cordon", "gpus", "ldd", "facts",
+                 "wait_ready", "user_command", "file_sums", "install_release"):
+        assert ops.in_agent(name, {}) is False, name
+
+
+def test_a_batch_runs_in_the_agent_only_where_each_of_its_calls_may() -> None:
+    pure = [{"call": "pointed", "kwargs": {}}, {"call": "cpu_info", "kwargs": {}}]
+    assert ops.in_agent("batch", {"calls": pure}) is True
+    for calls in ([*pure, {"call": "gpus"}], [*pure, "pointed"], [{"call": ["pointed"]}],
+                  [{"call": "batch"}], None):
+        assert ops.in_agent("batch", {"calls": calls}) is False, calls
+    assert ops.in_agent("batch", None) is False
+
+
+def _started(source: str, cache: Path,
+             name: str = "probe.py") -> subprocess.CompletedProcess[bytes]:
+    """A host script started as the guard and the agent are (python3 -c bootstrap(), the
+    script sized on stdin, then its own stdin), its code cache in `cache`."""
+    return subprocess.run([sys.executable, "-c", bootstrap(name)],
+                          input=sized(source) + b"rest of stdin\n", capture_output=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(cache)}, check=True)
+
+
+def _cached(cache: Path, source: str) -> Path:
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    (found,) = (cache / "rollout/code").glob(f"{sha}.*")
+    return found
+
+
+SCRIPT = "import sys\nprint(__name__, sys.stdin.read().strip())\n"
+
+
+def test_a_script_started_on_stdin_is_compiled_once_per_host(tmp_path: Path) -> None:
+    """The first start compiles and keeps the code (0600, in a 0700 folder); a second one
+    takes it from the cache: here, a file sealed for the same source whose code says so."""
+    cache = tmp_path / "cache"
+    assert _started(SCRIPT, cache).stdout == b"__main__ rest of stdin\n"
+    kept = _cached(cache, SCRIPT)
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert (cache / "rollout/code").stat().st_mode & 0o777 == 0o700
+    scripts = Path(inspect.getfile(bootstrap)).parent
+    subprocess.run(
+        [sys.executable, "-c", "import sys, codecache as c\n"
+         "c.store_code(sys.argv[1], compile(sys.argv[2], 'x', 'exec'))",
+         hashlib.sha256(SCRIPT.encode()).hexdigest(), "print('taken from the cache')"],
+        env={**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(scripts)},
+        check=True)
+    assert _started(SCRIPT, cache).stdout == b"taken from the cache\n"
+
+
+@pytest.mark.parametrize("spoilt", ["a byte flipped", "another script's file", "a link",
+                                    "not this user's folder"])
+def test_a_cached_file_that_is_not_sealed_for_the_source_is_never_run(
+        tmp_path: Path, spoilt: str) -> None:
+    """A file whose seal does not match what it is named for (changed, or another script's
+    code under this name), a link, or a cache folder others may write: compiled again from
+    the source sent, and (but in a folder others may write) the cache file written again."""
+    cache = tmp_path / "cache"
+    _started(SCRIPT, cache)
+    kept = _cached(cache, SCRIPT)
+    other = "print('not the script sent')\n"
+    _started(other, cache)
+    elsewhere = _cached(cache, other)
+    good = kept.read_bytes()
+    if spoilt == "a byte flipped":
+        kept.write_bytes(good[:-8] + bytes(b ^ 1 for b in good[-8:]))
+    elif spoilt == "another script's file":
+        os.replace(elsewhere, kept)
+    elif spoilt == "a link":
+        kept.unlink()
+        kept.symlink_to(elsewhere)
+    else:
+        os.replace(elsewhere, kept)
+        (cache / "rollout/code").chmod(0o777)
+    assert _started(SCRIPT, cache).stdout == b"__main__ rest of stdin\n"
+    if spoilt != "not this user's folder":
+        assert not kept.is_symlink() and kept.read_bytes() == good  # rebuilt
+    (cache / "rollout/code").chmod(0o700)
+
+
+def test_the_agent_and_the_guard_start_through_the_code_cache() -> None:
+    assert bootstrap("guard.py") == engine_guard.BOOTSTRAP
+    assert bootstrap("agent.py") == transport_agent.BOOTSTRAP
+    assert "run_sized" in bootstrap("guard.py") and "'" not in bootstrap("guard.py")
+    with pytest.raises(ValueError):
+        bootstrap("x.py; rm -rf /")
