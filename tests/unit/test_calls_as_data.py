@@ -53,8 +53,10 @@ def test_each_rollback_kind_calls_what_the_guard_needs_to_act_alone(kind: str) -
     assert calls == [c.as_json() for c in plan.rollback_action(kind, OLD).calls]
     kwargs = calls[0]["kwargs"]
     if kind == "stop":
+        look = {"status_url": "http://127.0.0.1:9821/status", "on_work": "abandon",
+                "bench": ["/data/current/cuzk-bench", "-a", "http://127.0.0.1:9820", "status"]}
         assert calls == [{"call": "stop", "kwargs": {"root": "/data", "signal": "SIGTERM",
-                                                       "grace": 10.0}}]
+                                                       "grace": 10.0, **look}}]
     elif kind == "drain":
         assert set(kwargs["settings"]) >= {"deadline", "plateau", "zombie_grace"}
     elif kind == "switch":
@@ -100,7 +102,8 @@ def test_the_dry_run_prints_each_call() -> None:
     action = stop_action(HostFacts(), target, StopParams(work=False))
     step = PlannedStep(SimpleNamespace(name="stop", kind="stop"), action)
     lines = describe(step)
-    assert "      calls: stop(root='/data', signal='SIGTERM', grace=10.0)" in lines, lines
+    assert any(line.startswith("      calls: stop(root='/data', signal='SIGTERM', grace=10.0, "
+                               "status_url=") for line in lines), lines
 
 
 def test_the_dry_run_never_shows_validate_env_and_cuts_long_values() -> None:

@@ -38,7 +38,11 @@ class WorkSpec(Section):
         description="Seconds to wait for the jobs in flight and the queue to end before the "
         "stop; then `at_deadline` decides. A daemon that runs and answers none of its signals "
         "is waited on the same way (its work is unknown, never taken for idle). 0: never "
-        "wait (the choice is made at once).",
+        "wait (the choice is made at once). The stop looks once more right before its "
+        "signal, in the same host call: a job that arrived since the wait's last look is "
+        "not killed but waited for, within this same deadline. `rollout stop`, `rollout "
+        "drain` and `rollout rollback` wait the same way; a run's own rollback and the "
+        "guard's stop at once (the daemon failed its checks), naming the jobs they abandon.",
     )
     interval: Seconds = Field(
         default=30, gt=0, description="Seconds between the wait's reports of the jobs in flight."

@@ -26,7 +26,7 @@ EVENTS = "/var/log/lab-curio.jsonl"
 KEYS: dict[str, type | tuple[type, ...]] = {
     "addr": str, "c1": str, "sector_num": int, "miner_id": int, "hold_mib": int,
     "pause_secs": (int, float), "concurrency": int, "cordon_poll_secs": (int, float),
-    "proof_type": str,
+    "proof_type": str, "late_claims": int,
 }  # fmt: skip
 """What the sidecar reads, with its type; its defaults are in the sidecar (curio run)."""
 

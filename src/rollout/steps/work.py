@@ -22,12 +22,16 @@ from rollout.config.render import render_command
 from rollout.config.work import AtDeadline, OnStuck
 from rollout.errors import RolloutError, StepFailed
 from rollout.host.reports import CommandReport, Job, WorkReport
+from rollout.host.scripts.actions.work import BENCH_TIMEOUT
+from rollout.host.scripts.judge import jobs_said
 from rollout.jsontypes import JSON
 from rollout.output.events import StepResult
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Call, Phase, Target
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
+LOOK = ("status_url", "bench", "on_work", "known")  # ops.stop's look before its signal
+LOOK_SECONDS = BENCH_TIMEOUT + 5  # what that look may add to the stop call's time
 Verdict = Literal["go", "wait", "skip", "stop"]
 
 
@@ -147,9 +151,8 @@ def due(waited: float, reported: float | None, interval: float) -> bool:
 
 
 def jobs_text(jobs: tuple[Job, ...], queue: int | None) -> str:
-    named = ", ".join(j.describe() for j in jobs[:10]) or "no job"
-    more = f" and {len(jobs) - 10} more" if len(jobs) > 10 else ""
-    return f"{named}{more}; queue {'unknown' if queue is None else queue}"
+    """The jobs and the queue, as the judge says them on both sides (judge.jobs_said)."""
+    return jobs_said([j.data() for j in jobs], queue)
 
 
 def look_text(report: WorkReport) -> str:
@@ -186,6 +189,7 @@ class WorkWait:
     new: tuple[Job, ...] = ()  # the jobs first seen after the cordon's own look
     stuck: tuple[Stuck, ...] = ()  # jobs found stuck (work.stuck_after), never waited for
     unnamed: bool = False  # a look showed work that no job names (working memory, a queue)
+    late: tuple[Job, ...] = ()  # jobs the stop's own look found after the wait's last one
 
     def cordon_text(self) -> str:
         """What the cordon's window showed, where the stop goes after it ('' otherwise)."""
@@ -198,6 +202,9 @@ class WorkWait:
 
     def describe(self) -> str:
         stuck = "; " + stuck_text(self.stuck) if self.stuck else ""
+        if self.late:
+            stuck += ("; work arrived after the wait's last look, before the signal, "
+                      "waited for: " + ", ".join(j.describe() for j in self.late[:10]))
         if self.verdict == "stop" and self.last.outcome == "unknown":
             return (f"deadline {self.waited:.0f}s passed with the daemon's work unknown "
                     f"({self.last.reason}): stopped anyway{stuck}")
@@ -223,7 +230,8 @@ class WorkWait:
             "takes": self.cordon_takes, "new_since": _jobs_data(self.new)}}
         return {"waited": round(self.waited, 3), "waited_on": _jobs_data(self.waited_on),
                 "abandoned": _jobs_data(self.in_flight) if self.verdict == "stop" else [],
-                "stuck": [s.data() for s in self.stuck], **cordon}
+                "stuck": [s.data() for s in self.stuck], **cordon,
+                **({"late": _jobs_data(self.late)} if self.late else {})}
 
 
 @dataclass(frozen=True)
@@ -278,17 +286,19 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
                   clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep,
                   first: WorkReport | None = None,
-                  cordoned_at: float | None = None) -> WorkWait:
+                  cordoned_at: float | None = None,
+                  stuck_before: tuple[Stuck, ...] = ()) -> WorkWait:
     """Poll ops.work until the verdict is not `wait`; report the jobs at each interval.
     `first`: the first look, where the cordon's call took it; `cordoned_at`: when the
     cordon's report came back (on `clock`; None: no cordon ran), the start of its window
-    (cordon_holds). The wait's time does not count against the stop step's own timeout
-    (work.deadline bounds it)."""
+    (cordon_holds); `stuck_before`: jobs an earlier wait found stuck, still not waited for.
+    The wait's time does not count against the stop step's own timeout (work.deadline
+    bounds it)."""
     start, reported = clock(), None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
     tracked: dict[str, Progress] = {}  # each job's progress at the previous look (track)
-    stuck: dict[str, Stuck] = {}
+    stuck: dict[str, Stuck] = {s.job.id: s for s in stuck_before}
     unnamed = False
     at_cordon: set[str] | None = None  # the jobs of the first look: any other is new
     poll = work_calls(ctx.target, how)[-1]
@@ -302,7 +312,8 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
         seen.update((j.id, j) for j in report.jobs)
         at_cordon = {j.id for j in report.jobs} if at_cordon is None else at_cordon
         tracked = track(tracked, report.jobs, waited)
-        now_stuck = stuck_jobs(report.jobs, tracked, waited, how.stuck_after)
+        found = {j.id for j in stuck_jobs(report.jobs, tracked, waited, how.stuck_after)}
+        now_stuck = tuple(j for j in report.jobs if j.id in found or j.id in stuck)
         _name_stuck(ctx, how, stuck, now_stuck, tracked, waited)
         if now_stuck and how.on_stuck == "roll":
             report = report.without(now_stuck)  # its daemon cannot finish it: not in flight
@@ -379,10 +390,32 @@ def before_stop(ctx: HostContext, how: WorkHow,
     return done
 
 
+def wait_again(ctx: HostContext, how: WorkHow, done: WorkWait, late: WorkReport,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> WorkWait:
+    """The wait again, after the stop's own look (`late`) found work that arrived since the
+    wait's last look: from that look, for what is left of work.deadline, the stuck jobs
+    still let go; the two waits as one. StepFailed (busy) when the host is skipped."""
+    _emit(ctx, "work arrived after the wait's last look, before the signal: nothing "
+          f"stopped, waiting again: {look_text(late)}", jobs=_jobs_data(late.jobs),
+          queue_depth=late.queue_depth, waited=round(done.waited, 3))
+    rest = replace(how, deadline=max(0.0, how.deadline - done.waited))
+    more = wait_for_work(ctx, rest, clock, sleep, first=late, stuck_before=done.stuck)
+    before = {j.id for j in done.waited_on}
+    waited_on = done.waited_on + tuple(j for j in more.waited_on if j.id not in before)
+    arrived = tuple(j for j in late.jobs if j.id not in before)
+    both = replace(more, waited=done.waited + more.waited, waited_on=waited_on,
+                   cordon_takes=done.cordon_takes, new=done.new + arrived,
+                   unnamed=done.unnamed or more.unnamed, late=done.late + arrived)
+    if both.verdict == "skip":
+        raise busy_skip(ctx, both)
+    return both
+
+
 def with_work(result: StepResult, done: WorkWait | None) -> StepResult:
     """The stop's result, with what the wait did (the jobs waited on, or abandoned)."""
     if done is None or (not done.waited_on and done.verdict == "go" and not done.stuck
-                        and not done.unnamed
+                        and not done.unnamed and not done.late
                         and done.last.outcome != "unknown" and not done.cordon_text()):
         return result
     return replace(result, reason=f"{result.reason}; {done.describe()}",

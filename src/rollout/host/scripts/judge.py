@@ -84,11 +84,57 @@ def stop(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:
         return "skipped", f"hold set; {_text(out.get('reason'))}", _data(out)
     if outcome == "already-dead":
         return "skipped", f"hold set; daemon {pid} already {_text(out.get('state'), 40)}", _data(out)
+    if outcome == "busy":
+        look = _dict(out.get("work"))
+        return "failed", (f"work arrived before the signal, nothing stopped: "
+                          f"{jobs_said(look.get('jobs'), look.get('queue_depth'))}"), _data(out)
     if outcome != "stopped":
         return "failed", f"daemon {pid} survived {sent} and SIGKILL", _data(out)
     how = _text(out.get("signal"), 20) or sent
     how += ", escalated to SIGKILL" if out.get("escalated") is True else ""
-    return "changed", f"hold set; daemon {pid} stopped ({how})", _data(out)
+    said, abandoned = abandoned_said(out) if args[0].get("on_work") == "abandon" else ("", {})
+    return "changed", f"hold set; daemon {pid} stopped ({how}){said}", {**_data(out), **abandoned}
+
+
+def job_said(job: Any) -> str:
+    """One job for people (an entry of ops.work's report, hostile): kind, id and age."""
+    doc = _dict(job)
+    age = _num(doc.get("age"))
+    return (f"{_text(doc.get('kind'), 40) or '?'} {_text(doc.get('id'), 80) or '?'} "
+            f"({'age unknown' if age is None or age < 0 else f'{age:.0f}s'})")
+
+
+def jobs_said(jobs: Any, queue: Any) -> str:
+    """The jobs of a look at the work and its queue, for people (at most 10 named)."""
+    listed = [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+    named = ", ".join(job_said(j) for j in listed[:10]) or "no job"
+    more = f" and {len(listed) - 10} more" if len(listed) > 10 else ""
+    depth = _int(queue)
+    return f"{named}{more}; queue {'unknown' if depth is None else depth}"
+
+
+NO_CORDON_HELD = ("; no cordon held the host (work.cordon): curio may have sent this "
+                  "daemon real work")
+
+
+def abandoned_said(out: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What a stop at once (a rollback's, `--force`) abandoned (issue 27): its one look at
+    the work right before the signal (the stop report's `work`, `cordoned`), said and as
+    data. A busy or unknown look is information, never a failure: it is stopped."""
+    look = _dict(out.get("work"))
+    jobs = [j for j in look.get("jobs", []) if isinstance(j, dict)] \
+        if isinstance(look.get("jobs"), list) else []
+    data = [{"kind": _text(j.get("kind"), 40), "id": _text(j.get("id"), 80),
+             "age": _num(j.get("age"))} for j in jobs[:50]]
+    cordon = "" if out.get("cordoned") is True else NO_CORDON_HELD
+    if look.get("outcome") == "busy":
+        said = (f"; stopped at once, abandoning {len(jobs)} job(s) in flight: "
+                f"{jobs_said(jobs, look.get('queue_depth'))}{cordon}")
+    elif look.get("outcome") == "unknown":
+        said = f"; stopped at once, its work unknown ({_text(look.get('reason'))}){cordon}"
+    else:
+        said = ""
+    return said, {"abandoned": data}
 
 
 def _adopted(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:

@@ -15,6 +15,7 @@ from rollout.host.scripts.common import cgroup_memory, cuzk_processes, distrust_
 from rollout.host.scripts.actions.base import POLL, _number, _report, _state_dir  # inlined on hosts
 from rollout.host.scripts.actions.spec import action  # inlined on hosts
 from rollout.host.scripts.actions.drain import DrainPaths, Figures, record, wait_drained  # inlined on hosts
+from rollout.host.scripts.actions.work import arrived, cordoned, work  # inlined on hosts
 # isort: on
 
 # ---------------------------------------------------------------- the hold
@@ -139,28 +140,40 @@ def _adopt(root: str, proc: str, pid: int, starttime: int | None, sig: str, grac
 
 @action(
     "root:str signal:str grace:float set_hold:bool adopt_pid:int adopt_starttime:int? "
-    "respawn_window:float keep_release:str? proc:str",
+    "respawn_window:float keep_release:str? status_url:str bench:[str]? on_work:str "
+    "known:[str]? proc:str",
     "pid:int starttime:int? exe:str adopted:bool parent:int? parent_cmdline:str cmdline:str "
     "signal:str signalled_at:float escalated:bool killed_at:float state:str died_at:float "
-    "respawned:[int] held:bool named_pid:int note:str",
-    "kept stopped still-running respawned already-dead none untrusted"
+    "respawned:[int] held:bool named_pid:int note:str work:obj cordoned:bool",
+    "kept stopped still-running respawned already-dead none untrusted busy"
 )
 def stop(root: str, signal: str = "SIGTERM", grace: float = 10.0, set_hold: bool = True,
          adopt_pid: int = 0, adopt_starttime: int | None = None, respawn_window: float = 3.0,
-         keep_release: str | None = None, proc: str = "/proc") -> dict[str, Any]:
+         keep_release: str | None = None, status_url: str = "", bench: list[str] | None = None,
+         on_work: str = "", known: list[str] | None = None, proc: str = "/proc"
+         ) -> dict[str, Any]:
     """Set the hold (set_hold), then stop the daemon daemon.pid names, confirmed through
     /proc (never a pid that is not our daemon: "untrusted"), escalating to SIGKILL after
     `grace`; or the hand-started daemon adopt_pid (adopt). keep_release: a daemon of that
-    release is kept ("kept")."""
+    release is kept ("kept"). `on_work`: first one look at the work in flight (ops.work on
+    `status_url`, `bench`), reported as `work` with `cordoned` (rollout's cordon record):
+    "wait" (the stop after its wait) signals nothing where work arrived since (arrived: a
+    job not in `known`, the stuck ones it does not wait for): "busy", the hold not set;
+    "abandon" (a rollback) stops all the same."""
     if keep_release:
         kept = serving(root, keep_release, proc)
         if kept:
             return _report("kept", f"daemon {kept[0]} runs release {keep_release}: kept",
                            pid=kept[0], starttime=kept[1])
+    look = {"work": work(status_url, bench, proc),
+            "cordoned": cordoned(root)["outcome"] == "cordoned"} if on_work else {}
+    late = arrived(look["work"], known or []) if on_work == "wait" else None
+    if late:
+        return _report("busy", f"nothing signalled: {late}", **look)
     held = hold(root)["outcome"] == "set" if set_hold else False
     out = _stop(root, signal, grace, adopt_pid, adopt_starttime, respawn_window, proc)
     out["held"] = held
-    return out
+    return {**out, **look}
 
 
 def _stop(root: str, sig: str, grace: float, adopt_pid: int, adopt_starttime: int | None,

@@ -192,6 +192,21 @@ def work(status_url: str, bench: list[str] | None = None, proc: str = "/proc"
     return looked(doc, grpc, running)
 
 
+def arrived(look: dict[str, Any], known: list[str]) -> str:
+    """Why a stop after its wait must not signal (issue 27: work that arrives after the
+    wait's last look, in the stop call's own round trip): `look` (work's report, taken right
+    before the signal) shows work other than the jobs `known` (stuck: the wait let them go,
+    and their working memory with them), or cannot tell. "" where the stop may signal."""
+    outcome = look.get("outcome")
+    if outcome in ("idle", "no-answer"):
+        return ""
+    new = [j for j in look.get("jobs", []) if j.get("id") not in known]
+    if outcome == "busy" and known and not new and not look.get("queue_depth"):
+        return ""
+    what = "work arrived" if outcome == "busy" else "the work is unknown"
+    return f"{what} since the wait's last look ({look.get('reason', '')})"
+
+
 @action("command:str timeout:float", "exit:int output:str", "no-command timeout ran failed")
 def user_command(command: str, timeout: float = 60.0) -> dict[str, Any]:
     """Run one of the user's own commands (cordon, uncordon: rendered and quoted on the
