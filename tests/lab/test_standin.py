@@ -368,7 +368,10 @@ def test_fault_gpu_shows_at_the_first_proof_not_at_start(standin: Standin) -> No
     assert standin.wait_ready()["counters"]["total_failed"] == 0  # it starts like any other
     code, out = standin.bench(PROVE)
     assert code == 0 and "status:    FAILED" in out and "CUDA error" in out, out
+    assert "partition 0 GPU prove failed: CUDA error" in out, out  # cuzk's words
     assert "CUDA error" in standin.log()
+    status = standin.status()[1] or {}  # as cuzk leaves it: the job in pipelines for good
+    assert len(status["pipelines"]) == 1 and status["counters"]["total_failed"] == 0, status
 
 
 def test_fault_never_release_keeps_the_pool(standin: Standin) -> None:

@@ -454,7 +454,7 @@ class ParamFile(Section):
     cid: str | None = Field(
         default=None,
         pattern=r"^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]{20,120})$",
-        description="Its IPFS CID: hosts download it as `<params.gateway>/ipfs/<cid>`; "
+        description="Its IPFS CID: hosts download it by CID from params.gateway; "
         "null: it cannot be downloaded (only pushed from params.source).",
     )
     digest: str | None = Field(
@@ -474,9 +474,37 @@ class ParamFile(Section):
     )
 
 
-def _check_gateway(text: str) -> str:
-    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", text):
-        raise ValueError(f"params.gateway is an http(s) base URL without query, got {text!r}")
+CURIO_GATEWAY = "https://pub-08ae819c828244bdbe5f615fd8c5e144.r2.dev/ipfs/"
+"""curio's own params mirror, its fetcher's default since December 2024 (curio commit
+7cc12141, "Use curio-specific param mirror"; lib/fastparamfetch/paramfetch.go `gateway` at
+e0294b0f). Like IPFS_GATEWAY, which overrides it there, the CID is appended as it is."""
+MAX_URL = 2048
+_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
+                  r"(:[0-9]{1,5})?(/[\w%+=:,./-]*)?", re.ASCII)
+
+
+def url_problem(text: object) -> str | None:
+    """Why `text` is not a download URL rollout uses (None: it is): an http or https URL of
+    at most MAX_URL characters: a host name or address, an optional port, then a path made
+    only of the characters a shell reads as plain text (ASCII letters, digits, _%+=:,./-).
+    No credentials, query or fragment: nothing in it is ever shell text or an option."""
+    if not isinstance(text, str):
+        return "not a string"
+    if len(text) > MAX_URL:
+        return f"{len(text)} characters, at most {MAX_URL}"
+    if not _URL.fullmatch(text):
+        return ("not an http(s) URL of a host, an optional port and a path of letters, "
+                "digits and _%+=:,./- (no credentials, query or fragment)")
+    return None
+
+
+def _check_gateway(text: str | None) -> str | None:
+    """A base URL without its trailing /; None for null or "" (`--set params_gateway=`)."""
+    if not text:
+        return None
+    problem = url_problem(text)
+    if problem:
+        raise ValueError(f"params.gateway {ascii(text)[:200]}: {problem}")
     return text.rstrip("/")
 
 
@@ -501,11 +529,13 @@ class ParamsSpec(Section):
         "validate.proof_kind (resources/params/kinds.yaml), with their CIDs and digests from "
         "filecoin-proofs' parameters.json.",
     )
-    gateway: Annotated[str, AfterValidator(_check_gateway)] = Field(
-        default="https://proofs.filecoin.io",
-        description="Where hosts download a missing file: `<gateway>/ipfs/<cid>` (the default "
-        "is the gateway curio's and lotus's fetchers use); an IPFS gateway or a mirror "
-        "serving the files by CID. Resumable, size and digest checked on the host.",
+    gateway: Annotated[str | None, AfterValidator(_check_gateway)] = Field(
+        default=None,
+        description="Where hosts download a missing file: `<gateway>/ipfs/<cid>`, an IPFS "
+        "gateway or a mirror serving the files by CID; set, it wins over IPFS_GATEWAY. null: "
+        "as curio's fetcher, the host's IPFS_GATEWAY (in the environment of rollout's SSH "
+        "session there; the CID appended to it as it is, so it ends with /), else curio's "
+        f"own mirror, {CURIO_GATEWAY}<cid>. Resumable, size and digest checked on the host.",
     )
     reuse: list[RemotePath] = Field(
         default_factory=lambda: ["/var/tmp/filecoin-proof-parameters"],

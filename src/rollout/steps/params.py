@@ -5,8 +5,9 @@ stopped, switched and only then fail its validation with "SRS param file not fou
 The host does the work itself (host/scripts/fetch.py --partial): a file already in
 param_cache, or in a reuse folder (curio's /var/tmp/filecoin-proof-parameters, the host's
 FIL_PROOFS_PARAMETER_CACHE), is checked where it is by its size and digest, and a reused
-one is linked from param_cache, never copied; a missing one is downloaded by its CID from
-params.gateway, resumable. The controller pushes a file only when params.source says so
+one is linked from param_cache, never copied; a missing one is downloaded by its CID, as
+curio's fetcher would (gateway_of: params.gateway, else the host's IPFS_GATEWAY, else
+curio's mirror), resumable. The controller pushes a file only when params.source says so
 (opt-in), each source file hashed once per run whatever the number of hosts."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from rollout.config.sections import ParamFile
+from rollout.config.sections import CURIO_GATEWAY, ParamFile, url_problem
 from rollout.errors import StepFailed
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.progress import parse_host_progress, tracker_for
@@ -38,6 +39,40 @@ class Problem:
             return f"{self.name} (missing)"
         want = f"{self.expected} bytes" if self.expected else "a non-empty file"
         return f"{self.name} ({self.found} bytes, expected {want})"
+
+
+@dataclass(frozen=True)
+class Gateway:
+    prefix: str  # a file's URL is this and its CID
+    origin: str  # where it was set, in the operator's words
+
+
+def gateway_of(target: HostContext | Target, probe: JSONObject) -> Gateway:
+    """Where a host downloads a file by its CID, as curio's fetcher decides it (paramfetch.go
+    doFetch: IPFS_GATEWAY, else its own mirror, the CID appended as it is), params.gateway
+    winning over both. The host's IPFS_GATEWAY (the probe's `gateway`) is hostile: one that
+    is not a plain http(s) URL ending with / is refused, naming the host and the value
+    (escaped), and never used."""
+    spec = target.settings.params.gateway
+    if spec is not None:
+        return Gateway(f"{spec}/ipfs/", "params.gateway")
+    value = probe.get("gateway")
+    if value is None or value == "":  # unset or empty: curio's own mirror, as curio
+        return Gateway(CURIO_GATEWAY, "curio's mirror; IPFS_GATEWAY is unset on the host")
+    problem = url_problem(value) or (
+        None if str(value).endswith("/") else "curio appends the CID to it as it is, so it "
+        "ends with /")
+    if problem:
+        raise StepFailed(
+            f"IPFS_GATEWAY on {target.host.name} is {ascii(value)[:200]}: {problem}; refused, "
+            "never used (fix it there, or set params.gateway, which wins over it)",
+            retryable=False)
+    return Gateway(str(value), "IPFS_GATEWAY on the host")
+
+
+def downloads(target: HostContext | Target, missing: list[ParamFile]) -> list[ParamFile]:
+    """The missing files the host downloads by CID: none where params.source pushes them."""
+    return [] if target.settings.params.source is not None else [f for f in missing if f.cid]
 
 
 def probe_reads(target: HostContext | Target) -> list[tuple[str, JSONObject]]:
@@ -80,14 +115,18 @@ def params_calls(target: Target, probe: JSONObject | None) -> list[Call]:
     if spec.source is not None and missing:
         calls.append(Call("make_folder", {"path": cache, "link_ok": True}))
         calls += [put_call(f"{cache}/{f.name}.partial") for f in missing]
-    return [*calls, fetch_call(cache, spec.files, missing)]
+    gateway = gateway_of(target, probe) if downloads(target, missing) else None
+    return [*calls, fetch_call(cache, spec.files, missing, gateway)]
 
 
-def fetch_call(cache: str, files: list[ParamFile], missing: list[ParamFile]) -> Call:
+def fetch_call(cache: str, files: list[ParamFile], missing: list[ParamFile],
+               gateway: Gateway | None) -> Call:
     """fetch.py's run (a host script, not an ops action), as the dry run and the journal
-    name it: the folder, the files it checks and those it must get."""
-    return Call("fetch", {"dir": cache, "names": [f.name for f in files],
-                          "missing": [f.name for f in missing]})
+    name it: the folder, the files it checks, those it must get and, where it downloads,
+    the URL the CIDs are appended to."""
+    kwargs: JSONObject = {"dir": cache, "names": [f.name for f in files],
+                          "missing": [f.name for f in missing]}
+    return Call("fetch", kwargs if gateway is None else {**kwargs, "gateway": gateway.prefix})
 
 
 def check_params(ctx: HostContext) -> str:
@@ -102,16 +141,18 @@ def check_params(ctx: HostContext) -> str:
     _check_room(ctx, facts, sum(f.size or 0 for f in missing))
     if not spec.files:
         return f"no params manifest; room in {cache} for the PCE file"
+    gateway = gateway_of(ctx, facts) if downloads(ctx, missing) else None
     if missing:
         ctx.forget_reads()  # what preflight read ahead (the PCE's room) changes now
     pushed = push_missing(ctx, missing) if spec.source is not None and missing else {}
-    fetched = fetch_call(cache, spec.files, missing)
+    fetched = fetch_call(cache, spec.files, missing, gateway)
     ctx.record(fetched.name, fetched.kwargs)  # a script's run, named as the plan names it
-    report = _fetch(ctx, _fetch_args(ctx, pushed), missing)
+    report = _fetch(ctx, _fetch_args(ctx, pushed, gateway), missing)
     error = report.get("error")
     if error:
-        raise _failure(ctx, facts, missing, error)
-    return _summary(ctx, _object(report.get("files")), _object(facts.get("partial")), pushed)
+        raise _failure(ctx, missing, error, gateway)
+    return _summary(ctx, _object(report.get("files")), _object(facts.get("partial")), pushed,
+                    gateway)
 
 
 def _object(value: JSON) -> JSONObject:
@@ -119,8 +160,10 @@ def _object(value: JSON) -> JSONObject:
     return value if isinstance(value, dict) else {}
 
 
-def _fetch_args(ctx: HostContext, pushed: dict[str, str]) -> list[str]:
-    """fetch.py's arguments: a pushed file has no URL and is checked by the digest pushed."""
+def _fetch_args(ctx: HostContext, pushed: dict[str, str], gateway: Gateway | None
+                ) -> list[str]:
+    """fetch.py's arguments: a file has a URL only where it is downloaded (`gateway`); a
+    pushed one is checked by the digest pushed."""
     spec = ctx.settings.params
     args = ["--dir", ctx.settings.daemon.param_cache, "--partial",
             "--connect-timeout", f"{CONNECT_TIMEOUT:g}"]
@@ -130,7 +173,7 @@ def _fetch_args(ctx: HostContext, pushed: dict[str, str]) -> list[str]:
     for folder in spec.reuse:
         args += ["--reuse", folder]
     for f in spec.files:
-        url = "-" if f.name in pushed or not f.cid else f"{spec.gateway}/ipfs/{f.cid}"
+        url = "-" if gateway is None or f.name in pushed or not f.cid else gateway.prefix + f.cid
         digest = pushed.get(f.name) or digest_arg(f)
         args += ["--file", f.name, url, digest, str(f.size) if f.size else "-"]
     return args
@@ -186,8 +229,8 @@ def _total(line: str, names: set[str]) -> tuple[str, int] | None:
     return str(body["file"]), size
 
 
-def _failure(ctx: HostContext, facts: JSONObject, missing: list[ParamFile],
-             error: JSON) -> StepFailed:
+def _failure(ctx: HostContext, missing: list[ParamFile], error: JSON,
+             gateway: Gateway | None) -> StepFailed:
     cache = ctx.settings.daemon.param_cache
     error = error if isinstance(error, dict) else {}
     kind, message = str(error.get("kind")), str(error.get("message"))[:600]
@@ -195,20 +238,21 @@ def _failure(ctx: HostContext, facts: JSONObject, missing: list[ParamFile],
         return StepFailed(f"proof parameter refused by {'size' if kind == 'size' else kind}: "
                           f"{message}", retryable=False)
     listed = ", ".join(str(Problem(f.name, None, f.size)) for f in missing)
-    hint = ("" if ctx.settings.params.source else
-            f" from {ctx.settings.params.gateway} (params.gateway; or copy them there, or "
-            "set params.source to push them)")
+    hint = (f" from {gateway.prefix} ({gateway.origin}; or copy them there, or set "
+            "params.source to push them)" if gateway else "" if ctx.settings.params.source
+            else " (copy them there, or set params.source to push them)")
     return StepFailed(f"proof parameters not in {cache}: {listed or error.get('file')}; "
                       f"fetching them{hint} failed ({kind}): {message}",
                       retryable=kind not in ("missing",))
 
 
 def _summary(ctx: HostContext, files: JSONObject, partial: JSONObject,
-             pushed: dict[str, str]) -> str:
+             pushed: dict[str, str], gateway: Gateway | None = None) -> str:
     cache = ctx.settings.daemon.param_cache
     notes = [_note(name, f if isinstance(f, dict) else {}, partial.get(name), pushed)
              for name, f in files.items()]
-    return f"params in {cache}: {'; '.join(notes) or 'none'}"
+    source = "" if gateway is None else f"; downloads from {gateway.prefix} ({gateway.origin})"
+    return f"params in {cache}: {'; '.join(notes) or 'none'}{source}"
 
 
 def _note(name: str, f: JSONObject, partial: JSON, pushed: dict[str, str]) -> str:

@@ -149,14 +149,15 @@ def _size(path: str) -> int | None:
 
 @action(
     "cache:str pce:str names:[str] reuse:[str]",
-    "sizes:{int?} partial:{int?} reuse:{str?} pce:bool free:int",
+    "sizes:{int?} partial:{int?} reuse:{str?} pce:bool free:int gateway:str?",
     "probed",
     in_agent=True,
 )
 def params_probe(cache: str, pce: str, names: list[str], reuse: list[str]) -> dict[str, Any]:
     """The params manifest's files: their sizes in param_cache (through links), their
     .partial sizes, the reuse folder holding each (and $FIL_PROOFS_PARAMETER_CACHE), whether
-    the PCE file is there, and the free bytes where param_cache is."""
+    the PCE file is there, the free bytes where param_cache is, and $IPFS_GATEWAY (None:
+    unset), which the controller checks before it downloads from it."""
     env = os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "")
     folders = [str(d) for d in reuse if isinstance(d, str)] + ([env] if env.startswith("/")
                                                                else [])
@@ -171,7 +172,7 @@ def params_probe(cache: str, pce: str, names: list[str], reuse: list[str]) -> di
         partial={n: _size(os.path.join(cache, n + ".partial")) for n in wanted},
         reuse={n: elsewhere(n) for n in wanted},
         pce=_size(os.path.join(cache, os.path.basename(pce))) is not None,
-        free=_nearest_free(cache))
+        free=_nearest_free(cache), gateway=os.environ.get("IPFS_GATEWAY"))
 
 
 @action("cache:str names:[str]", "files:{obj?} free:int", "probed", in_agent=True)
