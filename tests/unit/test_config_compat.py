@@ -281,7 +281,7 @@ def gpu_ctx(exit_code: int, stdout: str, devices: list[int] | None = None) -> An
     [
         (gpu_ctx(127, "nvidia-smi: not found"), "nvidia-smi: not found"),
         (gpu_ctx(0, ""), "lists no GPU"),
-        (gpu_ctx(0, "0, H100\n", [1]), "GPU [1] not listed"),
+        (gpu_ctx(0, "0, GPU-a, H100, 550.54.15, 9.0, 81559, 81000\n", [1]), "GPU [1] not listed"),
     ],
 )
 def test_a_failing_gpu_check_names_the_setting_that_turns_it_off(ctx: Any, problem: str) -> None:

@@ -12,7 +12,8 @@ A case (YAML):
   settings for the case's params) or `config` (the daemon's config for the case's facts).
 - `playbook`: merged over a minimal playbook; `host_vars`: the host's inventory vars;
   `files`: {NAME: TEXT} written beside the playbook (a source it names, relative to it).
-- `release`: {id, artifacts: [{name, sha256, size}]}, or absent (a single step); `pending`:
+- `release`: {id, artifacts: [{name, sha256, size}], build_args (optional)}, or absent (a
+  single step); `pending`:
   the dry run's release of a build not made yet.
 - `params`: the kind's params, checked by its model (KINDS[kind].params).
 - `expect`: `decision` (skip | act | fail: an Action with `fails` | raises: decide raises
@@ -146,7 +147,8 @@ def target_of(case: dict[str, Any], tmp: Path) -> Target:
     release = None if given is None else Release(
         given["id"], "img", "v1",
         tuple(Artifact(a["name"], "/nowhere", a["sha256"], a["size"])
-              for a in given["artifacts"]))
+              for a in given["artifacts"]),
+        build_args=tuple(sorted(given.get("build_args", {}).items())))
     return Target(host, Layout(), settings, release, bool(case.get("pending", False)))
 
 

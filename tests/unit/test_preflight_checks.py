@@ -8,6 +8,7 @@ from typing import Any
 from contexts import settings_for, small_host
 
 from rollout.host.facts import HostFacts
+from rollout.host.reports import GpuReport
 from rollout.steps.kinds import preflight
 from rollout.steps.preflight_inputs import Look
 
@@ -34,8 +35,10 @@ def test_cpu_flags_from_x86_and_arm_cpuinfo() -> None:
 
 
 def test_gpu_indexes_from_nvidia_smi_csv() -> None:
-    text = "0, NVIDIA GeForce RTX 4090\n1, NVIDIA GeForce RTX 4090\nNo devices were found\n"
-    assert preflight.gpu_indexes(text) == [0, 1]
+    text = "".join(f"{i}, GPU-{i}, NVIDIA GeForce RTX 4090, 550.54.15, 8.9, 24564, 24000\n"
+                   for i in (0, 1))
+    gpus, odd = GpuReport.parse({"exit": 0, "output": text}).listed()
+    assert [g.ordinal for g in gpus] == [0, 1] and odd == []
 
 
 def ctx_with(total_budget: str = "cgroup", min_budget: str = "0") -> Any:

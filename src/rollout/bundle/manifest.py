@@ -50,7 +50,8 @@ class Manifest(BaseModel):
             Artifact(name, f"{directory}/{name}" if directory else "", e.sha256, e.size)
             for name, e in self.executables.items()
         )
-        return Release(self.release, self.image, self.version, artifacts, source)
+        return Release(self.release, self.image, self.version, artifacts, source,
+                       tuple(sorted(self.build_args.items())))
 
     @property
     def total_size(self) -> int:

@@ -18,7 +18,8 @@ class Release:
     """A set of executables extracted from one image, named by their combined digest.
 
     `source`: the URL of a published bundle the hosts download the executables from
-    themselves (rollout.bundle); None: the controller pushes them.
+    themselves (rollout.bundle); None: the controller pushes them. `build_args`: the
+    arguments it was built with (CUDA_BASE and CUDA_ARCHS: what GPUs and driver it needs).
     """
 
     id: str
@@ -26,6 +27,7 @@ class Release:
     version: str
     artifacts: tuple[Artifact, ...]
     source: str | None = None
+    build_args: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> JSONObject:
         return {

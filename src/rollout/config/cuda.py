@@ -15,6 +15,8 @@ class Arch:
     family: str
     first: tuple[int, int]  # the first CUDA release whose nvcc has sm_XX
     last: tuple[int, int] | None = None  # the last one, where a later CUDA dropped it
+    driver: tuple[int, ...] = ()  # the first Linux driver that runs this family, where
+    # that is above every CUDA floor of DRIVER_FLOORS
 
 
 ARCHS: tuple[Arch, ...] = (
@@ -26,11 +28,21 @@ ARCHS: tuple[Arch, ...] = (
     Arch(86, "Ampere: RTX 30xx, A40, RTX A4000-A6000", (11, 1)),
     Arch(89, "Ada: RTX 40xx, L4, L40, RTX 4000-6000 Ada", (11, 8)),
     Arch(90, "Hopper: H100, H200", (11, 8)),
-    Arch(100, "Blackwell: B200, GB200", (12, 8)),
-    Arch(120, "Blackwell: RTX 50xx, RTX PRO 4000-6000 Blackwell", (12, 8)),
+    Arch(100, "Blackwell: B200, GB200", (12, 8), driver=(570, 26)),
+    Arch(120, "Blackwell: RTX 50xx, RTX PRO 4000-6000 Blackwell", (12, 8), driver=(570, 26)),
 )
 """Per GPU family, the CUDA releases whose nvcc targets it (NVIDIA's CUDA release notes;
-CUDA 13.0 dropped Pascal and Volta). docs/real-fleet.md shows the same table."""
+CUDA 13.0 dropped Pascal and Volta), and for Blackwell the first driver that runs it at all:
+R570, the driver of CUDA 12.8 GA, the first CUDA with Blackwell (CUDA 12.8 release notes,
+"CUDA Toolkit and Corresponding Driver Versions": >= 570.26). docs/real-fleet.md shows the
+same table."""
+
+DRIVER_FLOORS: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580,)}
+"""Per CUDA major release, the least Linux driver that runs a build of any of its minor
+releases (minor version compatibility: NVIDIA's "CUDA Compatibility" guide, table "CUDA
+Toolkit 11.x, 12.x, and 13.x Driver Version Ranges", and the CUDA Toolkit release notes'
+"minimum required driver version for CUDA minor version compatibility"). Newer drivers run
+older builds (backward compatibility), so a floor is all there is."""
 
 BASES: tuple[str, ...] = (
     "nvidia/cuda:12.6.3-devel-ubuntu22.04",
@@ -106,3 +118,32 @@ def pick_base(archs: list[int]) -> str:
         if version is not None and not unbuildable(version, archs):
             return image
     raise ValueError(f"no CUDA base rollout knows builds all of {archs}: set build.cuda_base")
+
+
+def driver_text(version: tuple[int, ...]) -> str:
+    """(570, 124, 6) -> "570.124.06", as NVIDIA writes its drivers."""
+    return ".".join([str(version[0]), *(f"{p:02d}" for p in version[1:])])
+
+
+def family_of(cc: int) -> Arch | None:
+    """The family of a GPU of compute capability `cc` (89 for 8.9): the newest Arch of its
+    major version at or below it."""
+    same = [a for a in ARCHS if a.arch // 10 == cc // 10 and a.arch <= cc]
+    return max(same, key=lambda a: a.arch) if same else None
+
+
+def driver_needed(cuda: tuple[int, int], cc: int | None) -> tuple[int, ...] | None:
+    """The least driver that runs a CUDA `cuda` build on a GPU of compute capability `cc`
+    (None: not known); None where rollout knows no floor for that CUDA release."""
+    floor = DRIVER_FLOORS.get(cuda[0])
+    if floor is None:
+        return None
+    family = family_of(cc) if cc is not None else None
+    return max(floor, family.driver) if family is not None else floor
+
+
+def runs_on(archs: list[int], cc: int) -> bool:
+    """Whether a build with code for `archs` (sm_XX) has a kernel a GPU of compute
+    capability `cc` runs: code for sm_X.Y runs on X.Z where Z >= Y (NVIDIA's binary
+    compatibility, CUDA C++ Programming Guide); none runs across a major version."""
+    return any(a // 10 == cc // 10 and a % 10 <= cc % 10 for a in archs)

@@ -2,9 +2,10 @@
 its one loader: for each kind, the files cuzk reads from [srs] param_cache (each with its
 CID, its digest, filecoin-proofs' parameters.json: the hex of the first 16 bytes of its
 blake2b-512 sum, and its size where one is known), its SRS size and per-partition
-reservation in cuzk's memory model, the cuzk-bench `-t` value that proves it and the
-registered proofs of its C1s. validate.proof_kind names one; params (which files), the
-budget rule (the least budget for one proof) and the C1 check read it here."""
+reservation in cuzk's memory model, the GPU memory a proof needs (vram), the cuzk-bench
+`-t` value that proves it and the registered proofs of its C1s. validate.proof_kind names
+one; params (which files), the budget rule (the least budget for one proof), the C1 check
+and preflight's GPU check read it here."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class ProofKind:
     pce_bytes: int
     registered_proofs: dict[str, int]
     pce_file: str | None = None
+    vram: int = 0  # bytes one GPU needs free for a proof of this kind
 
 
 def kind(name: str) -> ProofKind:
@@ -81,7 +83,8 @@ def kind(name: str) -> ProofKind:
                      pce_bytes=_bytes(name, spec, "pce_bytes"),
                      registered_proofs={str(k): int(v) for k, v in
                                         (spec.get("registered_proofs") or {}).items()},
-                     pce_file=str(spec["pce_file"]) if spec.get("pce_file") else None)
+                     pce_file=str(spec["pce_file"]) if spec.get("pce_file") else None,
+                     vram=_bytes(name, spec, "vram"))
 
 
 def _bytes(name: str, spec: JSONObject, key: str) -> int:

@@ -577,7 +577,10 @@ class PreflightSpec(Section):
     gpus: bool = Field(
         default=True,
         description="Check that nvidia-smi lists daemon.gpu_devices (any GPU when that is "
-        "empty). Usually a host var: false on hosts without GPUs, like the lab's.",
+        "empty) and that on each the driver runs the release's CUDA build (its manifest's "
+        "CUDA_BASE), the build has code for the GPU (CUDA_ARCHS) and the free memory holds "
+        "validate.proof_kind's need (docs/real-fleet.md, section 4). Usually a host var: "
+        "false on hosts without GPUs, like the lab's.",
     )
     host_marker: RemotePath | None = Field(
         default=None,

@@ -12,12 +12,14 @@ its own (a job, the budget wait) names its keys in KEYS.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from rollout.host.scripts import ops
+from rollout.host.scripts.actions.reads import APP_FIELDS, GPU_FIELDS
 from rollout.host.scripts.actions.spec import fits, type_of
 from rollout.jsontypes import JSON, JSONObject
 
@@ -302,15 +304,103 @@ class WorkReport(Parsed):
 
 @dataclass(frozen=True)
 class CommandReport(Parsed):
-    """ops.user_command, cordon, uncordon, gpus: the outcome word, the exit code, the
-    output (its last 2,000 characters)."""
+    """ops.user_command, cordon, uncordon: the outcome word, the exit code, the output (its
+    last 2,000 characters)."""
 
-    ACTIONS = ("user_command", "cordon", "uncordon", "gpus")
+    ACTIONS = ("user_command", "cordon", "uncordon")
     outcome: str
     reason: str = key(keep=_cut(300))
     exit: int | None = key()
     output: str = key(keep=_tail(2000))
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+
+MOST_GPUS = 64  # lines of nvidia-smi read; a host with more is refused, not half read
+MOST_APPS = 256
+_MIB = re.compile(r"^\d{1,8}$")  # MiB, at most ~95 TiB
+_CAP = re.compile(r"^(\d{1,2})\.(\d)$")
+_DRIVER = re.compile(r"^\d{1,4}(?:\.\d{1,4}){0,3}$")
+
+
+class Gpu(NamedTuple):
+    """One GPU as nvidia-smi listed it (reads.GPU_FIELDS), each field checked: None where it
+    said something else ("[N/A]", a word, a figure out of range), and what it said in `odd`."""
+
+    ordinal: int  # nvidia-smi's index
+    uuid: str
+    name: str
+    driver: tuple[int, ...] | None
+    compute_cap: int | None  # 89 for "8.9"
+    total: int | None  # bytes
+    free: int | None  # bytes
+    odd: dict[str, str]  # field: what nvidia-smi said, where that is not a value
+
+    @classmethod
+    def parse(cls, line: str) -> Gpu | str:
+        """A GPU from one line, or why the line is not one."""
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(GPU_FIELDS):
+            return f"a line of {len(cells)} fields, not {len(GPU_FIELDS)}: {_text(80)(line)!r}"
+        said = dict(zip(GPU_FIELDS, cells, strict=True))
+        if not said["index"].isdigit() or len(said["index"]) > 3:
+            return f"a GPU index that is not one: {_text(20)(said['index'])!r}"
+        driver, cap = said["driver_version"], _CAP.match(said["compute_cap"])
+        gpu = cls(int(said["index"]), _text(80)(said["uuid"]), _text(60)(said["name"]),
+                  tuple(int(p) for p in driver.split(".")) if _DRIVER.match(driver) else None,
+                  int(cap.group(1)) * 10 + int(cap.group(2)) if cap else None,
+                  _mib(said["memory.total"]), _mib(said["memory.free"]), {})
+        read = {"driver_version": gpu.driver, "compute_cap": gpu.compute_cap,
+                "memory.total": gpu.total, "memory.free": gpu.free}
+        return gpu._replace(odd={k: _text(20)(said[k]) for k, v in read.items() if v is None})
+
+    def describe(self) -> str:
+        return f"GPU {self.ordinal} ({self.name})"
+
+
+def _mib(text: str) -> int | None:
+    return int(text) * 1024**2 if _MIB.match(text) else None
+
+
+@dataclass(frozen=True)
+class GpuReport(Parsed):
+    """ops.gpus: nvidia-smi's exit code and its lines for each GPU (read by `listed`), and
+    the memory each process holds on each GPU (`held`)."""
+
+    ACTIONS = ("gpus",)
+    outcome: str
+    reason: str = key(keep=_cut(300))
+    exit: int | None = key()
+    output: str = key(keep=_tail(8192))
+    apps_exit: int | None = key()
+    apps: str = key(keep=_tail(8192))
+    raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
+
+    def listed(self) -> tuple[tuple[Gpu, ...], list[str]]:
+        """The GPUs nvidia-smi listed, and what in its answer is not a GPU (each named)."""
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        found: list[Gpu] = []
+        problems = [f"nvidia-smi listed {len(lines)} lines, more than {MOST_GPUS}"] \
+            if len(lines) > MOST_GPUS else []
+        for n, line in enumerate(lines[:MOST_GPUS], 1):
+            gpu = Gpu.parse(line)
+            if isinstance(gpu, str):
+                problems.append(f"nvidia-smi's line {n} is {gpu}")
+            else:
+                found.append(gpu)
+        return tuple(found), problems
+
+    def held(self, pids: set[int]) -> dict[str, int]:
+        """Bytes the processes `pids` hold on each GPU (by uuid), as nvidia-smi counts them
+        (a line that is not a process's, or "[N/A]" memory, counts nothing)."""
+        out: dict[str, int] = {}
+        for line in self.apps.splitlines()[:MOST_APPS] if self.apps_exit == 0 else ():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) != len(APP_FIELDS) or not cells[1].isdigit() or len(cells[1]) > 9:
+                continue
+            used = _mib(cells[2])
+            if int(cells[1]) in pids and used is not None:
+                out[cells[0]] = out.get(cells[0], 0) + used
+        return out
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ PROVER_REPO = "rollout-lab/prover"
 PACKAGES = ("openssh-server", "procps", "curl", "python3", "iproute2", "ca-certificates")
 HOST_DOCKERFILE = "lab-host.Dockerfile"
 PROVER_DOCKERFILE = "lab-prover.Dockerfile"
-HOST_FILES = ("lab-standin/lab-late-reaper", "lab-standin/lab-init", "lab-standin/curio")
+HOST_FILES = ("lab-standin/lab-late-reaper", "lab-standin/lab-init", "lab-standin/curio",
+              "lab-standin/nvidia-smi")
 TRIM_PATHS = (
     "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
     "var/cache/apt/archives", "var/lib/apt/lists", "var/log/apt", "var/cache/debconf",

@@ -203,7 +203,8 @@ def extract(ctx: ControllerContext, params: JSONObject) -> StepResult:
             fresh = True
         data = local.read_bytes()
         artifacts.append(Artifact(name, str(local), hashlib.sha256(data).hexdigest(), len(data)))
-    ctx.release = Release(release_id_of(artifacts), ctx.image, ctx.version, tuple(artifacts))
+    ctx.release = Release(release_id_of(artifacts), ctx.image, ctx.version, tuple(artifacts),
+                          build_args=tuple(sorted(ctx.build.build_args().items())))
     summary = ", ".join(f"{a.name} {a.sha256[:12]} {a.size}B" for a in artifacts)
     data = {"release": ctx.release.to_dict()}
     if not fresh:

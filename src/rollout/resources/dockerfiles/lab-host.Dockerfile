@@ -2,8 +2,10 @@
 # Built FROM the debootstrapped base by `inv lab.up`; the build context is dockerfiles/.
 ARG BASE=rollout-lab/base:latest
 FROM ${BASE}
-COPY lab-standin/lab-late-reaper lab-standin/lab-init lab-standin/curio /usr/local/bin/
+COPY lab-standin/lab-late-reaper lab-standin/lab-init lab-standin/curio lab-standin/nvidia-smi \
+     /usr/local/bin/
 RUN chmod 0755 /usr/local/bin/lab-late-reaper /usr/local/bin/lab-init /usr/local/bin/curio \
+      /usr/local/bin/nvidia-smi \
  && mkdir -p /data /run/sshd /root/.ssh \
  && chmod 0700 /root/.ssh \
  && printf '%s\n' \

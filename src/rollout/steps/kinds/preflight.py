@@ -15,10 +15,13 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
+from rollout.config import cuda
+from rollout.config.params_manifest import kind as proof_kind
+from rollout.config.playbook import Playbook
 from rollout.config.steps import KindRule, StrictParams
 from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts, Parent, ProcessFacts
-from rollout.host.reports import CommandReport, OutputsReport, Report, TextReport
+from rollout.host.reports import Gpu, GpuReport, OutputsReport, Report, TextReport
 from rollout.jsontypes import JSON, JSONObject
 from rollout.output.events import StepResult, ok
 from rollout.steps.base import HostContext, Kind
@@ -134,16 +137,6 @@ def check_cpu(look: Look, notes: list[str]) -> list[str]:
     return []
 
 
-def gpu_indexes(text: str) -> list[int]:
-    """Indexes from `nvidia-smi --query-gpu=index,name --format=csv,noheader`."""
-    out = []
-    for line in text.splitlines():
-        head = line.split(",", 1)[0].strip()
-        if head.isdigit():
-            out.append(int(head))
-    return out
-
-
 GPU_CHECK_OFF = (
     "; a host without GPUs: set preflight.gpus false (in the default playbook, "
     "the host var has_gpu: false)"
@@ -151,28 +144,167 @@ GPU_CHECK_OFF = (
 
 
 def gpu_facts(target: Target) -> list[Fact]:
-    return [Fact("gpus", {"timeout": 60}, timeout=70)] if target.settings.preflight.gpus else []
+    return [Fact("gpus", {"timeout": 60}, timeout=130)] if target.settings.preflight.gpus else []
+
+
+@dataclass(frozen=True)
+class CudaBuild:
+    """What the release was built with (its CUDA_BASE and CUDA_ARCHS build arguments): the
+    CUDA release its base's tag names and the architectures it has code for (None: not
+    known, no such check)."""
+
+    base: str
+    version: tuple[int, int] | None
+    archs: list[int] | None
+    unread: str = ""  # a CUDA_ARCHS that names no architecture rollout knows (noted)
+
+    @classmethod
+    def of(cls, target: Target) -> CudaBuild:
+        """The release's (its manifest's, or the build's); a dry run's pending build: the
+        playbook's build section."""
+        args = dict(target.release.build_args) if target.release is not None else {}
+        if target.release is None and target.pending and target.settings.build_section:
+            args = target.settings.build_section.build_args()
+        base, said = args.get("CUDA_BASE", "")[:200], args.get("CUDA_ARCHS", "")[:200]
+        try:
+            archs = cuda.parse_archs(said) if said else None
+        except ValueError:
+            return cls(base, cuda.base_version(base) if base else None, None, said)
+        return cls(base, cuda.base_version(base) if base else None, archs)
 
 
 def check_gpus(look: Look, notes: list[str]) -> list[str]:
+    """nvidia-smi lists the daemon's GPUs (daemon.gpu_devices; none named: every GPU); on
+    each, the driver runs the release's CUDA build, the build has code for the GPU, and
+    the memory free for the new daemon (with what the old one holds, freed by the stop)
+    is what validate.proof_kind needs (kinds.yaml vram)."""
     if not look.settings.preflight.gpus:
         notes.append("no GPU check (the host's vars say it has none)")
         return []
-    want = [int(d) for d in getattr(look.settings.daemon, "gpu_devices", None) or []]
     (fact,) = gpu_facts(look.target)
-    r = CommandReport.parse(look.read(fact))
+    r = GpuReport.parse(look.read(fact))
     if r.exit != 0:
         why = r.output.strip().splitlines()[-1:] or [f"exit {r.exit}"]
         return [f"nvidia-smi failed on the host: {why[0]}{GPU_CHECK_OFF}"]
-    listed = gpu_indexes(r.output)
-    missing = [d for d in want if d not in listed]
+    listed, odd = r.listed()
+    if odd:
+        return odd
+    used, problems = _daemon_gpus(look, listed)
+    if problems:
+        return problems
+    build, need = CudaBuild.of(look.target), _vram_need(look.settings)
+    room = _room(r, used, look.facts)
+    for gpu in used:
+        problems += _gpu_problems(gpu, build, need, room[gpu.ordinal])
+    if not problems:
+        notes.append(_gpus_note(used, build, need))
+    return problems
+
+
+def _daemon_gpus(look: Look, listed: tuple[Gpu, ...]) -> tuple[list[Gpu], list[str]]:
+    want = [int(d) for d in getattr(look.settings.daemon, "gpu_devices", None) or []]
+    indexes = [g.ordinal for g in listed]
+    missing = [d for d in want if d not in indexes]
     if missing:
-        return [f"GPU {missing} not listed by nvidia-smi (it lists {listed or 'none'}; "
-                f"daemon.gpu_devices names them){GPU_CHECK_OFF}"]
+        return [], [f"GPU {missing} not listed by nvidia-smi (it lists {indexes or 'none'}; "
+                    f"daemon.gpu_devices names them){GPU_CHECK_OFF}"]
     if not listed:
-        return [f"nvidia-smi lists no GPU{GPU_CHECK_OFF}"]
-    notes.append(f"GPUs {want or listed} present")
-    return []
+        return [], [f"nvidia-smi lists no GPU{GPU_CHECK_OFF}"]
+    return [g for g in listed if not want or g.ordinal in want], []
+
+
+def _vram_need(settings: Playbook) -> int | None:
+    kind = settings.validation.proof_kind
+    return proof_kind(kind).vram if kind else None
+
+
+def _room(r: GpuReport, used: list[Gpu], facts: HostFacts) -> dict[int, int | None]:
+    """Each GPU's memory for the new daemon: free, plus what the daemons the stop stops
+    hold there; where a daemon runs and nvidia-smi names none of its memory (a container
+    hides other processes), the GPU's total."""
+    pids = {p.pid for p in facts.cuzk} | ({facts.daemon.pid} if facts.daemon.pid else set())
+    held = r.held(pids)
+    hidden = bool(facts.cuzk or facts.daemon.running) and not held
+    return {g.ordinal: None if g.free is None else g.total if hidden
+            else g.free + held.get(g.uuid, 0) for g in used}
+
+
+def _gpu_problems(gpu: Gpu, build: CudaBuild, need: int | None, room: int | None
+                  ) -> list[str]:
+    """Why the new daemon cannot prove on this GPU: its driver, its code, its memory."""
+    problems = []
+    if build.version is not None:
+        problems += _driver_problem(gpu, build.version, build.base)
+    if build.archs is not None:
+        problems += _arch_problem(gpu, build.archs)
+    if need is not None and (room is None or gpu.total is None):
+        said = ", ".join(f"{k} {v!r}" for k, v in gpu.odd.items() if k.startswith("memory"))
+        problems.append(f"{gpu.describe()} reports {said}: its free memory cannot be judged")
+    elif need is not None and room is not None and gpu.total is not None and room < need:
+        problems.append(f"{gpu.describe()} has {format_size(room)} free of "
+                        f"{format_size(gpu.total)}; cuzk needs {format_size(need)} on each "
+                        "GPU for validate.proof_kind (kinds.yaml vram): free the GPU "
+                        "(nvidia-smi shows what holds it)")
+    return problems
+
+
+def _driver_problem(gpu: Gpu, version: tuple[int, int], base: str) -> list[str]:
+    major, minor = version
+    needed = cuda.driver_needed(version, gpu.compute_cap)
+    if needed is None:
+        return []  # a CUDA release rollout knows no floor for: noted by _gpus_note
+    if gpu.driver is None:
+        return [f"{gpu.describe()} reports driver_version "
+                f"{gpu.odd.get('driver_version')!r}: it cannot be judged against the "
+                f"release's CUDA {major}.{minor} build"]
+    if gpu.driver >= needed:
+        return []
+    return [f"{gpu.describe()} runs driver {cuda.driver_text(gpu.driver)}; the release's "
+            f"CUDA {major}.{minor} build ({base}) needs {cuda.driver_text(needed)} or "
+            f"newer there ({_floor_why(version, gpu.compute_cap)}): upgrade the "
+            "host's driver"]
+
+
+def _floor_why(version: tuple[int, int], cc: int | None) -> str:
+    floor = cuda.DRIVER_FLOORS[version[0]]
+    family = cuda.family_of(cc) if cc is not None else None
+    why = f"CUDA {version[0]}.x: {cuda.driver_text(floor)}"
+    if family is not None and family.driver > floor:
+        why += f"; {family.family.split(':')[0]}: {cuda.driver_text(family.driver)}"
+    return why
+
+
+def _arch_problem(gpu: Gpu, archs: list[int]) -> list[str]:
+    have = ", ".join(f"sm_{a}" for a in archs)
+    if gpu.compute_cap is None:
+        return [f"{gpu.describe()} reports compute_cap {gpu.odd.get('compute_cap')!r}: "
+                f"whether the release's code ({have}) runs there cannot be judged"]
+    if cuda.runs_on(archs, gpu.compute_cap):
+        return []
+    cc = gpu.compute_cap
+    return [f"{gpu.describe()} is compute capability {cc // 10}.{cc % 10} (sm_{cc}); the "
+            f"release has code for {have} only (build.cuda_archs): cuzk would fail there "
+            f"with \"no kernel image\"; build with {cc} in build.cuda_archs"]
+
+
+def _gpus_note(used: list[Gpu], build: CudaBuild, need: int | None) -> str:
+    note = f"GPUs {[g.ordinal for g in used]} present"
+    drivers = sorted({cuda.driver_text(g.driver) for g in used if g.driver})
+    if build.version is None:
+        note += "; no driver check (the release names no CUDA version: no CUDA_BASE)"
+    elif build.version[0] not in cuda.DRIVER_FLOORS:
+        note += f"; no driver check (CUDA {build.version[0]}: no floor known to rollout)"
+    else:
+        note += f", driver {'/'.join(drivers)} runs CUDA {build.version[0]}.{build.version[1]}"
+    if build.archs is not None:
+        note += f", code for {', '.join(f'sm_{a}' for a in build.archs)} runs on them"
+    elif build.unread:
+        note += f"; no architecture check (CUDA_ARCHS {build.unread!r} names none rollout knows)"
+    if need is None:
+        note += "; free GPU memory not checked (no validate.proof_kind)"
+    else:
+        note += f", {format_size(need)} free on each"
+    return note
 
 
 def missing_libraries(ldd_output: str) -> list[str]:

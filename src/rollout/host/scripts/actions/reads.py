@@ -79,24 +79,43 @@ def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
     return _report("none", f"no flags line in {path}", text="")
 
 
-@action("timeout:float", "exit:int output:str", "failed timeout ran")
-def gpus(timeout: float = 60.0) -> dict[str, Any]:
-    """What `nvidia-smi --query-gpu=index,name --format=csv,noheader` says (its output and
-    errors together, as data) and its exit code: 127 where there is no nvidia-smi."""
+GPU_FIELDS = ("index", "uuid", "name", "driver_version", "compute_cap", "memory.total",
+              "memory.free")
+"""What preflight asks nvidia-smi of each GPU (`--query-gpu`, in this order, CSV without
+units: memory in MiB); the controller reads the columns by these names."""
+APP_FIELDS = ("gpu_uuid", "pid", "used_memory")
+"""What it asks of each process on a GPU (`--query-compute-apps`): the memory it holds."""
+
+
+def _nvidia_smi(query: str, fields: tuple[str, ...], timeout: float) -> tuple[int, str]:
+    """nvidia-smi's exit code and its output and errors together (their last 8 KiB):
+    127 where there is no nvidia-smi, 124 where it did not end within `timeout`."""
     import subprocess
 
-    argv = ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"]
+    argv = ["nvidia-smi", f"--{query}={','.join(fields)}", "--format=csv,noheader,nounits"]
     try:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=timeout, check=False)
     except FileNotFoundError:
-        return _report("failed", "no nvidia-smi", exit=127, output="nvidia-smi: not found")
+        return 127, "nvidia-smi: not found"
     except subprocess.TimeoutExpired:
-        return _report("timeout", f"nvidia-smi did not end within {timeout:g}s", exit=124,
-                       output=f"nvidia-smi did not end within {timeout:g}s")
-    word = "ran" if r.returncode == 0 else "failed"
-    return _report(word, f"nvidia-smi exited {r.returncode}", exit=r.returncode,
-                   output=r.stdout.decode("utf-8", "replace")[-8192:])
+        return 124, f"nvidia-smi did not end within {timeout:g}s"
+    return r.returncode, r.stdout.decode("utf-8", "replace")[-8192:]
+
+
+@action("timeout:float", "exit:int output:str apps_exit:int? apps:str", "failed timeout ran")
+def gpus(timeout: float = 60.0) -> dict[str, Any]:
+    """nvidia-smi's answer for each GPU (GPU_FIELDS) as data, its exit code (127: no
+    nvidia-smi, 124: it hung); where that ran, the memory each process holds on each GPU
+    (APP_FIELDS, `apps`, and its exit code)."""
+    code, output = _nvidia_smi("query-gpu", GPU_FIELDS, timeout)
+    if code != 0:
+        word = "timeout" if code == 124 else "failed"
+        return _report(word, f"nvidia-smi exited {code}", exit=code, output=output,
+                       apps_exit=None, apps="")
+    apps_exit, apps = _nvidia_smi("query-compute-apps", APP_FIELDS, timeout)
+    return _report("ran", "nvidia-smi exited 0", exit=0, output=output, apps_exit=apps_exit,
+                   apps=apps)
 
 
 @action("directory:str names:[str]", "outputs:{str}", "missing no-ldd read")
