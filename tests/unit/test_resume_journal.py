@@ -13,9 +13,12 @@ import pytest
 from conftest import CliRunner
 
 from rollout.commands import app
+from rollout.engine.outcome import HostOutcome
 from rollout.errors import UserError
-from rollout.output.resume import MAX_LINE, read_resumed
+from rollout.output.resume import MAX_LINE, journal_events, read_resumed
 
+STEPS = ("preflight", "supervise", "upload", "stop", "drain", "config", "switch", "start",
+         "ready", "validate", "prune")
 REQUEST = {"hosts": "/f.yaml", "playbook": None, "sets": ["a=1"], "limit": None,
            "release": None, "adopt": False}
 
@@ -94,3 +97,19 @@ def test_the_report_command_exits_2_not_70(cli: CliRunner, tmp_path: Path) -> No
             env={"ROLLOUT_RUNS_DIR": str(runs)}, cwd=tmp_path)  # fmt: skip
     assert p.returncode == 2, p.stderr
     assert "r3.jsonl:1: time" in p.stderr
+
+
+def test_the_run_end_of_five_thousand_hosts_is_read_back_whole(tmp_path: Path) -> None:
+    """Issue 30: run_end names every host's outcome in one line; at 5,000 hosts (the
+    simulated bench's largest fleet) a resume and a report still read it."""
+    outcomes = {f"gpu-{n:05d}": HostOutcome(f"gpu-{n:05d}", "validated",
+                                            "running release 0123456789ab, validation passed",
+                                            "0123456789ab", {k: "ok" for k in STEPS}).__dict__
+                for n in range(5000)}
+    end = json.dumps({"kind": "run_end", "status": "ok", "reason": None, "data": outcomes})
+    assert len(end) > 1 << 20
+    path = tmp_path / "r1.jsonl"
+    path.write_text(json.dumps({"kind": "run_start", "data": {"request": REQUEST}}) + "\n"
+                    + end + "\n")
+    events, warnings = journal_events(path)
+    assert warnings == [] and len(events[1]["data"]) == 5000
