@@ -93,8 +93,9 @@ def test_rollout_rollback_waits_for_the_proof_in_flight(host: tuple[LabFleet, st
     assert run.host_end(name)["status"] == "validated", run.host_end(name)
     assert assert_serving(name) == "rbw-base"
     assert not lab.cordoned(name), f"{name} left cordoned"
-    lab.set_sidecar(name, None)
+    sh(name, "curio cordon")  # the sidecar ends the proofs it has in flight, submits no more
     wait_until(lambda: set(submitted(name)) <= set(ended(name)))
+    lab.set_sidecar(name, None)
     assert {ended(name)[j] for j in waited} == {"completed"}, ended(name)
     assert "lost" not in ended(name).values(), ended(name)  # none killed, before or after
 
