@@ -65,3 +65,27 @@ def test_watch_refreshes_until_told_to_stop() -> None:
     codes = iter([0, 1, 0])
     code = health.watch(lambda: next(codes), 2.5, sleep=calls.append, rounds=3)
     assert code == 0 and calls == [2.5, 2.5]
+
+
+def test_the_diagnose_script_runs_through_the_hosts_agent() -> None:
+    """status and diagnose run their host script as run_python does (a fork of the host's
+    agent where it has one), never as a shell's `python3 -` that starts a second
+    interpreter on the host (issue 30: one interpreter per host per command)."""
+    from rollout.commands import diagnose
+    from rollout.transport.base import RunResult
+
+    class Ctx:
+        ran: list[tuple[str, tuple[object, ...]]] = []
+
+        def run_python(self, source: str, *args: object, timeout: float | None = None
+                       ) -> RunResult:
+            self.ran.append((source, args))
+            return RunResult("python3 -", 0, 'noise\n{"exits": []}\n', "")
+
+        def sh(self, *args: Any, **kwargs: Any) -> RunResult:
+            raise AssertionError("diagnose ran through a shell")
+
+    ctx = Ctx()
+    data, size = diagnose._json_script(ctx, "SCRIPT", ("--root", "/data"), 30)  # type: ignore[arg-type]
+    assert data == {"exits": []} and size > 0
+    assert ctx.ran == [("SCRIPT", ("--root", "/data"))]

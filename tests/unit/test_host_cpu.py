@@ -5,22 +5,27 @@ that runs only what it was sealed for."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
 import inspect
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_hostside_agent import start_agent
+from test_hostside_agent import PipeStream, start_agent
 
 from rollout.engine import guard as engine_guard
-from rollout.host.scripts import bootstrap, ops, sized
-from rollout.host.scripts.actions.spec import IN_AGENT
+from rollout.errors import RolloutError
+from rollout.host.scripts import bootstrap, ops, script_text, sized
+from rollout.host.scripts.actions.spec import IN_AGENT, spec_of
 from rollout.transport import agent as transport_agent
 from rollout.transport.agent import HostAgent
 
@@ -100,24 +105,123 @@ def test_a_forked_call_still_times_out_and_is_killed(
     assert not Path(f"/proc/{child}").exists()  # killed and reaped
 
 
-def test_the_actions_run_in_the_agent_are_declared_so_and_fit_its_rule() -> None:
-    """in_agent is data on each action (spec.IN_AGENT), read by ops.in_agent; an action
-    declared so starts no child, sends no signal and waits on nothing (its own text: no
-    subprocess, signal, sleep, lock or network), and the calls that can hang are forked."""
-    assert {"pointed", "point_current", "write_file", "identities"} <= IN_AGENT
-    for name in IN_AGENT:
-        text = inspect.getsource(ops.ACTIONS[name])
-        for word in ("subprocess", "os.kill", "killpg", "sleep", "flock", "_status_answer",
-                     "user_command", "urlopen", "socket"):
-            assert word not in text, (name, word)
-        assert ops.in_agent(name, {}) is True
+HUGE = 1 << 40  # a sparse file's size: read whole, it fails at once or takes minutes
+TRAP = "trap"  # what a string argument may say besides a path: a release id, a file name
+FOLDERS = ("rollout", "releases", "staging")
+
+
+def _path_names() -> set[str]:
+    """Every plain name ops joins into a path (the constants of its os.path.join calls)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(script_text("ops"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "join":
+            found |= {c.value for arg in node.args for c in ast.walk(arg)
+                      if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {n for n in found if re.fullmatch(r"\.?\w[\w.-]*", n)}
+
+
+NAMES = _path_names()
+
+
+def _trap_root(root: Path, kind: str) -> Path:
+    """A root where every file ops may open is a FIFO (kind "fifo", no writer: an open
+    without O_NONBLOCK waits forever) or a HUGE sparse file: in the root, rollout/ and its
+    staging/, releases/, and a release TRAP under each of these."""
+    files = {n for n in NAMES if not n.startswith(".") and n not in FOLDERS}
+    files |= {TRAP + n for n in NAMES if n.startswith(".")}
+    for folder, has_trap in ((root, False), (root / "rollout", False),
+                             (root / "rollout/staging", True), (root / "releases", True),
+                             (root / "rollout/staging" / TRAP, False),
+                             (root / "releases" / TRAP, False)):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in files if has_trap else files | {TRAP}:
+            if kind == "fifo":
+                os.mkfifo(folder / name)
+            else:
+                with open(folder / name, "wb") as f:
+                    f.truncate(HUGE)
+    return root
+
+
+def _values(field: dict[str, object]) -> list[Callable[[Path], object]]:
+    """What an argument may be, given a trap root: every string a path into the trap (the
+    trap file, the root itself) or TRAP; a bool either; a number its default."""
+    kind = field["type"]
+    if kind in ("str", "[str]"):
+        said: list[Callable[[Path], str]] = [lambda r: str(r / TRAP), str, lambda r: TRAP]
+        return list(said) if kind == "str" else [lambda r, v=v: [v(r)] for v in said]
+    if kind == "bool":
+        return [lambda r: False, lambda r: True]
+    return [lambda r: field.get("default", 1)]
+
+
+def _high_water(pid: int) -> int:
+    """The agent's peak resident memory, in KiB (VmHWM)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if x.startswith("VmHWM:"))
+    return int(line.split()[1])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse"])
+@pytest.mark.parametrize("name", sorted(IN_AGENT))
+def test_an_action_run_in_the_agent_never_holds_it(
+        name: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule of spec.IN_AGENT, by what each action does in the real agent: with every
+    string argument naming a FIFO or a huge sparse file (and every file it may open under
+    a root it is given one), each call answers within seconds, reads a bounded amount,
+    and the agent answers the next call. A call that may wait is forked (and killed at
+    its timeout); so is one that reads a folder the user configured outside rollout's
+    root (param_cache, a marker, the config: a network mount may hang), by declaration."""
+    monkeypatch.setattr(transport_agent, "ANSWER_SLACK", 4.0)
+    command, stdin = transport_agent.agent_command()
+    cwd = _trap_root(tmp_path / "cwd", kind)  # a relative path lands in a trap too
+    p = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         cwd=cwd, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
+    assert p.stdin is not None
+    p.stdin.write(stdin)
+    p.stdin.flush()
+    host_agent = HostAgent.start("here", PipeStream(p))
+    assert host_agent is not None
+    ops_source = script_text("ops")
+    try:
+        plain = {"root": str(tmp_path / "plain")}
+        assert host_agent.call(ops_source, "ops.pointed", plain, 5).exit_code == 0
+        before = _high_water(p.pid)
+        fields = spec_of(name)["args"]
+        for i, chosen in enumerate(itertools.product(*map(_values, fields.values()))):
+            root = _trap_root(tmp_path / f"root{i}", kind)
+            kwargs = {arg: value(root) for arg, value in zip(fields, chosen, strict=True)}
+            started = time.monotonic()
+            try:
+                r = host_agent.call(ops_source, f"ops.{name}", kwargs, 1)
+            except RolloutError as e:
+                pytest.fail(f"ops.{name}({kwargs}) held the agent: {e}")
+            assert time.monotonic() - started < 5, kwargs
+            assert "MemoryError" not in r.stderr, kwargs
+        assert _high_water(p.pid) - before < 64 << 10, "read an unbounded amount"
+        assert host_agent.call(ops_source, "ops.pointed", plain, 5).exit_code == 0
+    finally:
+        with contextlib.suppress(OSError):
+            p.stdin.close()
+        p.kill()  # one held in a FIFO's open never reads its stdin's end
+        p.wait()
+
+
+def test_the_calls_that_can_hang_stay_forked() -> None:
+    """in_agent is data on each action (spec.IN_AGENT), read by ops.in_agent: the calls that
+    start a child, wait, lock or reach the network, or touch the user's own folders
+    outside rollout's root, run in a forked child killed at its timeout."""
     for name in ("lock", "stop", "drain", "prove", "work", "cordon", "gpus", "ldd", "facts",
-                 "wait_ready", "user_command", "file_sums", "install_release"):
+                 "wait_ready", "user_command", "file_sums", "install_release", "cpu_info",
+                 "file_present", "params_probe", "pce_sizes", "make_folder",
+                 "config_folders", "remove_files"):
         assert ops.in_agent(name, {}) is False, name
+    assert {"pointed", "point_current", "identities", "cordoned"} <= IN_AGENT
 
 
 def test_a_batch_runs_in_the_agent_only_where_each_of_its_calls_may() -> None:
-    pure = [{"call": "pointed", "kwargs": {}}, {"call": "cpu_info", "kwargs": {}}]
+    pure = [{"call": "pointed", "kwargs": {}}, {"call": "log_tail", "kwargs": {}}]
     assert ops.in_agent("batch", {"calls": pure}) is True
     for calls in ([*pure, {"call": "gpus"}], [*pure, "pointed"], [{"call": ["pointed"]}],
                   [{"call": "batch"}], None):

@@ -13,7 +13,7 @@ from rollout.bench.simhost import Flight, SimHost, Wire
 from rollout.bench.simulate import FIGURES, OLD, Simulation, _release, _serving, simulate
 from rollout.config.inventory import Host, Inventory
 from rollout.config.playbook import LAB_PLAYBOOK, parse_set_options
-from rollout.engine.locks import holder_for
+from rollout.engine.locks import LockPolicy, holder_for
 from rollout.engine.plan import Plan, make_plan
 from rollout.engine.run import Engine, EngineOptions, RunSummary
 from rollout.errors import ConfigError, TransportError
@@ -58,6 +58,21 @@ def test_a_batch_larger_than_the_concurrency_is_worked_through_it(tmp_path: Path
     assert {o.status for o in summary.outcomes.values()} == {"validated"}
     assert 1 <= flight.peak <= 4  # locks, batches, staging ahead: never more hosts at once
     assert all(h.current != OLD for h in fleet.values())
+
+
+def test_with_a_live_heartbeat_at_most_three_times_the_bound_are_in_flight(tmp_path: Path) -> None:
+    """A live heartbeat (a beat every 0.2 s) during the run: at most rolling.concurrency
+    hosts at work on steps, and beside them the heartbeat's refreshes, at most twice
+    rolling.concurrency more (a thread for each host at work, whose refresh waits for its
+    call, and as many for the others): never more than three times the bound at once."""
+    flight = Flight()
+    fleet = _fleet(20, Wire(latency=0.01), flight)
+    options = EngineOptions()
+    options.locks = LockPolicy(stale_after=1.2)
+    summary = _roll(tmp_path, fleet, _plan(list(fleet), '[1, "100%"]', 4), options)
+    assert summary.exit_code == 0
+    assert any('"do": "refresh"' in c for h in fleet.values() for c in h.sent)
+    assert 1 <= flight.peak <= 3 * 4
 
 
 def test_after_an_interrupt_no_host_waiting_its_turn_starts(tmp_path: Path) -> None:

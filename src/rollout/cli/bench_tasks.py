@@ -78,6 +78,7 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
     """Measure lab.up for N hosts (cached base image), 3-host rollouts, a bounded diagnose,
     a 100 MiB release to N hosts pushed and pulled, rollout against the floor, and how
     long commands take to start."""
+    workers = _concurrency(concurrency)
     from rollout import lab  # the lab (Docker) only where a benchmark runs: not for a rollout
     from rollout.bench.bundles import bench_bundles  # the benchmarks: loaded when one runs
     from rollout.bench.side_by_side import Plan
@@ -86,7 +87,7 @@ def bench(c: Context, hosts: int = 8, output: str | None = None, only: str = "",
     if simulate:
         wire = (latency_ms / 1000, mbit * 125_000, failure_rate)  # seconds, bytes/s, share
         figures["simulated"] = _simulated(_sizes(simulate, "--simulate", 100_000), wire,
-                                          concurrency, plot)
+                                          workers, plot)
         return _report(figures, output)
     os.environ.setdefault("ROLLOUT_RUNS_DIR", tempfile.mkdtemp(prefix="rollout-bench-"))
     if only not in ("", "bundles", "floor", "startup"):
@@ -126,18 +127,31 @@ def _sizes(text: str, flag: str = "--sizes", most: int = 64) -> tuple[int, ...]:
     return sizes
 
 
-def _simulated(sizes: tuple[int, ...], wire: tuple[float, float, float], concurrency: int,
-               plot: str | None) -> list[dict[str, Any]]:
+def _concurrency(value: int) -> int | None:
+    """--concurrency as rolling.concurrency (None for 0: its default); outside its declared
+    bounds, refused naming the flag before anything runs."""
+    if value == 0:
+        return None
+    from rollout.config.sections import RollingSpec  # the bounds, declared once there
+
+    meta = RollingSpec.model_fields["concurrency"].metadata
+    low, high = (next(getattr(m, k) for m in meta if hasattr(m, k)) for k in ("ge", "le"))
+    if not low <= value <= high:
+        raise UserError(f"--concurrency {value}: use {low} to {high} (rolling.concurrency's "
+                        "bounds), or 0 for its default")
+    return value
+
+
+def _simulated(sizes: tuple[int, ...], wire: tuple[float, float, float],
+               concurrency: int | None, plot: str | None) -> list[dict[str, Any]]:
     """The simulated fleets; prints the table, writes the plot, returns the figures."""
     from rollout.bench import simulate  # loaded when one runs
     from rollout.bench.simhost import Wire
 
     latency, bandwidth, failure_rate = wire
-    if not (0 <= failure_rate <= 1 and latency >= 0 and bandwidth >= 0 and concurrency >= 0):
-        raise UserError("--latency-ms, --mbit and --concurrency are 0 or more, "
-                        "--failure-rate 0 to 1")
-    rows = simulate.fleet_sizes(sizes, Wire(latency, bandwidth, failure_rate),
-                                concurrency or None)
+    if not (0 <= failure_rate <= 1 and latency >= 0 and bandwidth >= 0):
+        raise UserError("--latency-ms and --mbit are 0 or more, --failure-rate 0 to 1")
+    rows = simulate.fleet_sizes(sizes, Wire(latency, bandwidth, failure_rate), concurrency)
     print(simulate.table(rows))
     if plot:
         Path(plot).write_text(simulate.svg(rows))

@@ -19,7 +19,7 @@ from rollout.engine.guard import left_lines
 from rollout.engine.plan import Plan
 from rollout.errors import HostAnswerError, RolloutError, StepFailed
 from rollout.host.facts import HostFacts
-from rollout.host.layout import Layout, q
+from rollout.host.layout import Layout
 from rollout.host.scripts import script_text
 from rollout.output.escape import report_text
 from rollout.secrets import tail
@@ -79,8 +79,9 @@ def diagnose_script() -> str:
 
 def _json_script(ctx: HostContext, text: str, args: tuple[object, ...],
                  timeout: float) -> tuple[dict[str, Any], int]:
-    """Run a host script; its JSON (last stdout line) and the bytes that came back."""
-    result = ctx.sh("python3 - " + " ".join(q(a) for a in args), timeout=timeout, stdin=text)
+    """Run a host script (through the host's agent, where it has one); its JSON (last
+    stdout line) and the bytes that came back."""
+    result = ctx.run_python(text, *args, timeout=timeout)
     size = len(result.stdout.encode()) + len(result.stderr.encode())
     try:
         data = json.loads(result.stdout.strip().splitlines()[-1])

@@ -234,9 +234,12 @@ class RollingSpec(Section):
         le=1024,
         description="Hosts worked on at once, as Ansible's forks: a batch larger than this is "
         "worked through it (a host starts as another ends), staging ahead takes its share of "
-        "it (up to 4; none below 2), and the locks (taken, refreshed, given back) and diagnose "
-        "go through it too. Each locked host's connection stays open for the run; this bounds "
-        "the sessions at work.",
+        "it (up to 4; none below 2), and taking and giving back the locks and diagnose go "
+        "through it too. The lock heartbeat refreshes beside it, in threads of its own (twice "
+        "this: a refresh waits for the call under way on its host's connection, and never "
+        "holds up another host's), one short call each: up to three times this many hosts "
+        "may have a call under way at once. Each locked host's connection stays open for the "
+        "run.",
     )
 
     lock_stale_after: Seconds = Field(

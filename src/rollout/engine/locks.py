@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
@@ -289,6 +289,7 @@ class LockEvents:
     broken: Callable[[FoundLock], None]
     lost: Callable[[FoundLock], None]
     unreachable: Callable[[str, str], None]
+    slow: Callable[[str], None] = lambda name: None  # its refresh waits for a call there
 
 
 @dataclass
@@ -305,7 +306,7 @@ class FleetLocks:
     refused: dict[str, str] = field(default_factory=dict)  # one machine under two entries
     lost: set[str] = field(default_factory=set)
     kept: set[str] = field(default_factory=set)  # handed to their guards: not given back
-    workers: int = CONCURRENCY  # hosts' locks taken, refreshed, given back at once
+    workers: int = CONCURRENCY  # hosts' locks taken or given back at once (and see beat)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def keep(self, name: str) -> None:
@@ -376,10 +377,26 @@ class FleetLocks:
             return list(pool.map(fn, names))
 
     def beat(self) -> None:
-        """Refresh every lock until stopped: the sign of life a stale lock lacks; `workers`
-        at once, so that a sweep of a large fleet stays within the heartbeat."""
-        while not self._stop.wait(self.policy.heartbeat):
-            self._each(self._refresh, list(self.held))
+        """Refresh every lock until stopped: the sign of life a stale lock lacks. One pool for
+        the run: a refresh goes over its host's connection and waits for the call under way
+        there, so a host whose last refresh is still waiting is skipped (said once) and
+        never holds up the others'. Its threads: one for each host at work (at most
+        `workers`) and `workers` more for the rest."""
+        waiting: dict[str, Future[None]] = {}
+        said: set[str] = set()
+        with ThreadPoolExecutor(max_workers=2 * max(1, self.workers),
+                                thread_name_prefix="heartbeat") as pool:
+            while not self._stop.wait(self.policy.heartbeat):
+                for name in list(self.held):
+                    last = waiting.get(name)
+                    if last is not None and not last.done():
+                        if name not in said:
+                            said.add(name)
+                            self.events.slow(name)
+                        continue
+                    said.discard(name)
+                    waiting[name] = pool.submit(self._refresh, name)
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _refresh(self, name: str) -> None:
         ctx = self.held.get(name)

@@ -38,7 +38,7 @@ class RunLocks:
             return
         plan = self.hosts.plan
         names = [h.name for h in sorted(map(plan.host, plan.host_names), key=lock_order)]
-        events = LockEvents(self._taken, self._broke, self._lost, self._unlockable)
+        events = LockEvents(self._taken, self._broke, self._lost, self._unlockable, self._slow)
         with fleet_locks(names, self.hosts.open, self.holder, self.policy, events,
                          plan.playbook.rolling.concurrency) as locks:
             self.fleet = locks
@@ -101,6 +101,10 @@ class RunLocks:
             "no step of this run starts there any more",
             data={"holder": as_dict(other.holder)},
         )
+
+    def _slow(self, host: str) -> None:
+        self.bus.emit("note", host=host, reason="its lock's refresh waits for the call under "
+                      "way on its connection; the other hosts' locks are refreshed meanwhile")
 
     def _unlockable(self, host: str, error: str) -> None:
         self.bus.emit("note", host=host, reason=f"not locked, left alone by this run: {error}")

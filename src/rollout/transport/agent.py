@@ -80,7 +80,9 @@ class HostAgent:
 
     def call(self, source: str, call: str, kwargs: Mapping[str, JSON],
              timeout: float | None) -> RunResult:
-        """One function of a host module, run by the agent in a forked child."""
+        """One function of a host module, run by the agent in a forked child, killed at
+        `timeout`; an action declared in_agent (ops.in_agent) runs in the agent's own process
+        instead and its `timeout` is not applied there (the answer's wait still is)."""
         sha = source_sha256(source)
         request: dict[str, Any] = {"call": call, "kwargs": dict(kwargs), "sha": sha,
                                    "timeout": timeout}

@@ -10,8 +10,10 @@ the source's; TAG: this python3's, whose bytecode it is). A file starts with a s
 of its name's sha256 and of the marshalled code), then that code. It is used only as a
 directory of this user's own that no one else may write; a file is opened without following
 links, must be this user's own regular file, and is ignored (compiled again and replaced)
-where its seal does not match: a cached file runs only code compiled from the very source it
-is named by, by this user.
+where its seal does not match. The seal (unkeyed) guards integrity only: it catches a torn or
+partial write and a file copied under another name, not a writer; anything running as this
+user can write code with a valid seal. Trust rests on the folder and its files being this
+user's alone (the owner, mode and no-link checks).
 Standard library only; python3 >= 3.9.
 """
 

@@ -125,7 +125,7 @@ def _refusal(e: OSError) -> dict[str, Any]:
 
 
 @action("path:str text:str keep:str? if_changed:bool", "ok:bool changed:bool refused:str",
-        "written unchanged refused", in_agent=True)
+        "written unchanged refused")
 def write_file(path: str, text: str, keep: str | None = None, if_changed: bool = False
                ) -> dict[str, Any]:
     """Replace `path` whole with `text` (0600, never through a link); `keep`: the file it

@@ -25,7 +25,7 @@ def _remove_tree(where: str) -> None:
 
 
 
-@action("path:str link_ok:bool", "", "kept refused made", in_agent=True)
+@action("path:str link_ok:bool", "", "kept refused made")
 def make_folder(path: str, link_ok: bool = False) -> dict[str, Any]:
     """Make the folder `path` and its missing parents (a link in its place is refused;
     link_ok: a link to a folder is that folder, as fetch.py takes param_cache on a disk of
@@ -39,7 +39,7 @@ def make_folder(path: str, link_ok: bool = False) -> dict[str, Any]:
     return _report("made", f"made {path}")
 
 
-@action("config_path:str param_cache:str", "", "refused made kept", in_agent=True)
+@action("config_path:str param_cache:str", "", "refused made kept")
 def config_folders(config_path: str, param_cache: str) -> dict[str, Any]:
     """The config step's folders: the config's (a link there refused) and param_cache (a
     link to a folder taken as it, as make_folder's link_ok), each made where missing; and
@@ -59,7 +59,7 @@ def config_folders(config_path: str, param_cache: str) -> dict[str, Any]:
     return _report(word, f"{folder} and {param_cache} there; {private} kept config(s) private")
 
 
-@action("paths:[str]", "removed:[str]", "failed removed none", in_agent=True)
+@action("paths:[str]", "removed:[str]", "failed removed none")
 def remove_files(paths: list[str]) -> dict[str, Any]:
     """Remove each file (a link: the link itself, never its target); a missing one is
     fine, a folder is refused ("failed", named)."""

@@ -70,7 +70,7 @@ def stage_input(partial: str, path: str, sha256: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- what preflight reads
 
 
-@action("path:str", "text:str", "read none", in_agent=True)
+@action("path:str", "text:str", "read none")
 def cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
     """The first CPU's flags line of /proc/cpuinfo ("flags" on x86, "Features" on arm)."""
     for line in (read_text(path) or "").splitlines():
@@ -143,7 +143,7 @@ def ldd(directory: str, names: list[str]) -> dict[str, Any]:
     return _report("read", f"ldd of {len(outputs)} executable(s)", outputs=outputs)
 
 
-@action("path:str", "", "present missing", in_agent=True)
+@action("path:str", "", "present missing")
 def file_present(path: str) -> dict[str, Any]:
     """Whether `path` is a regular file (as `test -f` says: a link to one counts)."""
     word = "present" if os.path.isfile(path) else "missing"
@@ -170,7 +170,6 @@ def _size(path: str) -> int | None:
     "cache:str pce:str names:[str] reuse:[str]",
     "sizes:{int?} partial:{int?} reuse:{str?} pce:bool free:int gateway:str?",
     "probed",
-    in_agent=True,
 )
 def params_probe(cache: str, pce: str, names: list[str], reuse: list[str]) -> dict[str, Any]:
     """The params manifest's files: their sizes in param_cache (through links), their
@@ -194,7 +193,7 @@ def params_probe(cache: str, pce: str, names: list[str], reuse: list[str]) -> di
         free=_nearest_free(cache), gateway=os.environ.get("IPFS_GATEWAY"))
 
 
-@action("cache:str names:[str]", "files:{obj?} free:int", "probed", in_agent=True)
+@action("cache:str names:[str]", "files:{obj?} free:int", "probed")
 def pce_sizes(cache: str, names: list[str]) -> dict[str, Any]:
     """The PCE file and its temporary in param_cache (regular files only: lstat, never
     through a link: a link's size says nothing of what cuzk writes), and the free bytes

@@ -10,8 +10,8 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import cuzk_processes, format_size, read_text, safe_mkdir, safe_remove, safe_write  # inlined on hosts
-from rollout.host.scripts.actions.base import STOPPED, _number, _report, _state_dir, _status_answer  # inlined on hosts
+from rollout.host.scripts.common import cuzk_processes, format_size, safe_mkdir, safe_remove, safe_write  # inlined on hosts
+from rollout.host.scripts.actions.base import STOPPED, _number, _read_at_most, _report, _state_dir, _status_answer  # inlined on hosts
 from rollout.host.scripts.actions.spec import action  # inlined on hosts
 from rollout.host.scripts.actions.proving import _age, _count, _job_id, _jobs, _pinned  # inlined on hosts
 # isort: on
@@ -232,8 +232,8 @@ def _cordon_record(root: str) -> str:
 def cordoned(root: str) -> dict[str, Any]:
     """The record "cordoned by run X" (hostile data: what a host file says), if any."""
     try:
-        doc = json.loads(read_text(_cordon_record(root)) or "null")
-    except ValueError:
+        doc = json.loads(_read_at_most(_cordon_record(root), 4096) or b"null")
+    except ValueError:  # in the agent: a regular file, never a link, read bounded
         doc = {"run": "?"}
     if not isinstance(doc, dict):
         return _report("none", "not cordoned by rollout", run=None)
