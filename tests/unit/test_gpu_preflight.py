@@ -228,6 +228,30 @@ def test_the_host_action_says_a_failed_nvidia_smi_as_data(tmp_path: Path,
     assert "couldn't communicate with the NVIDIA driver" in out["output"]
 
 
+def test_the_host_action_keeps_nvidia_smis_warnings_apart_from_its_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warning on stderr of an nvidia-smi that answered is no GPU line: it comes back
+    apart (`warnings`) and preflight says it, never refuses for it."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho 'WARNING: infoROM is corrupted at gpu 0000:04:00.0' >&2"
+                    f"\necho '{LINE}'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    out = reads.gpus(timeout=30)
+    assert out["outcome"] == "ran" and out["output"] == LINE + "\n"
+    assert "infoROM is corrupted" in out["warnings"]
+    r = GpuReport.parse(out)
+    assert len(r.listed()[0]) == 1 and r.listed()[1] == []
+    assert r.said() == ["WARNING: infoROM is corrupted at gpu 0000:04:00.0"]
+
+
+def test_a_malformed_line_of_a_gpu_the_daemon_does_not_use_refuses_nothing() -> None:
+    r = report(LINE + "\n1, GPU-b, x\n")
+    assert r.listed([0])[1] == [] and len(r.listed()[1]) == 1
+    assert len(r.listed([1])[1]) == 1
+
+
 def test_a_bundles_release_carries_the_cuda_build_its_manifest_records() -> None:
     """`--release DIR|URL`: the release's CUDA build is its manifest's, not the playbook's."""
     artifact = Artifact("cuzk-daemon", "", "1" * 64, 10)

@@ -86,6 +86,17 @@ def test_the_judge_names_the_jobs_a_stop_at_once_abandons() -> None:
     assert reason == "hold set; daemon 77 stopped (SIGTERM)" and data["abandoned"] == []
 
 
+def test_an_adopted_daemons_stop_at_once_names_what_it_abandons() -> None:
+    busy = ops.jobs_in_flight(status([RUNNING]))
+    adopt = {"call": "stop", "kwargs": {**ABANDON["kwargs"], "adopt_pid": 77}}
+    report = {**stop_report(busy, cordoned=False), "cmdline": "cuzk-daemon"}
+    status_, reason, data = verdict("stop", [adopt], [report])
+    assert status_ == "changed" and reason.startswith("hold set; adopted and stopped daemon")
+    assert ("stopped at once, abandoning 1 job(s) in flight: porep-c2 j-1 (42s); queue 0"
+            in reason) and "curio may have sent this daemon real work" in reason
+    assert data["abandoned"] == [{"kind": "porep-c2", "id": "j-1", "age": 42.5}]
+
+
 @pytest.mark.parametrize("look", [
     None, "busy", [], {"outcome": "busy", "jobs": "j-1"},
     {"outcome": "busy", "jobs": [None, 3, {"id": ["$(reboot)"], "kind": {}, "age": "old"}],
@@ -271,6 +282,16 @@ def test_the_controllers_rollback_names_what_its_stop_abandoned() -> None:
     assert "abandoning 1 job(s) in flight: porep-c2 j-1 (42s)" in result.reason
     assert "no cordon held" not in result.reason
     assert result.data["abandoned"] == [{"kind": "porep-c2", "id": "j-1", "age": 42.5}]
+
+
+def test_a_busy_reply_to_a_stop_at_once_is_a_typed_failure_never_a_result() -> None:
+    host = Host([], [late_stop(status([RUNNING]))])
+    ctx, _, _ = stopping(host)
+    undo = KINDS["stop"].undo
+    assert undo is not None
+    with pytest.raises(StepFailed, match="answered a stop at once as busy, nothing "
+                                         "stopped: porep-c2 j-1"):
+        apply(ctx, undo(ctx.target, HostFacts(), StopParams(), None))
 
 
 def test_the_rollback_command_and_the_single_stops_wait_as_the_stop_step() -> None:

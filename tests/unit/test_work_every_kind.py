@@ -377,3 +377,20 @@ def test_work_no_job_names_is_waited_for_and_said() -> None:
     done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
     assert done.verdict == "go" and clock.now >= 4 and not done.waited_on
     assert done.describe().startswith("waited 4.0s for work in flight that no job names")
+
+
+def test_a_transient_held_for_life_is_waited_on_and_named_at_the_deadline() -> None:
+    """An old daemon whose budget cannot cache the PCE holds the extraction's 14 GiB for
+    life, no job named (issue 27 review, 8). As much as a WindowPoSt partition in synthesis
+    reserves: never taken for idle, but the skip names the cause and the fix."""
+    held = status(used=47 * MIB + 15032385536)
+    ctx, _, _ = waiting([(held, GRPC_IDLE, True)] * 1000, **{
+        "work.deadline": 30, "work.at_deadline": "skip", "work.cordon": "curio cordon",
+        "work.uncordon": "curio uncordon"})
+    ctx.state.phase = Phase.STOPPED
+    clock = Clock()
+    with pytest.raises(StepFailed) as e:
+        before_stop(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert clock.now >= 30 and e.value.data["busy"] is True
+    assert ("14.0GiB of working memory with no job named, one PCE extraction's reservation"
+            in str(e.value)) and "raise daemon.total_budget" in str(e.value)

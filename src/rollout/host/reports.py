@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 from rollout.host.scripts import ops
 from rollout.host.scripts.actions.reads import APP_FIELDS, GPU_FIELDS
 from rollout.host.scripts.actions.spec import fits, type_of
+from rollout.host.scripts.actions.work import without_stuck
 from rollout.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
@@ -296,10 +297,9 @@ class WorkReport(Parsed):
         signal did not read."""
         ids = {j.id for j in jobs}
         rest = tuple(j for j in self.jobs if j.id not in ids)
-        if self.outcome != "busy" or rest or self.queue_depth or self.working_bytes:
-            return replace(self, jobs=rest)
-        unread = "unknown" in (self.signals or {}).values()
-        return replace(self, jobs=rest, outcome="unknown" if unread else "idle")
+        outcome = without_stuck(self.outcome, len(rest), self.queue_depth,
+                                self.working_bytes, (self.signals or {}).values())
+        return replace(self, jobs=rest, outcome=outcome)
 
 
 @dataclass(frozen=True)
@@ -320,6 +320,7 @@ MOST_APPS = 256
 _MIB = re.compile(r"^\d{1,8}$")  # MiB, at most ~95 TiB
 _CAP = re.compile(r"^(\d{1,2})\.(\d)$")
 _DRIVER = re.compile(r"^\d{1,4}(?:\.\d{1,4}){0,3}$")
+_INDEX = re.compile(r"^\s*(\d{1,3})\s*,")  # a GPU line's first cell: its index
 
 
 class Gpu(NamedTuple):
@@ -361,10 +362,16 @@ def _mib(text: str) -> int | None:
     return int(text) * 1024**2 if _MIB.match(text) else None
 
 
+def gpu_line(line: str) -> bool:
+    """A line of a GPU's shape (an index then a comma, or GPU_FIELDS' count of fields): read
+    as one, refused where malformed; any other line nvidia-smi printed is no GPU."""
+    return bool(_INDEX.match(line)) or len(line.split(",")) == len(GPU_FIELDS)
+
+
 @dataclass(frozen=True)
 class GpuReport(Parsed):
-    """ops.gpus: nvidia-smi's exit code and its lines for each GPU (read by `listed`), and
-    the memory each process holds on each GPU (`held`)."""
+    """ops.gpus: nvidia-smi's exit code and its lines for each GPU (read by `listed`), the
+    memory each process holds on each GPU (`held`), and what it said besides (`said`)."""
 
     ACTIONS = ("gpus",)
     outcome: str
@@ -373,21 +380,30 @@ class GpuReport(Parsed):
     output: str = key(keep=_tail(8192))
     apps_exit: int | None = key()
     apps: str = key(keep=_tail(8192))
+    warnings: str = key(keep=_tail(2000), default="")  # its stderr, where it answered
     raw: JSONObject = field(default_factory=dict, compare=False, repr=False)
 
-    def listed(self) -> tuple[tuple[Gpu, ...], list[str]]:
-        """The GPUs nvidia-smi listed, and what in its answer is not a GPU (each named)."""
+    def listed(self, used: Collection[int] = ()) -> tuple[tuple[Gpu, ...], list[str]]:
+        """The GPUs nvidia-smi listed, and each GPU line that is malformed (named) where it
+        is of a GPU in `used` (none: every GPU) or its index cannot be read."""
         lines = [line for line in self.output.splitlines() if line.strip()]
         found: list[Gpu] = []
-        problems = [f"nvidia-smi listed {len(lines)} lines, more than {MOST_GPUS}"] \
-            if len(lines) > MOST_GPUS else []
-        for n, line in enumerate(lines[:MOST_GPUS], 1):
-            gpu = Gpu.parse(line)
-            if isinstance(gpu, str):
-                problems.append(f"nvidia-smi's line {n} is {gpu}")
-            else:
+        gpus = [n for n, line in enumerate(lines, 1) if gpu_line(line)]
+        problems = [f"nvidia-smi listed {len(gpus)} GPU lines, more than {MOST_GPUS}"] \
+            if len(gpus) > MOST_GPUS else []
+        for n in gpus[:MOST_GPUS]:
+            gpu, index = Gpu.parse(lines[n - 1]), _INDEX.match(lines[n - 1])
+            if isinstance(gpu, Gpu):
                 found.append(gpu)
+            elif not used or index is None or int(index.group(1)) in used:
+                problems.append(f"nvidia-smi's line {n} is {gpu}")
         return tuple(found), problems
+
+    def said(self) -> list[str]:
+        """What nvidia-smi said that is no GPU (a warning on stderr, a line of another
+        shape), each cut: information, never a refusal."""
+        lines = [*self.output.splitlines(), *self.warnings.splitlines()]
+        return [_text(120)(ln) for ln in lines if ln.strip() and not gpu_line(ln)][:5]
 
     def held(self, pids: set[int]) -> dict[str, int]:
         """Bytes the processes `pids` hold on each GPU (by uuid), as nvidia-smi counts them

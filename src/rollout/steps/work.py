@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from rollout.config.params_manifest import kind as proof_kind
+from rollout.config.params_manifest import kinds as proof_kinds
 from rollout.config.render import render_command
 from rollout.config.work import AtDeadline, OnStuck
 from rollout.errors import RolloutError, StepFailed
@@ -28,6 +30,7 @@ from rollout.jsontypes import JSON
 from rollout.output.events import StepResult
 from rollout.steps.base import HostContext
 from rollout.steps.decision import Call, Phase, Target
+from rollout.units import format_size
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
 LOOK = ("status_url", "bench", "on_work", "known")  # ops.stop's look before its signal
@@ -169,6 +172,22 @@ def _jobs_data(jobs: tuple[Job, ...]) -> list[JSON]:
     return [j.data() for j in jobs]
 
 
+def held_transient(report: WorkReport) -> str:
+    """Where a look's only work is working memory of exactly one PCE extraction's reservation
+    (kinds.yaml pce_transient), no job and no queue: the likely cause and its fix, said at a
+    deadline. Never taken for idle: a WindowPoSt partition in synthesis reserves as much and
+    no signal names it (issue 27)."""
+    transients = {proof_kind(k).pce_transient for k in proof_kinds()}
+    if report.jobs or report.queue_depth or report.working_bytes not in transients:
+        return ""
+    return (f"; the only work seen was {format_size(report.working_bytes)} of working "
+            "memory with no job named, one PCE extraction's reservation: an old daemon whose "
+            "budget cannot cache the PCE (preflight's warning, daemon.total_budget) holds it "
+            "for life, while a WindowPoSt in synthesis reserves as much: raise "
+            "daemon.total_budget to cache the PCE, and stop this daemon once no proof is due "
+            "(`rollout stop --force`, or work.at_deadline: stop)")
+
+
 NO_CORDON = ("; no work.cordon is set, so new work kept arriving: a cordon (e.g. `curio "
              "cordon`) stops new work before the wait and lets the work in flight drain "
              "(docs/options.md, work)")
@@ -184,7 +203,7 @@ class WorkWait:
     waited_on: tuple[Job, ...]
     in_flight: tuple[Job, ...]
     last: WorkReport
-    hint: str = ""  # how the next wait could end sooner (NO_CORDON)
+    hint: str = ""  # how the next wait could end sooner (NO_CORDON, held_transient)
     cordon_takes: float | None = None  # the cordon's window (work.cordon_takes); None: no cordon
     new: tuple[Job, ...] = ()  # the jobs first seen after the cordon's own look
     stuck: tuple[Stuck, ...] = ()  # jobs found stuck (work.stuck_after), never waited for
@@ -330,7 +349,8 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
                   working_bytes=report.working_bytes, signals=dict(report.signals or {}),
                   waited=round(waited, 3), deadline=how.deadline)
         if decided != "wait":
-            hint = NO_CORDON if decided != "go" and not how.cordon else ""
+            hint = "" if decided == "go" else held_transient(report) + (
+                "" if how.cordon else NO_CORDON)
             new = tuple(j for i, j in seen.items() if i not in at_cordon and i not in stuck)
             ended = tuple(j for i, j in seen.items() if i not in stuck)
             done = WorkWait(decided, waited, ended, report.jobs, report, hint,

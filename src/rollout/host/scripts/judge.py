@@ -138,7 +138,8 @@ def abandoned_said(out: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _adopted(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:
-    """Daemons rollout's supervisor did not start, each stopped by a call of its own."""
+    """Daemons rollout's supervisor did not start, each stopped by a call of its own; a
+    stop at once names what it abandons (the first call's look, abandoned_said)."""
     for i, out in enumerate(docs):
         a, pid = args[i], args[i].get("adopt_pid")
         if out.get("outcome") == "respawned":
@@ -152,7 +153,10 @@ def _adopted(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:
             return "failed", (f"adopted daemon {pid} survived {_text(a.get('signal'), 20)} "
                               "and SIGKILL"), {"adopted": out}
     names = ", ".join(f"{o.get('pid')} ({_text(o.get('cmdline')) or '?'})" for o in docs)
-    return "changed", f"hold set; adopted and stopped daemon(s) {names}", {"adopted": docs}
+    said, abandoned = abandoned_said(docs[0]) if args[0].get("on_work") == "abandon" \
+        else ("", {})
+    return "changed", f"hold set; adopted and stopped daemon(s) {names}{said}", {
+        "adopted": docs, **abandoned}
 
 
 def drain(args: list[dict[str, Any]], docs: list[dict[str, Any]]) -> Verdict:

@@ -184,25 +184,55 @@ def check_gpus(look: Look, notes: list[str]) -> list[str]:
     (fact,) = gpu_facts(look.target)
     r = GpuReport.parse(look.read(fact))
     if r.exit != 0:
-        why = r.output.strip().splitlines()[-1:] or [f"exit {r.exit}"]
-        return [f"nvidia-smi failed on the host: {why[0]}{GPU_CHECK_OFF}"]
-    listed, odd = r.listed()
+        return [_nvidia_smi_failed(r, look.target)]
+    listed, odd = r.listed(_wanted(look.settings))
     if odd:
         return odd
+    said = r.said()
+    notes += [f"{WARNING}nvidia-smi said besides its GPU lines: {' | '.join(said)}"] \
+        if said else []
     used, problems = _daemon_gpus(look, listed)
     if problems:
         return problems
     build, need = CudaBuild.of(look.target), _vram_need(look.settings)
-    room = _room(r, used, look.facts)
+    room, hidden = _room(r, used, look.facts)
     for gpu in used:
-        problems += _gpu_problems(gpu, build, need, room[gpu.ordinal])
+        problems += _gpu_problems(gpu, build, need, room[gpu.ordinal], hidden)
     if not problems:
-        notes.append(_gpus_note(used, build, need))
+        notes.append(_gpus_note(used, build, need, hidden))
+        notes += [_hidden_warning(used, need)] if hidden and need is not None else []
     return problems
 
 
+def _nvidia_smi_failed(r: GpuReport, target: Target) -> str:
+    """Why nvidia-smi failed, and what to do: an nvidia-smi that knows no compute_cap field
+    ("is not a valid field", exit 2) is of a driver before R510, too old for the release."""
+    lines = [ln.strip() for ln in r.output.splitlines() if ln.strip()]
+    field = [ln for ln in lines if "not a valid field" in ln.lower()]
+    if r.exit == 2 and field:
+        version = CudaBuild.of(target).version
+        major = version[0] if version else 12
+        old = "too old for preflight's GPU check, R510 or newer" if major < 12 else (
+            f"too old for the release (CUDA {major}.x needs "
+            f"{cuda.driver_text(cuda.DRIVER_FLOORS.get(major, (510,)))} or newer)")
+        said = _said(field[0]).rstrip(".")
+        return (f"nvidia-smi failed on the host: {said}: its driver predates R510 (no "
+                f"compute_cap field) and is {old}: upgrade the host's driver")
+    return f"nvidia-smi failed on the host: {_said((lines or [f'exit {r.exit}'])[-1])}" \
+        f"{GPU_CHECK_OFF}"
+
+
+def _said(line: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in line[:200])
+
+
+def _wanted(settings: Playbook) -> list[int]:
+    """The GPUs daemon.gpu_devices names (none: every GPU)."""
+    return [int(d) for d in getattr(settings.daemon, "gpu_devices", None) or []]
+
+
 def _daemon_gpus(look: Look, listed: tuple[Gpu, ...]) -> tuple[list[Gpu], list[str]]:
-    want = [int(d) for d in getattr(look.settings.daemon, "gpu_devices", None) or []]
+    want = _wanted(look.settings)
     indexes = [g.ordinal for g in listed]
     missing = [d for d in want if d not in indexes]
     if missing:
@@ -218,19 +248,29 @@ def _vram_need(settings: Playbook) -> int | None:
     return proof_kind(kind).vram if kind else None
 
 
-def _room(r: GpuReport, used: list[Gpu], facts: HostFacts) -> dict[int, int | None]:
+def _room(r: GpuReport, used: list[Gpu], facts: HostFacts
+          ) -> tuple[dict[int, int | None], bool]:
     """Each GPU's memory for the new daemon: free, plus what the daemons the stop stops
-    hold there; where a daemon runs and nvidia-smi names none of its memory (a container
-    hides other processes), the GPU's total."""
+    hold there; and whether that is hidden: a daemon runs and nvidia-smi names none of its
+    memory (a container hides other processes), so the room is the GPU's total."""
     pids = {p.pid for p in facts.cuzk} | ({facts.daemon.pid} if facts.daemon.pid else set())
     held = r.held(pids)
     hidden = bool(facts.cuzk or facts.daemon.running) and not held
     return {g.ordinal: None if g.free is None else g.total if hidden
-            else g.free + held.get(g.uuid, 0) for g in used}
+            else g.free + held.get(g.uuid, 0) for g in used}, hidden
 
 
-def _gpu_problems(gpu: Gpu, build: CudaBuild, need: int | None, room: int | None
-                  ) -> list[str]:
+def _hidden_warning(used: list[Gpu], need: int) -> str:
+    """What a check by the GPU's total judged, where free memory is not attributable."""
+    each = "; ".join(f"{g.describe()} {format_size(g.total)} total" for g in used)
+    return (f"{WARNING}GPU memory judged by each GPU's total ({each}; "
+            f"{format_size(need)} needed), the old daemon's share not attributable: "
+            "nvidia-smi names none of its processes (a container hides them), so free "
+            "memory is not known: another process may hold the rest")
+
+
+def _gpu_problems(gpu: Gpu, build: CudaBuild, need: int | None, room: int | None,
+                  hidden: bool = False) -> list[str]:
     """Why the new daemon cannot prove on this GPU: its driver, its code, its memory."""
     problems = []
     if build.version is not None:
@@ -241,8 +281,9 @@ def _gpu_problems(gpu: Gpu, build: CudaBuild, need: int | None, room: int | None
         said = ", ".join(f"{k} {v!r}" for k, v in gpu.odd.items() if k.startswith("memory"))
         problems.append(f"{gpu.describe()} reports {said}: its free memory cannot be judged")
     elif need is not None and room is not None and gpu.total is not None and room < need:
-        problems.append(f"{gpu.describe()} has {format_size(room)} free of "
-                        f"{format_size(gpu.total)}; cuzk needs {format_size(need)} on each "
+        has = f"{format_size(gpu.total)} in all" if hidden else \
+            f"{format_size(room)} free of {format_size(gpu.total)}"
+        problems.append(f"{gpu.describe()} has {has}; cuzk needs {format_size(need)} on each "
                         "GPU for validate.proof_kind (kinds.yaml vram): free the GPU "
                         "(nvidia-smi shows what holds it)")
     return problems
@@ -287,7 +328,7 @@ def _arch_problem(gpu: Gpu, archs: list[int]) -> list[str]:
             f"with \"no kernel image\"; build with {cc} in build.cuda_archs"]
 
 
-def _gpus_note(used: list[Gpu], build: CudaBuild, need: int | None) -> str:
+def _gpus_note(used: list[Gpu], build: CudaBuild, need: int | None, hidden: bool) -> str:
     note = f"GPUs {[g.ordinal for g in used]} present"
     drivers = sorted({cuda.driver_text(g.driver) for g in used if g.driver})
     if build.version is None:
@@ -302,6 +343,8 @@ def _gpus_note(used: list[Gpu], build: CudaBuild, need: int | None) -> str:
         note += f"; no architecture check (CUDA_ARCHS {build.unread!r} names none rollout knows)"
     if need is None:
         note += "; free GPU memory not checked (no validate.proof_kind)"
+    elif hidden:
+        note += f", {format_size(need)} within each GPU's total (free memory not known)"
     else:
         note += f", {format_size(need)} free on each"
     return note

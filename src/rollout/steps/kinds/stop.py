@@ -10,6 +10,7 @@ from pydantic import Field
 
 from rollout import failpoints
 from rollout.config.steps import KindRule, ParamSeconds, StrictParams
+from rollout.errors import StepFailed
 from rollout.host.facts import HostFacts
 from rollout.host.reports import WorkReport
 from rollout.jsontypes import JSON, JSONObject
@@ -30,6 +31,7 @@ from rollout.steps.work import (
     LOOK_SECONDS,
     WorkWait,
     before_stop,
+    look_text,
     wait_again,
     with_work,
     work_calls,
@@ -127,7 +129,10 @@ def apply(ctx: HostContext, action: Action,
     calls = [c for c in action.calls if c.name == "stop"]  # the work calls: the wait's
     if not action.detail_as(StopHow).work:
         stopped = _stop(ctx, calls)
-        assert isinstance(stopped, StepResult)  # only a stop after its wait looks to wait
+        if isinstance(stopped, WorkReport):  # a reply only a stop after its wait may get
+            raise StepFailed("the host answered a stop at once as busy, nothing stopped: "
+                             f"{look_text(stopped)}", retryable=False,
+                             data={"work": stopped.raw})
         return stopped
     listen = ctx.settings.daemon.status_listen
     how = work_how(ctx.target, status_url(listen) if listen else "")

@@ -87,35 +87,39 @@ APP_FIELDS = ("gpu_uuid", "pid", "used_memory")
 """What it asks of each process on a GPU (`--query-compute-apps`): the memory it holds."""
 
 
-def _nvidia_smi(query: str, fields: tuple[str, ...], timeout: float) -> tuple[int, str]:
-    """nvidia-smi's exit code and its output and errors together (their last 8 KiB):
-    127 where there is no nvidia-smi, 124 where it did not end within `timeout`."""
+def _nvidia_smi(query: str, fields: tuple[str, ...], timeout: float) -> tuple[int, str, str]:
+    """nvidia-smi's exit code, its output and its errors, kept apart (the last 8 KiB of
+    each): 127 where there is no nvidia-smi, 124 where it did not end within `timeout`."""
     import subprocess
 
     argv = ["nvidia-smi", f"--{query}={','.join(fields)}", "--format=csv,noheader,nounits"]
     try:
-        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=timeout, check=False)
     except FileNotFoundError:
-        return 127, "nvidia-smi: not found"
+        return 127, "", "nvidia-smi: not found"
     except subprocess.TimeoutExpired:
-        return 124, f"nvidia-smi did not end within {timeout:g}s"
-    return r.returncode, r.stdout.decode("utf-8", "replace")[-8192:]
+        return 124, "", f"nvidia-smi did not end within {timeout:g}s"
+    return (r.returncode, r.stdout.decode("utf-8", "replace")[-8192:],
+            r.stderr.decode("utf-8", "replace")[-8192:])
 
 
-@action("timeout:float", "exit:int output:str apps_exit:int? apps:str", "failed timeout ran")
+@action("timeout:float", "exit:int output:str apps_exit:int? apps:str warnings:str",
+        "failed timeout ran")
 def gpus(timeout: float = 60.0) -> dict[str, Any]:
     """nvidia-smi's answer for each GPU (GPU_FIELDS) as data, its exit code (127: no
     nvidia-smi, 124: it hung); where that ran, the memory each process holds on each GPU
-    (APP_FIELDS, `apps`, and its exit code)."""
-    code, output = _nvidia_smi("query-gpu", GPU_FIELDS, timeout)
+    (APP_FIELDS, `apps`, and its exit code). Its errors: with its output where it failed,
+    else apart (`warnings`: what it said on stderr though it answered)."""
+    code, output, errors = _nvidia_smi("query-gpu", GPU_FIELDS, timeout)
     if code != 0:
         word = "timeout" if code == 124 else "failed"
-        return _report(word, f"nvidia-smi exited {code}", exit=code, output=output,
-                       apps_exit=None, apps="")
-    apps_exit, apps = _nvidia_smi("query-compute-apps", APP_FIELDS, timeout)
+        return _report(word, f"nvidia-smi exited {code}", exit=code,
+                       output=(output + errors)[-8192:], apps_exit=None, apps="", warnings="")
+    apps_exit, apps, apps_errors = _nvidia_smi("query-compute-apps", APP_FIELDS, timeout)
     return _report("ran", "nvidia-smi exited 0", exit=0, output=output, apps_exit=apps_exit,
-                   apps=apps)
+                   apps=apps if apps_exit == 0 else (apps + apps_errors)[-8192:],
+                   warnings=errors[-2000:])
 
 
 @action("directory:str names:[str]", "outputs:{str}", "missing no-ldd read")

@@ -180,28 +180,43 @@ def work(status_url: str, bench: list[str] | None = None, proc: str = "/proc"
     """What the daemon is working on now, from every signal it gives, in one call (looked):
     its /status (`status_url`; "" where the port is off), GetStatus through `bench` (the
     release's `cuzk-bench -a ADDR status` argv, or the operator's client; None: not asked)
-    and the working memory /status shows. "no-answer" only where no daemon process runs."""
+    and the working memory /status shows. "no-answer" only where no daemon process runs.
+    /status is read last: GetStatus may take seconds (cuzk runs nvidia-smi for each), and
+    the stop's look is right before its signal."""
+    grpc = _bench_look(bench) if bench else None
     answer = _status_answer(status_url) if status_url else None
     try:
         doc = json.loads(answer) if answer is not None else None
     except ValueError:
         doc = "not JSON"  # it answered, not with cuzk's shape: "unknown"
-    grpc = _bench_look(bench) if bench else None
     running = doc is None and grpc is None and any(
         p["state"] == "running" for p in cuzk_processes(proc, None))
     return looked(doc, grpc, running)
 
 
+def without_stuck(outcome: Any, others: int, queue: Any, working: Any,
+                  signals: Any) -> Any:
+    """A look's outcome once the stuck jobs are out of it (the one rule of the stop's last
+    look, arrived, and of the controller's wait, reports.WorkReport.without): a busy look
+    stays busy where another job (`others`), a queue or working memory shows work (cuzk
+    frees a failed partition's reservation, engine.rs: working memory is never the stuck
+    job's); else "unknown" where a signal (`signals`: their words) did not read, else
+    "idle"."""
+    if outcome != "busy" or others or queue or working:
+        return outcome
+    return "unknown" if "unknown" in signals else "idle"
+
+
 def arrived(look: dict[str, Any], known: list[str]) -> str:
     """Why a stop after its wait must not signal (issue 27: work that arrives after the
     wait's last look, in the stop call's own round trip): `look` (work's report, taken right
-    before the signal) shows work other than the jobs `known` (stuck: the wait let them go,
-    and their working memory with them), or cannot tell. "" where the stop may signal."""
-    outcome = look.get("outcome")
-    if outcome in ("idle", "no-answer"):
-        return ""
+    before the signal) shows work other than the jobs `known` (stuck: the wait let them go)
+    by the rule the wait itself follows (without_stuck), or cannot tell. "" where the stop
+    may signal."""
     new = [j for j in look.get("jobs", []) if j.get("id") not in known]
-    if outcome == "busy" and known and not new and not look.get("queue_depth"):
+    outcome = without_stuck(look.get("outcome"), len(new), look.get("queue_depth"),
+                            look.get("working_bytes"), (look.get("signals") or {}).values())
+    if outcome in ("idle", "no-answer"):
         return ""
     what = "work arrived" if outcome == "busy" else "the work is unknown"
     return f"{what} since the wait's last look ({look.get('reason', '')})"
