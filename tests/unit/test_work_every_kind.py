@@ -394,3 +394,65 @@ def test_a_transient_held_for_life_is_waited_on_and_named_at_the_deadline() -> N
     assert clock.now >= 30 and e.value.data["busy"] is True
     assert ("14.0GiB of working memory with no job named, one PCE extraction's reservation"
             in str(e.value)) and "raise daemon.total_budget" in str(e.value)
+
+
+# ---------------------------------------------------------------- one job, two names
+
+
+@pytest.mark.parametrize(("a", "b", "a_seen", "b_seen", "same"), [
+    ("curio-lab-1-1", "curio-lab-1-1", "status", "status", True),
+    ("curio-la", "curio-lab-1-1", "grpc", "status", True),  # cuzk-bench's first 8
+    ("curio-lab-1-1", "curio-la", "status", "grpc", True),
+    ("curio-la", "curio-lab-1-1", "status", "status", False),  # /status never cuts an id
+    ("curio-l", "curio-lab-1-1", "grpc", "status", False),  # 7: a whole id, not a cut one
+    ("curio-lb", "curio-lab-1-1", "grpc", "status", False),
+    ("?", "?", "grpc", "grpc", False),  # two jobs no line names are two
+])
+def test_one_job_is_named_by_its_id_or_by_what_cuzk_bench_prints_of_it(
+        a: str, b: str, a_seen: str, b_seen: str, same: bool) -> None:
+    assert host_work.same_job(a, b, a_seen, b_seen) is same
+    assert Job(kind="porep-c2", id=a, age=None, seen=a_seen).same(
+        Job(kind="porep-c2", id=b, age=None, seen=b_seen)) is same
+
+
+def bench_proving(job: str) -> str:
+    return BENCH.format(job=f"proving porep-c2 ({job[:8]})", queues="")
+
+
+def test_a_job_named_by_status_then_by_getstatus_alone_is_one_job() -> None:
+    """The lab's failure (ci12, ci14): a look where /status names the proof, then one where
+    only GetStatus still shows it on its GPU (by its first 8 characters, /status having
+    moved on): one job waited on, by its whole id, none arrived since the cordon."""
+    whole = "curio-lab-1-1"
+    shown = status([pipeline(whole, "gpu")], used=60 * MIB)
+    cut = host_work.bench_status(bench_proving(whole))
+    looks = [(shown, cut, True), (status(), cut, True), (IDLE, GRPC_IDLE, True)]
+    ctx, _, _ = waiting(looks)
+    clock = Clock()
+    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert done.verdict == "go"
+    assert [j.id for j in done.waited_on] == [whole], done.waited_on
+    assert not done.new  # the cut name is no job that arrived after the first look
+    assert whole in done.describe() and "curio-la " not in done.describe()
+
+
+def test_a_stuck_job_named_by_getstatus_alone_is_still_the_stuck_job() -> None:
+    """A job found stuck by /status, then shown only by GetStatus (its first 8 characters):
+    the next wait (the stop's wait again) and the stop's last look still take it for the
+    stuck job, never for work that arrived (no wait out to the deadline on it)."""
+    worker = {"worker_id": 0, "current_job": "job-stuck-7", "busy_secs": 400.0}
+    by_status = (status([pipeline("job-stuck-7", "done", "gpu", "pending")], [worker]),
+                 GRPC_IDLE, True)
+    by_grpc = (status(), host_work.bench_status(bench_proving("job-stuck-7")), True)
+    settings = {"work.deadline": 600, "work.stuck_after": 20, "work.at_deadline": "skip"}
+    ctx, _, _ = waiting([by_status] * 1000, **settings)
+    clock = Clock()
+    first = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert first.verdict == "go" and [s.job.id for s in first.stuck] == ["job-stuck-7"]
+    ctx, _, _ = waiting([by_grpc] * 1000, **settings)
+    clock = Clock()
+    again = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep,
+                          stuck_before=first.stuck)
+    assert again.verdict == "go" and clock.now < 5, again.describe()
+    assert not again.waited_on and not again.new
+    assert host_work.arrived(host_work.looked(*by_grpc), ["job-stuck-7"]) == ""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 from rollout.host.scripts import ops
 from rollout.host.scripts.actions.reads import APP_FIELDS, GPU_FIELDS
 from rollout.host.scripts.actions.spec import fits, type_of
-from rollout.host.scripts.actions.work import without_stuck
+from rollout.host.scripts.actions.work import same_job, without_stuck
 from rollout.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
@@ -183,12 +183,17 @@ class Job:
     """One job on the daemon, as ops.work (in flight) or ops.prove's budget watch named it:
     cuzk's proof kind, its id, its age, and its partitions where the host counted them."""
 
-    KEYS: ClassVar[str] = "kind:str id:str age:float? steps:int?"
+    KEYS: ClassVar[str] = "kind:str id:str age:float? steps:int? seen:str?"
     kind: str = key(keep=_text(40))
     id: str = key(keep=_text(80))
     age: float | None = key(keep=_seconds)  # seconds since it started, where /status says
     partitions: Partitions | None = DERIVED
     steps: int | None = key(keep=_count, default=None)  # its progress (ops.work: STAGES)
+    seen: str | None = key(keep=_cut(10), default=None)  # the signal that named it
+
+    def same(self, other: Job) -> bool:
+        """One job named twice (ops.work's same_job: an id and cuzk-bench's first 8)."""
+        return same_job(self.id, other.id, self.seen, other.seen)
 
     @classmethod
     def parse(cls, doc: JSON, counted: bool = False) -> Job | None:
@@ -295,8 +300,7 @@ class WorkReport(Parsed):
         """This look with `jobs` (stuck: never to end) not in flight: idle where nothing
         else showed work (no other job, no queue, no working memory), unknown where a
         signal did not read."""
-        ids = {j.id for j in jobs}
-        rest = tuple(j for j in self.jobs if j.id not in ids)
+        rest = tuple(j for j in self.jobs if not any(j.same(s) for s in jobs))
         outcome = without_stuck(self.outcome, len(rest), self.queue_depth,
                                 self.working_bytes, (self.signals or {}).values())
         return replace(self, jobs=rest, outcome=outcome)

@@ -14,7 +14,7 @@ host is read through ops.work, parsed in host/reports.py as hostile data."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -319,7 +319,7 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
     tracked: dict[str, Progress] = {}  # each job's progress at the previous look (track)
     stuck: dict[str, Stuck] = {s.job.id: s for s in stuck_before}
     unnamed = False
-    at_cordon: set[str] | None = None  # the jobs of the first look: any other is new
+    at_cordon: tuple[Job, ...] | None = None  # the jobs of the first look: any other is new
     poll = work_calls(ctx.target, how)[-1]
     while True:
         report = first or WorkReport.parse(ctx.run_call(poll))
@@ -328,11 +328,12 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
         waited = now - start
         if step_deadline is not None:
             ctx.deadline = step_deadline + waited
-        seen.update((j.id, j) for j in report.jobs)
-        at_cordon = {j.id for j in report.jobs} if at_cordon is None else at_cordon
+        _seen_with(seen, report.jobs)
+        at_cordon = report.jobs if at_cordon is None else at_cordon
         tracked = track(tracked, report.jobs, waited)
         found = {j.id for j in stuck_jobs(report.jobs, tracked, waited, how.stuck_after)}
-        now_stuck = tuple(j for j in report.jobs if j.id in found or j.id in stuck)
+        now_stuck = tuple(j for j in report.jobs
+                          if j.id in found or _named((s.job for s in stuck.values()), j))
         _name_stuck(ctx, how, stuck, now_stuck, tracked, waited)
         if now_stuck and how.on_stuck == "roll":
             report = report.without(now_stuck)  # its daemon cannot finish it: not in flight
@@ -351,8 +352,9 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
         if decided != "wait":
             hint = "" if decided == "go" else held_transient(report) + (
                 "" if how.cordon else NO_CORDON)
-            new = tuple(j for i, j in seen.items() if i not in at_cordon and i not in stuck)
-            ended = tuple(j for i, j in seen.items() if i not in stuck)
+            stuck_jobs_now = [s.job for s in stuck.values()]
+            ended = tuple(j for j in seen.values() if not _named(stuck_jobs_now, j))
+            new = tuple(j for j in ended if not _named(at_cordon, j))
             done = WorkWait(decided, waited, ended, report.jobs, report, hint,
                             None if cordoned_at is None else how.cordon_takes, new,
                             tuple(stuck.values()), unnamed)
@@ -365,12 +367,28 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
         sleep(pause)
 
 
+def _named(jobs: Iterable[Job], job: Job) -> bool:
+    """`job` is one of `jobs`, under either of its names (Job.same)."""
+    return any(job.same(j) for j in jobs)
+
+
+def _seen_with(seen: dict[str, Job], jobs: tuple[Job, ...]) -> None:
+    """Each job of a look into `seen`, one entry per job (Job.same: /status's id and the
+    first 8 characters cuzk-bench prints of it are one job); the whole id wins."""
+    for job in jobs:
+        old = next((i for i, j in seen.items() if j.same(job)), None)
+        if old is not None and len(old) > len(job.id):
+            continue
+        seen.pop(old or job.id, None)
+        seen[job.id] = job
+
+
 def _name_stuck(ctx: HostContext, how: WorkHow, named: dict[str, Stuck],
                 now_stuck: tuple[Job, ...], tracked: Mapping[str, Progress],
                 waited: float) -> None:
     """A `work` event for each job found stuck at this look, once; `named` keeps them."""
     for job in now_stuck:
-        if job.id in named:
+        if _named((s.job for s in named.values()), job):
             continue
         named[job.id] = Stuck(job, waited - tracked[job.id].since)
         _emit(ctx, f"job stuck: {named[job.id].describe()} (work.stuck_after "

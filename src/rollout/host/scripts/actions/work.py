@@ -132,9 +132,25 @@ def working_bytes(doc: Any) -> int | None:
     return None if used is None else max(0, used - _pinned(doc))
 
 
+GRPC_ID = 8
+"""cuzk-bench prints a GPU's job by the first 8 characters of its id (cuzk-bench/src/main.rs:
+`current_job_id[..8]`)."""
+
+
+def same_job(a: str, b: str, a_seen: Any = None, b_seen: Any = None) -> bool:
+    """Whether two names are of one job (the one rule, on the host and in the controller's
+    wait): the same id, or one is the id as cuzk-bench prints it (seen "grpc": the first
+    GRPC_ID characters of an id) and the other begins with it. "?" (a job no line names)
+    is never the same as another."""
+    if a == b:
+        return a != "?"
+    return any(seen == "grpc" and len(short) == GRPC_ID and full.startswith(short)
+               for short, seen, full in ((a, a_seen, b), (b, b_seen, a)))
+
+
 def _same(job: dict[str, Any], named: list[dict[str, Any]]) -> bool:
-    """A GetStatus job that /status names too (its kind, the id it begins)."""
-    return any(j["kind"] == job["kind"] and job["id"] != "?" and j["id"].startswith(job["id"])
+    """A GetStatus job that /status names too (its kind, and its id by same_job)."""
+    return any(j["kind"] == job["kind"] and same_job(job["id"], j["id"], "grpc", j.get("seen"))
                for j in named)
 
 
@@ -213,7 +229,8 @@ def arrived(look: dict[str, Any], known: list[str]) -> str:
     before the signal) shows work other than the jobs `known` (stuck: the wait let them go)
     by the rule the wait itself follows (without_stuck), or cannot tell. "" where the stop
     may signal."""
-    new = [j for j in look.get("jobs", []) if j.get("id") not in known]
+    new = [j for j in look.get("jobs", []) if not any(
+        same_job(str(j.get("id")), k, j.get("seen")) for k in known)]
     outcome = without_stuck(look.get("outcome"), len(new), look.get("queue_depth"),
                             look.get("working_bytes"), (look.get("signals") or {}).values())
     if outcome in ("idle", "no-answer"):
