@@ -436,6 +436,16 @@ def test_a_job_named_by_status_then_by_getstatus_alone_is_one_job() -> None:
     assert whole in done.describe() and "curio-la " not in done.describe()
 
 
+def test_the_jobs_waited_on_are_said_in_the_order_first_seen() -> None:
+    looks = [(status([pipeline("j-b", "gpu")]), None, True),
+             (status([pipeline("j-a", "gpu"), pipeline("j-b", "gpu")]), None, True),
+             (IDLE, None, True)]
+    ctx, _, _ = waiting(looks)
+    clock = Clock()
+    done = wait_for_work(ctx, work_how(ctx.target, "http://x/status"), clock, clock.sleep)
+    assert [j.id for j in done.waited_on] == ["j-b", "j-a"]
+
+
 def test_a_stuck_job_named_by_getstatus_alone_is_still_the_stuck_job() -> None:
     """A job found stuck by /status, then shown only by GetStatus (its first 8 characters):
     the next wait (the stop's wait again) and the stop's last look still take it for the

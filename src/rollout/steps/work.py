@@ -374,12 +374,14 @@ def _named(jobs: Iterable[Job], job: Job) -> bool:
 
 def _seen_with(seen: dict[str, Job], jobs: tuple[Job, ...]) -> None:
     """Each job of a look into `seen`, one entry per job (Job.same: /status's id and the
-    first 8 characters cuzk-bench prints of it are one job); the whole id wins."""
+    first 8 characters cuzk-bench prints of it are one job), in the order first seen; the
+    whole id wins."""
     for job in jobs:
-        old = next((i for i, j in seen.items() if j.same(job)), None)
-        if old is not None and len(old) > len(job.id):
+        old = next((i for i, j in seen.items() if j.same(job)), job.id)
+        if len(old) > len(job.id):
             continue
-        seen.pop(old or job.id, None)
+        if old != job.id:
+            del seen[old]
         seen[job.id] = job
 
 
