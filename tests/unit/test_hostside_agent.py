@@ -10,6 +10,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,3 +274,27 @@ def test_a_module_that_fails_to_load_says_why_in_its_call(agent: HostAgent) -> N
     assert r.exit_code == 1 and "broken module" in r.stderr
     assert agent.call("def call(name, kwargs):\n    return {'ok': 1}\n", "mod.f", {},
                       30).stdout.strip() == '{"ok": 1}'
+
+
+def test_call_if_free_answers_none_at_once_while_another_command_runs(
+        agent: HostAgent, tmp_path: Path) -> None:
+    """A lock's heartbeat never waits behind the host's step: while a command runs through
+    the agent, call_if_free answers None (the caller goes on a channel of its own); once the
+    agent is free, it is the call's answer."""
+    started, let_go = tmp_path / "started", tmp_path / "let-go"
+    wait = f"touch {started}; while [ ! -e {let_go} ]; do sleep 0.05; done"
+    busy = threading.Thread(target=agent.shell, args=(wait, 60, None), daemon=True)
+    busy.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30) is None
+        assert busy.is_alive()
+    finally:
+        let_go.touch()
+        busy.join(30)
+    answer = agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30)
+    assert answer is not None and answer.exit_code == 0
+    assert json.loads(answer.stdout.splitlines()[-1])["outcome"] == "present"

@@ -162,10 +162,11 @@ class LockPolicy:
 
 def _lock_call(ctx: HostContext, do: str, me: Holder, expect: str | None = None
                ) -> JSONObject:
-    """The host action ops.lock (rollout.host.scripts.actions.lock): its report."""
+    """The host action ops.lock (rollout.host.scripts.actions.lock): its report. A refresh
+    never waits behind the host's step (a proof may outlast the lock's stale_after)."""
     mine: JSONObject = {k: v for k, v in asdict(me).items() if k != "heartbeat"}
-    out = ctx.call("lock", call_timeout=60, root=ctx.layout.root, do=do, holder=mine,
-                   expect=expect)
+    out = ctx.call("lock", call_timeout=60, beside=do == "refresh", root=ctx.layout.root,
+                   do=do, holder=mine, expect=expect)
     denied = out.get("denied")
     if isinstance(denied, str) and denied:  # this user may not write the state folder
         error = failure(StepFailed, "path-denied", path=denied[:300], user=ctx.host.user)

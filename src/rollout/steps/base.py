@@ -131,25 +131,28 @@ class HostContext:
                              timeout, script_command(argv, before))
 
     def call(self, action: str, call_timeout: float | None = None,
-             runtime: tuple[str, ...] = (), **kwargs: JSON) -> JSONObject:
+             runtime: tuple[str, ...] = (), beside: bool = False, **kwargs: JSON) -> JSONObject:
         """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
         arguments, within the step's deadline: its report, a JSON object (parse it with
         rollout.host.reports). StepFailed when the host gave none. Each call is a host_call
-        event (`runtime`: the kwargs only the run knew), so a run can be held to its plan."""
+        event (`runtime`: the kwargs only the run knew), so a run can be held to its plan.
+        `beside`: never waits behind another call under way on the connection
+        (Transport.call_beside)."""
         self.record(action, kwargs, runtime)
         ahead = self.read_ahead.pop(_read_key(action, kwargs), None)
-        return ahead if ahead is not None else self._call(action, call_timeout, kwargs)
+        return ahead if ahead is not None else self._call(action, call_timeout, kwargs, beside)
 
     def record(self, action: str, kwargs: JSONObject, runtime: tuple[str, ...] = ()) -> None:
         """A host call as a host_call event (small: long texts by their sha256)."""
         if self.emit is not None:
             self.emit("host_call", data=call_record(action, kwargs, runtime))
 
-    def _call(self, action: str, call_timeout: float | None, kwargs: JSONObject) -> JSONObject:
+    def _call(self, action: str, call_timeout: float | None, kwargs: JSONObject,
+              beside: bool = False) -> JSONObject:
         what = f"ops.{action}"
-        result = self._bounded(
-            lambda left: self.transport.call(script_text("ops"), what, kwargs, left),
-            call_timeout, what)
+        send = self.transport.call_beside if beside else self.transport.call
+        result = self._bounded(lambda left: send(script_text("ops"), what, kwargs, left),
+                               call_timeout, what)
         try:
             report = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

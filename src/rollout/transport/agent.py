@@ -49,7 +49,7 @@ class HostAgent:
         self.name = name
         self.stream = stream
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # held for each command; call_if_free holds it around one
 
     @classmethod
     def start(cls, name: str, stream: Stream | None) -> HostAgent | None:
@@ -87,6 +87,16 @@ class HostAgent:
         request: dict[str, Any] = {"call": call, "kwargs": dict(kwargs), "sha": sha,
                                    "timeout": timeout}
         return self._result(f"call {call}", self._compiled(request, source))
+
+    def call_if_free(self, source: str, call: str, kwargs: Mapping[str, JSON],
+                     timeout: float | None) -> RunResult | None:
+        """call(), or None at once where the agent is running another command."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.call(source, call, kwargs, timeout)
+        finally:
+            self._lock.release()
 
     def _compiled(self, request: dict[str, Any], source: str) -> dict[str, Any]:
         """The answer to a request that names its script by sha256 alone; the source goes

@@ -56,6 +56,15 @@ def script_command(args: Sequence[str], before: str = "") -> str:
     return f"{first}python3 - {shlex.join(args)}"
 
 
+def call_command(source: str, call: str, kwargs: Mapping[str, JSON]) -> tuple[str, str]:
+    """A host module's function run without an agent: the command, and its stdin (the
+    module, then the kwargs: never in the command line)."""
+    module, _, function = call.partition(".")
+    command = (f"python3 -c {shlex.quote(bootstrap(module + '.py'))} "
+               f"--call {shlex.quote(function)} --kwargs-stdin")
+    return command, sized(source).decode() + json.dumps(dict(kwargs))
+
+
 class Stream(ABC):
     """A long-lived command on a host whose stdin stays open (the guard's tether)."""
 
@@ -102,11 +111,15 @@ class Transport(ABC):
         the result's stdout, one JSON line. Without an agent the module runs as
         `python3 -c BOOTSTRAP --call NAME --kwargs-stdin`, the module and then the kwargs
         on its stdin (never in the command line)."""
-        module, _, function = call.partition(".")
-        command = (f"python3 -c {shlex.quote(bootstrap(module + '.py'))} "
-                   f"--call {shlex.quote(function)} --kwargs-stdin")
-        feed = sized(source).decode() + json.dumps(dict(kwargs))
+        command, feed = call_command(source, call, kwargs)
         return self.run(command, timeout=timeout, stdin=feed)
+
+    def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
+                    timeout: float | None = None) -> RunResult:
+        """call(), never waiting behind a command under way on this connection (a lock's
+        heartbeat while the host's step waits on its proof): where one is, it runs on a
+        channel of its own. Transports that run one command at a time override it."""
+        return self.call(source, call, kwargs, timeout)
 
     @abstractmethod
     def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,

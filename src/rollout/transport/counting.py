@@ -64,6 +64,11 @@ class CountingTransport(Transport):
         self._sent_source(source)
         return result
 
+    def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
+                    timeout: float | None = None) -> RunResult:
+        self.sent.add(self.name, self._source_size(source) + len(repr(kwargs).encode()))
+        return self.inner.call_beside(source, call, kwargs, timeout)
+
     def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:
         self.sent.add(self.name, local_size(local_path) + len(remote_path.encode()))

@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import paramiko
 from fabric import Config, Connection
@@ -37,6 +37,7 @@ from rollout.transport.base import (
     RunResult,
     Stream,
     Transport,
+    call_command,
     local_size,
     opened,
 )
@@ -50,6 +51,7 @@ from rollout.transport.channel import (
 from rollout.transport.failures import Dialled, connect_failure, failure, lost, offered_keys
 from rollout.transport.known_hosts import load_known_hosts
 
+T = TypeVar("T")
 UPLOAD_CHUNK = 1 << 20  # bytes read from the file at a time
 SMALL_UPLOAD = 4 << 20  # bytes: a smaller file is written by cat and hashed by sha256sum
 UPLOAD_STALL = 300.0  # seconds an upload may make no progress before it is a lost connection
@@ -303,15 +305,19 @@ class SshTransport(Transport):
         if agent is not None:
             return self._through(agent, lambda: agent.shell(command, timeout, stdin),
                                  f"`{head(command, 60)}`")
-        transport = self._connection().client.get_transport()
-        data = None if stdin is None else stdin.encode()
         try:
-            if transport is None:
-                raise paramiko.SSHException("no SSH transport")
-            out = run_on_channel(transport, command, data, timeout)
+            return self._exec(command, timeout, stdin)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._drop()
             raise lost(self.name, f"`{head(command, 60)}`", e) from e
+
+    def _exec(self, command: str, timeout: float | None, stdin: str | None) -> RunResult:
+        """`command` on an exec channel of its own."""
+        transport = self._connection().client.get_transport()
+        if transport is None:
+            raise paramiko.SSHException("no SSH transport")
+        data = None if stdin is None else stdin.encode()
+        out = run_on_channel(transport, command, data, timeout)
         _refuse_oversized(self.name, command, out)
         stdout, stderr = out.text()
         if out.timed_out:
@@ -333,6 +339,24 @@ class SshTransport(Transport):
             return super().call(source, call, kwargs, timeout)
         return self._through(agent, lambda: agent.call(source, call, kwargs, timeout), call)
 
+    def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
+                    timeout: float | None = None) -> RunResult:
+        """Through the agent when it is free; while it runs another command, on an exec
+        channel of its own (a python3 of its own on the host). A failure there is this
+        call's alone: the connection, and the command under way on it, are kept."""
+        agent = self._agent
+        if agent is None:
+            return self.call(source, call, kwargs, timeout)
+        answer = self._through(agent, lambda: agent.call_if_free(source, call, kwargs, timeout),
+                               call)
+        if answer is not None:
+            return answer
+        command, feed = call_command(source, call, kwargs)
+        try:
+            return self._exec(command, timeout, feed)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise lost(self.name, call, e) from e
+
     def keeps_sources(self) -> bool:
         return self._agent is not None
 
@@ -349,7 +373,7 @@ class SshTransport(Transport):
         self._agentless = self._agent is None
         return self._agent
 
-    def _through(self, agent: HostAgent, call: Callable[[], RunResult], what: str) -> RunResult:
+    def _through(self, agent: HostAgent, call: Callable[[], T], what: str) -> T:
         try:
             return call()
         except TransportError:
