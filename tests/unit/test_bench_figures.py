@@ -57,7 +57,10 @@ def test_table_lists_each_figure_with_its_target_and_verdict() -> None:
     cpu_row = next(line for line in lines if "CPU s per host" in line)
     assert "0.200" in cpu_row and "not met" in cpu_row
     rerun_row = next(line for line in lines if "rerun" in line)
-    assert "1.50 s" in rerun_row and "| met" in rerun_row
+    assert "1.50 s" in rerun_row and "<= 1.0 s" in rerun_row and "not met" in rerun_row
+    quick = next(line for line in summary_table([c], Rerun(8, Run(0.9, 0.5, 60.0))).splitlines()
+                 if "rerun" in line)
+    assert "| met" in quick
 
 
 def test_json_carries_every_run_and_the_rerun() -> None:
@@ -79,16 +82,26 @@ def test_host_cpu_per_host_is_each_sides_median_and_shown_beside_the_others() ->
     d = c.as_dict()
     assert d["rollout_host_cpu_s"] == [40.0, 48.0, 44.0] and d["floor_host_cpu_s_per_host"] == 0.344
     row = next(line for line in summary_table([c], None).splitlines() if "host CPU" in line)
-    assert "0.688 / 0.344 = 2.00x" in row
+    assert "0.688 / 0.344 (+0.344)" in row and "<= floor + 0.2" in row and "not met" in row
+    near = tuple(Pair(Run(10.0, 1.0, 70.0), 8.0, True, 40.0, 30.0) for _ in range(3))
+    row = next(line for line in summary_table([Comparison("64 hosts", 64, near)], None)
+               .splitlines() if "host CPU" in line)
+    assert "(+0.156)" in row and "| met" in row
     unmeasured = Comparison("8 hosts", 8, (_pair(10.0, 6.0),))
     assert unmeasured.host_cpu_s_per_host("floor") is None
     assert "host CPU" not in summary_table([unmeasured], None)
 
 
-def test_ratio_target_is_1_2_up_to_32_hosts_and_1_5_at_64() -> None:
-    at_32 = Comparison("32 hosts", 32, (_pair(13.0, 10.0),))
-    at_64 = Comparison("64 hosts", 64, (_pair(14.0, 10.0),))
+def test_issue_30s_targets_1_2x_at_every_size_and_0_05_s_of_cpu_from_32_hosts() -> None:
+    at_8 = Comparison("8 hosts", 8, (_pair(11.0, 10.0, 0.64),))
+    at_32 = Comparison("32 hosts", 32, (_pair(13.0, 10.0, 1.92),))
+    at_64 = Comparison("64 hosts", 64, (_pair(14.0, 10.0, 3.2),))
+    assert at_8.as_dict()["cpu_s_per_host_target"] == 0.1
+    assert at_8.as_dict()["cpu_s_per_host_met"] is True  # 0.08
     assert at_32.as_dict()["ratio_target"] == 1.2 and at_32.as_dict()["ratio_met"] is False
-    assert at_64.as_dict()["ratio_target"] == 1.5 and at_64.as_dict()["ratio_met"] is True
+    assert at_32.as_dict()["cpu_s_per_host_target"] == 0.05
+    assert at_32.as_dict()["cpu_s_per_host_met"] is False  # 0.06
+    assert at_64.as_dict()["ratio_target"] == 1.2 and at_64.as_dict()["ratio_met"] is False
+    assert at_64.as_dict()["cpu_s_per_host_met"] is True  # 0.05 exactly
     row = next(line for line in summary_table([at_64], None).splitlines() if "/ floor," in line)
-    assert "<= 1.5x" in row and "| met" in row
+    assert "<= 1.2x" in row and "not met" in row
