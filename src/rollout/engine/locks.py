@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from rollout.config.inventory import Host
 from rollout.config.sections import CONCURRENCY
+from rollout.engine.openfiles import ensure_open_files
 from rollout.errors import HostAnswerError, LockHeld, RolloutError, StepFailed, UserError
 from rollout.failures import failure
 from rollout.host.facts import HOST_ID_RE
@@ -438,6 +439,7 @@ def fleet_locks(
 ) -> Iterator[FleetLocks]:
     """Hold every named host's lock (names in lock_order) for the body, `workers` hosts at
     once; LockHeld when one is held by another run, after giving back those taken."""
+    ensure_open_files(len(names), workers)  # a connection per locked host, for the run
     locks = FleetLocks(me, policy, events, workers=workers)
     heartbeat = threading.Thread(target=locks.beat, name="lock-heartbeat", daemon=True)
     try:
