@@ -298,3 +298,25 @@ def test_call_if_free_answers_none_at_once_while_another_command_runs(
     answer = agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30)
     assert answer is not None and answer.exit_code == 0
     assert json.loads(answer.stdout.splitlines()[-1])["outcome"] == "present"
+
+
+def test_call_if_free_waits_for_a_command_that_ends_within_its_wait(
+        agent: HostAgent, tmp_path: Path) -> None:
+    """Most calls end within a refresh's wait: the refresh then goes through the agent, and
+    starts no python3 of its own on the host."""
+    started, let_go = tmp_path / "started", tmp_path / "let-go"
+    wait = f"touch {started}; while [ ! -e {let_go} ]; do sleep 0.05; done"
+    busy = threading.Thread(target=agent.shell, args=(wait, 60, None), daemon=True)
+    busy.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        threading.Timer(0.3, let_go.touch).start()  # the command ends while the call waits
+        answer = agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30, 60)
+    finally:
+        let_go.touch()
+        busy.join(30)
+    assert answer is not None
+    assert json.loads(answer.stdout.splitlines()[-1])["outcome"] == "present"

@@ -23,7 +23,7 @@ def test_a_host_whose_refresh_waits_never_delays_the_others(
     seen: dict[str, list[float]] = {}
     lock = threading.Lock()
 
-    def refresh(ctx: Any, me: Holder) -> None:
+    def refresh(ctx: Any, me: Holder, wait: float = 0.0) -> None:
         with lock:
             seen.setdefault(ctx.name, []).append(time.monotonic())
         if ctx.name == "busy":
@@ -54,3 +54,30 @@ def test_a_host_whose_refresh_waits_never_delays_the_others(
         times = seen[name][:8]
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         assert max(gaps) < 1.0, (name, gaps)  # a beat is 0.2 s; stale after 1.2 s
+
+
+def test_a_refresh_waits_half_a_beat_behind_the_hosts_step_before_going_beside(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat asks each refresh to wait at most half its period behind the call under
+    way on the host (most end by then) before it goes on a channel of its own: it is never
+    late for the next beat."""
+    waits: list[float] = []
+
+    def refresh(ctx: Any, me: Holder, wait: float = 0.0) -> None:
+        waits.append(wait)
+
+    monkeypatch.setattr(locks, "refresh_host_lock", refresh)
+    fleet = FleetLocks(Holder("r", "op", "ctl", 1, 0.0, "v"), LockPolicy(stale_after=1.2),
+                       LockEvents(print, print, print, print), workers=1)
+    fleet.held["h"] = SimpleNamespace(name="h")  # type: ignore[assignment]
+    beat = threading.Thread(target=fleet.beat, daemon=True)
+    beat.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not waits:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        fleet._stop.set()
+        beat.join(30)
+    assert waits[0] == pytest.approx(fleet.policy.heartbeat / 2)

@@ -237,9 +237,10 @@ class RollingSpec(Section):
         "it (up to 4; none below 2), and taking and giving back the locks and diagnose go "
         "through it too. The lock heartbeat refreshes beside it, in threads of its own (twice "
         "this; one short call each, which never holds up another host's): up to three times "
-        "this many hosts may have a call under way at once. A refresh never waits for its "
-        "host's step: while a call runs in the host's agent (a validation proof may outlast "
-        "`rolling.lock_stale_after`), it goes on an SSH channel of its own. Each locked "
+        "this many hosts may have a call under way at once. A refresh waits at most half "
+        "a heartbeat for its host's step: while a call still runs in the host's agent (a "
+        "validation proof may outlast `rolling.lock_stale_after`), it goes on an SSH channel "
+        "of its own. Each locked "
         "host's connection stays open for the run.",
     )
 

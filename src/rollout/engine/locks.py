@@ -161,13 +161,13 @@ class LockPolicy:
         return max(0.2, self.stale_after / HEARTBEATS_PER_STALE)
 
 
-def _lock_call(ctx: HostContext, do: str, me: Holder, expect: str | None = None
-               ) -> JSONObject:
-    """The host action ops.lock (rollout.host.scripts.actions.lock): its report. A refresh
-    never waits behind the host's step (a proof may outlast the lock's stale_after)."""
+def _lock_call(ctx: HostContext, do: str, me: Holder, expect: str | None = None,
+               beside: float | None = None) -> JSONObject:
+    """The host action ops.lock (rollout.host.scripts.actions.lock): its report. `beside`:
+    seconds it may wait behind the host's step before it goes on a channel of its own."""
     mine: JSONObject = {k: v for k, v in asdict(me).items() if k != "heartbeat"}
-    out = ctx.call("lock", call_timeout=60, beside=do == "refresh", root=ctx.layout.root,
-                   do=do, holder=mine, expect=expect)
+    out = ctx.call("lock", call_timeout=60, beside=beside, root=ctx.layout.root, do=do,
+                   holder=mine, expect=expect)
     denied = out.get("denied")
     if isinstance(denied, str) and denied:  # this user may not write the state folder
         error = failure(StepFailed, "path-denied", path=denied[:300], user=ctx.host.user)
@@ -266,9 +266,11 @@ def same_machines(ids: dict[str, str]) -> dict[str, str]:
     return refused
 
 
-def refresh_host_lock(ctx: HostContext, me: Holder) -> FoundLock | None:
-    """Rewrite our lock's heartbeat; the other holder's lock when ours was broken and taken."""
-    out = _lock_call(ctx, "refresh", me)
+def refresh_host_lock(ctx: HostContext, me: Holder, wait: float = 0.0) -> FoundLock | None:
+    """Rewrite our lock's heartbeat; the other holder's lock when ours was broken and taken.
+    It never waits longer than `wait` seconds behind the host's step (a proof may outlast
+    the lock's stale_after): past that, it goes on a channel of its own."""
+    out = _lock_call(ctx, "refresh", me, beside=wait)
     if out.get("ok"):
         return None
     return FoundLock.read(ctx.name, out.get("lock") or {"text": "", "age": 0.0})
@@ -405,7 +407,7 @@ class FleetLocks:
         if ctx is None or self._stop.is_set():
             return
         with contextlib.suppress(RolloutError):  # a dropped link: the next beat retries
-            other = refresh_host_lock(ctx, self.me)
+            other = refresh_host_lock(ctx, self.me, self.policy.heartbeat / 2)
             if other is not None and name not in self.lost:
                 self.lost.add(name)
                 self.events.lost(other)

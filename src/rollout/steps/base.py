@@ -131,13 +131,14 @@ class HostContext:
                              timeout, script_command(argv, before))
 
     def call(self, action: str, call_timeout: float | None = None,
-             runtime: tuple[str, ...] = (), beside: bool = False, **kwargs: JSON) -> JSONObject:
+             runtime: tuple[str, ...] = (), beside: float | None = None,
+             **kwargs: JSON) -> JSONObject:
         """Call the host action ops.<action> (rollout.host.scripts.ops) with keyword
         arguments, within the step's deadline: its report, a JSON object (parse it with
         rollout.host.reports). StepFailed when the host gave none. Each call is a host_call
         event (`runtime`: the kwargs only the run knew), so a run can be held to its plan.
-        `beside`: never waits behind another call under way on the connection
-        (Transport.call_beside)."""
+        `beside`: seconds it may wait behind another call under way on the connection
+        before it goes on a channel of its own (Transport.call_beside)."""
         self.record(action, kwargs, runtime)
         ahead = self.read_ahead.pop(_read_key(action, kwargs), None)
         return ahead if ahead is not None else self._call(action, call_timeout, kwargs, beside)
@@ -148,11 +149,14 @@ class HostContext:
             self.emit("host_call", data=call_record(action, kwargs, runtime))
 
     def _call(self, action: str, call_timeout: float | None, kwargs: JSONObject,
-              beside: bool = False) -> JSONObject:
+              beside: float | None = None) -> JSONObject:
         what = f"ops.{action}"
-        send = self.transport.call_beside if beside else self.transport.call
-        result = self._bounded(lambda left: send(script_text("ops"), what, kwargs, left),
-                               call_timeout, what)
+        def send(left: float | None) -> RunResult:
+            if beside is None:
+                return self.transport.call(script_text("ops"), what, kwargs, left)
+            return self.transport.call_beside(script_text("ops"), what, kwargs, left, beside)
+
+        result = self._bounded(send, call_timeout, what)
         try:
             report = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -89,9 +89,11 @@ class HostAgent:
         return self._result(f"call {call}", self._compiled(request, source))
 
     def call_if_free(self, source: str, call: str, kwargs: Mapping[str, JSON],
-                     timeout: float | None) -> RunResult | None:
-        """call(), or None at once where the agent is running another command."""
-        if not self._lock.acquire(blocking=False):
+                     timeout: float | None, wait: float = 0.0) -> RunResult | None:
+        """call(), or None where the agent is still running another command after `wait`
+        seconds."""
+        free = self._lock.acquire(timeout=wait) if wait > 0 else self._lock.acquire(False)
+        if not free:
             return None
         try:
             return self.call(source, call, kwargs, timeout)

@@ -115,10 +115,11 @@ class Transport(ABC):
         return self.run(command, timeout=timeout, stdin=feed)
 
     def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
-                    timeout: float | None = None) -> RunResult:
-        """call(), never waiting behind a command under way on this connection (a lock's
-        heartbeat while the host's step waits on its proof): where one is, it runs on a
-        channel of its own. Transports that run one command at a time override it."""
+                    timeout: float | None = None, wait: float = 0.0) -> RunResult:
+        """call(), waiting at most `wait` seconds behind a command under way on this
+        connection (a lock's heartbeat while the host's step waits on its proof): past
+        that, it runs on a channel of its own. Transports that run one command at a time
+        override it."""
         return self.call(source, call, kwargs, timeout)
 
     @abstractmethod

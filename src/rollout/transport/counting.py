@@ -65,9 +65,9 @@ class CountingTransport(Transport):
         return result
 
     def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
-                    timeout: float | None = None) -> RunResult:
+                    timeout: float | None = None, wait: float = 0.0) -> RunResult:
         self.sent.add(self.name, self._source_size(source) + len(repr(kwargs).encode()))
-        return self.inner.call_beside(source, call, kwargs, timeout)
+        return self.inner.call_beside(source, call, kwargs, timeout, wait)
 
     def put(self, local_path: LocalFile, remote_path: str, resume: bool = False,
             progress: Progress | None = None) -> None:

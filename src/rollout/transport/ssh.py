@@ -343,15 +343,16 @@ class SshTransport(Transport):
         return self._through(agent, lambda: agent.call(source, call, kwargs, timeout), call)
 
     def call_beside(self, source: str, call: str, kwargs: Mapping[str, JSON],
-                    timeout: float | None = None) -> RunResult:
-        """Through the agent when it is free; while it runs another command, on an exec
-        channel of its own (a python3 of its own on the host). A failure there is this
-        call's alone: the connection, and the command under way on it, are kept."""
+                    timeout: float | None = None, wait: float = 0.0) -> RunResult:
+        """Through the agent when it is free within `wait` seconds; while it still runs
+        another command, on an exec channel of its own (a python3 of its own on the host,
+        so only past a wait that most calls end within). A failure there is this call's
+        alone: the connection, and the command under way on it, are kept."""
         agent = self._agent
         if agent is None:
             return self.call(source, call, kwargs, timeout)
-        answer = self._through(agent, lambda: agent.call_if_free(source, call, kwargs, timeout),
-                               call)
+        answer = self._through(
+            agent, lambda: agent.call_if_free(source, call, kwargs, timeout, wait), call)
         if answer is not None:
             return answer
         command, feed = call_command(source, call, kwargs)
