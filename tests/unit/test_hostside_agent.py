@@ -21,7 +21,7 @@ from rollout.errors import TransportError
 from rollout.host.scripts import script_text
 from rollout.host.scripts.codecache import prune_cache
 from rollout.transport.agent import BOOTSTRAP, HostAgent, agent_command, source_sha256
-from rollout.transport.base import Stream
+from rollout.transport.base import RunResult, Stream
 
 OPS = script_text("ops")
 OPS_SHA = source_sha256(OPS)
@@ -276,12 +276,11 @@ def test_a_module_that_fails_to_load_says_why_in_its_call(agent: HostAgent) -> N
                       30).stdout.strip() == '{"ok": 1}'
 
 
-def test_call_if_free_answers_none_at_once_while_another_command_runs(
-        agent: HostAgent, tmp_path: Path) -> None:
-    """A lock's heartbeat never waits behind the host's step: while a command runs through
-    the agent, call_if_free answers None (the caller goes on a channel of its own); once the
-    agent is free, it is the call's answer."""
-    started, let_go = tmp_path / "started", tmp_path / "let-go"
+@contextlib.contextmanager
+def agent_busy(agent: HostAgent, folder: Path) -> Iterator[tuple[threading.Thread, Path]]:
+    """A command running through the agent until `let-go` exists in `folder` (made on the
+    way out): the command's thread, and that file."""
+    started, let_go = folder / "started", folder / "let-go"
     wait = f"touch {started}; while [ ! -e {let_go} ]; do sleep 0.05; done"
     busy = threading.Thread(target=agent.shell, args=(wait, 60, None), daemon=True)
     busy.start()
@@ -290,33 +289,35 @@ def test_call_if_free_answers_none_at_once_while_another_command_runs(
         while not started.exists():
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30) is None
-        assert busy.is_alive()
+        yield busy, let_go
     finally:
         let_go.touch()
         busy.join(30)
-    answer = agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30)
+
+
+def file_present(answer: RunResult | None) -> str:
     assert answer is not None and answer.exit_code == 0
-    assert json.loads(answer.stdout.splitlines()[-1])["outcome"] == "present"
+    return str(json.loads(answer.stdout.splitlines()[-1])["outcome"])
+
+
+def test_call_if_free_answers_none_at_once_while_another_command_runs(
+        agent: HostAgent, tmp_path: Path) -> None:
+    """A lock's heartbeat never waits behind the host's step: while a command runs through
+    the agent, call_if_free answers None (the caller goes on a channel of its own); once the
+    agent is free, it is the call's answer."""
+    ask = {"path": str(tmp_path / "started")}
+    with agent_busy(agent, tmp_path) as (busy, _):
+        assert agent.call_if_free(OPS, "ops.file_present", ask, 30) is None
+        assert busy.is_alive()
+    assert file_present(agent.call_if_free(OPS, "ops.file_present", ask, 30)) == "present"
 
 
 def test_call_if_free_waits_for_a_command_that_ends_within_its_wait(
         agent: HostAgent, tmp_path: Path) -> None:
     """Most calls end within a refresh's wait: the refresh then goes through the agent, and
     starts no python3 of its own on the host."""
-    started, let_go = tmp_path / "started", tmp_path / "let-go"
-    wait = f"touch {started}; while [ ! -e {let_go} ]; do sleep 0.05; done"
-    busy = threading.Thread(target=agent.shell, args=(wait, 60, None), daemon=True)
-    busy.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not started.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    ask = {"path": str(tmp_path / "started")}
+    with agent_busy(agent, tmp_path) as (_, let_go):
         threading.Timer(0.3, let_go.touch).start()  # the command ends while the call waits
-        answer = agent.call_if_free(OPS, "ops.file_present", {"path": str(started)}, 30, 60)
-    finally:
-        let_go.touch()
-        busy.join(30)
-    assert answer is not None
-    assert json.loads(answer.stdout.splitlines()[-1])["outcome"] == "present"
+        answer = agent.call_if_free(OPS, "ops.file_present", ask, 30, 60)
+    assert file_present(answer) == "present"
