@@ -92,3 +92,19 @@ def test_a_run_past_the_hard_limit_touches_no_host() -> None:
                          capture_output=True, text=True, timeout=60, check=True)
     got = json.loads(out.stdout.splitlines()[-1])
     assert got["opened"] == [] and "3000 hosts" in got["said"]
+
+
+def test_a_limit_that_cannot_be_raised_is_refused_as_a_low_hard_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox that refuses setrlimit even within the hard limit: the run is refused with
+    the same words, naming the soft limit it is held to, never a traceback."""
+    from rollout.engine import openfiles
+    from rollout.errors import EnvironmentProblem
+
+    def refuse(*_: object) -> None:
+        raise ValueError("not allowed")
+
+    monkeypatch.setattr(openfiles.resource, "getrlimit", lambda _: (256, 65536))
+    monkeypatch.setattr(openfiles.resource, "setrlimit", refuse)
+    with pytest.raises(EnvironmentProblem, match=r"at most 256 \(raising it to 1192 was"):
+        openfiles.ensure_open_files(1000, 64)

@@ -27,12 +27,16 @@ def ensure_open_files(hosts: int, workers: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if _enough(soft, need):
         return
+    held = f"{hard} (the hard limit, `ulimit -Hn`)"
     if _enough(hard, need):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-        return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+        except (ValueError, OSError):  # a sandbox that refuses even that
+            held = f"{soft} (raising it to {need} was refused)"
     raise EnvironmentProblem(
         f"a run keeps a connection open to each of its {hosts} hosts: it needs up to {need} "
-        f"open files, and this process may open at most {hard} (`ulimit -Hn`). Raise the "
+        f"open files, and this process may open at most {held}. Raise the "
         f"limit (`ulimit -n {need}` in the shell that runs rollout, as root or after raising "
         "the hard limit: LimitNOFILE= for a systemd service, nofile in "
         "/etc/security/limits.conf), or split the fleet: `--limit` or an inventory per "
