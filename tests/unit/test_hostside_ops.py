@@ -486,3 +486,25 @@ def test_a_holder_gone_before_it_is_described_holds_no_port(
     stranger = {"pid": 7, "ancestors": [1], "cmdline": "", "age_secs": None}
     said = identity_problem(9820, [stranger], 5, 3.0, None)
     assert said is not None and "(?, age unknown)" in said and "Nones" not in said
+
+
+def test_ready_judges_the_ports_by_the_one_look_it_reports(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's fork (the lab's pool keeper, forked as a proof arrives at start-up) holds
+    the listening socket a moment and is gone before a second look could find its parent:
+    judged by the look `owners` reports, it is the daemon's child, not a stranger (ci19 failed
+    a start once as "port(s) [9821] not held by daemon 6175"). A real stranger is named."""
+    from rollout.host.scripts.actions import daemon
+
+    me, gone = os.getpid(), 2**22 + 12345
+    looks = iter([{9821: [{"pid": gone, "ancestors": [me, 1], "cmdline": "keeper",
+                           "exe": None, "age_secs": 0.0}]}])
+    monkeypatch.setattr(daemon, "ports_owners", lambda proc, ports: next(looks))
+    out = daemon._ready("http://x/status", "{}", [9821], None, me, True, "/proc")
+    assert out["outcome"] == "ready", out
+
+    held = {"9821": [{"pid": 7, "ancestors": [1], "cmdline": "python3 x.py"}], "9820": []}
+    assert daemon.strangers(held, me) == [9821, 9820]
+    assert daemon._holders(held, [9821, 9820]) == (
+        "9821 held by pid 7 (python3 x.py); 9820 held by no process")

@@ -10,7 +10,7 @@ from typing import Any
 
 # ruff: noqa: E501
 # isort: off
-from rollout.host.scripts.common import distrust_supervisor, ownership_problem, ports_owners, proc_ancestors, proc_stat, proc_state, process_brief, read_pidfile, read_text, safe_append, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
+from rollout.host.scripts.common import distrust_supervisor, ownership_problem, ports_owners, proc_stat, proc_state, process_brief, read_pidfile, read_text, safe_append, safe_mkdir, safe_open, safe_remove, safe_write  # inlined on hosts
 from rollout.host.scripts.actions.base import POLL, _open_read, _read_at_most, _report, _state_dir, _status_answer  # inlined on hosts
 from rollout.host.scripts.actions.spec import action  # inlined on hosts
 from rollout.host.scripts.actions.current import current_release  # inlined on hosts
@@ -130,11 +130,20 @@ def owners(ports: list[int], pid: int | None = None, proc: str = "/proc") -> dic
     return out
 
 
-def strangers(ports: list[int], pid: int, proc: str = "/proc") -> list[int]:
-    """The ports some process other than `pid` (or a child of it) holds, or none holds."""
-    found = ports_owners(proc, ports)
-    return [p for p in ports if not found[p] or not all(
-        o["pid"] == pid or pid in proc_ancestors(proc, o["pid"]) for o in found[p])]
+def strangers(held: dict[str, list[dict[str, Any]]], pid: int) -> list[int]:
+    """The ports (of `owners`' answer, one look) some process other than `pid` or one of
+    its children holds, or none holds. Judged by the ancestors seen in that look: a fork of
+    the daemon gone since (the lab's pool keeper) was its child when it held the port."""
+    return [int(p) for p, found in held.items() if not found or not all(
+        o["pid"] == pid or pid in o.get("ancestors", ()) for o in found)]
+
+
+def _holders(held: dict[str, list[dict[str, Any]]], ports: list[int]) -> str:
+    """Who holds these ports, in words: "9821 held by pid 7 (python3 x.py)", "9820 by none"."""
+    return "; ".join(
+        f"{p} held by " + (", ".join(f"pid {o['pid']} ({o.get('cmdline') or '?'})"
+                                     for o in held.get(str(p), [])) or "no process")
+        for p in ports)
 
 
 @action(
@@ -173,10 +182,10 @@ def _ready(url: str, answer: str, ports: list[int], pid: int | None, watch: int,
     if require_owner and ports:
         if not watch or proc_state(proc, watch, None)[0] != "running":
             return _report("died", "the daemon is not running", owners=held)
-        others = strangers(ports, watch, proc)
+        others = strangers(held["ports"], watch)
         if others:
-            return _report("stranger", f"port(s) {others} not held by daemon {watch}",
-                           owners=held)
+            return _report("stranger", f"port(s) {others} not held by daemon {watch}: "
+                           f"{_holders(held['ports'], others)}", owners=held)
     return _report("ready", f"{url or 'the daemon'} answered; ports {ports} are its own"
                    if require_owner else f"{url} answered", answer=answer, owners=held)
 
