@@ -21,7 +21,7 @@ from .rollout_helpers import sidecar_ended as ended
 
 pytestmark = pytest.mark.lab
 POLL = 8  # seconds: the sidecar's cordon poll here, and work.cordon_takes
-# a proof of 1.5 s (seen by the wait's looks, a second apart), then the daemon idle for a
+# a proof of 1.5 s (looked at each second while it runs), then the daemon idle for a
 # second: a cordon often finds it idle, and the sidecar claims again before its next poll
 SIDECAR = {"pause_secs": 1.0, "concurrency": 1, "cordon_poll_secs": float(POLL)}
 KNOBS = "{pool_mib: 32, load_secs: 0.3, drain_mib_per_sec: 256, prove_secs: 1.5}"

@@ -66,7 +66,7 @@ def test_an_idle_host_waits_the_window_at_most_and_the_stop_says_so() -> None:
     done, clock, events, host = wait([], **CORDON)
     assert done.verdict == "go" and clock.now == pytest.approx(30)
     looks = sum(1 for call, _ in host.calls if call == "ops.work")
-    assert looks <= 32  # one a second, and the last at the window's end
+    assert looks == 7  # idle: one every IDLE_POLL (5 s), the last at the window's end
     said = "cordon in effect: waited 30.0s (work.cordon_takes 30s), no new job since"
     assert events[-1]["reason"] == said
     result = stop_result(done)
@@ -76,7 +76,8 @@ def test_an_idle_host_waits_the_window_at_most_and_the_stop_says_so() -> None:
 
 def test_a_job_claimed_in_the_window_is_waited_for_not_killed() -> None:
     late = {**RUNNING, "job_id": "j-late"}
-    answers = [status()] * 3 + [status([late])] * 40  # claimed at 3 s, ends at 43 s
+    answers = [status()] * 2 + [status([late])] * 33  # idle at 0 and 5 s; seen at 10 s,
+    # then looked at each second (POLL) while it runs; ends at 43 s
     done, clock, _, _ = wait(answers, **CORDON)
     assert done.verdict == "go" and clock.now >= 43
     assert [j.id for j in done.waited_on] == [j.id for j in done.new] == ["j-late"]

@@ -33,6 +33,9 @@ from rollout.steps.decision import Call, Phase, Target
 from rollout.units import format_size
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
+# seconds between two looks at a daemon idle in the cordon's window (and one at its end):
+# each look costs the prover host a cuzk-bench run, and work.cordon_takes is 30 s by default
+IDLE_POLL = 5.0
 LOOK = ("status_url", "bench", "on_work", "known")  # ops.stop's look before its signal
 LOOK_SECONDS = BENCH_TIMEOUT + 5  # what that look may add to the stop call's time
 Verdict = Literal["go", "wait", "skip", "stop"]
@@ -362,8 +365,8 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
                 _emit(ctx, done.describe(), verdict=decided, **done.data())
             return done
         pause = min(POLL, how.interval)
-        if report.idle and since is not None:  # idle in the cordon's window: look at its end
-            pause = min(pause, max(0.05, how.cordon_takes - since))
+        if report.idle and since is not None:  # idle in the cordon's window
+            pause = max(0.05, min(IDLE_POLL, how.cordon_takes - since))
         sleep(pause)
 
 
