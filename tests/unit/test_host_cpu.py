@@ -34,7 +34,12 @@ MODULE = """import os, sys, time
 def in_agent(name, kwargs):
     return name.startswith("here")
 
+def warms(name, kwargs):
+    return ["wave"] if name == "needs_wave" else []
+
 def call(name, kwargs):
+    if name == "here_loaded":
+        return {"loaded": [m for m in kwargs["names"] if m in sys.modules]}
     if name == "here_noisy":
         print("noise on stdout")
         sys.stderr.write("noise on stderr\\n")
@@ -67,6 +72,66 @@ def test_a_call_its_module_says_may_run_here_runs_in_the_agent_without_a_fork(
     host_agent, agent_pid = agent
     assert _report(host_agent, "here")["pid"] == agent_pid
     assert _report(host_agent, "forked")["pid"] != agent_pid
+
+
+def test_a_module_a_call_declares_is_imported_by_the_agent_before_its_first_fork(
+        agent: tuple[HostAgent, int]) -> None:
+    """warms(): what a forked call imports, the agent imports once before it forks it (each
+    later fork finds it loaded); a call that declares nothing leaves the agent as it was."""
+    host_agent, _ = agent
+    assert _report(host_agent, "here_loaded", names=["wave"])["loaded"] == []
+    _report(host_agent, "forked")
+    assert _report(host_agent, "here_loaded", names=["wave"])["loaded"] == []
+    _report(host_agent, "needs_wave")
+    assert _report(host_agent, "here_loaded", names=["wave"])["loaded"] == ["wave"]
+
+
+def _reached_imports() -> dict[str, set[str]]:
+    """Per host action, the modules its code imports, itself or through the functions of
+    ops it calls (by name): the text the agent runs, read as a tree."""
+    tree = ast.parse(script_text("ops"))
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    direct: dict[str, tuple[set[str], set[str]]] = {}
+    for name, fn in funcs.items():
+        mods: set[str] = set()
+        calls: set[str] = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                mods |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                mods.add(node.module)
+            elif isinstance(node, ast.Name) and node.id in funcs:
+                calls.add(node.id)
+        direct[name] = (mods, calls)
+
+    def reach(name: str, seen: set[str]) -> set[str]:
+        if name in seen:
+            return set()
+        seen.add(name)
+        mods, calls = direct[name]
+        return mods.union(*(reach(c, seen) for c in calls))
+
+    return {name: reach(name, set()) for name in ops.ACTIONS}
+
+
+def test_each_action_declares_the_costly_module_its_code_imports() -> None:
+    """spec.WARMS against the code: an action whose code reaches `import http.client` (the
+    /status readers) declares it, and no other does; status's calls (facts, the guards'
+    look) declare none, so `rollout status` never loads it on a host."""
+    reached = _reached_imports()
+    for name in ops.ACTIONS:
+        assert ("http.client" in reached[name]) == ("http.client" in ops.warms(name, {})), name
+    assert ops.warms("facts", {}) == [] and ops.warms("lock", {}) == []
+    assert ops.warms("batch", {"calls": [{"call": "facts"}, {"call": "work"}]}) == ["http.client"]
+    assert "http.client" not in transport_agent_warm()
+
+
+def transport_agent_warm() -> tuple[str, ...]:
+    """What every agent imports after its first answer (agent.WARM), read from its text."""
+    tree = ast.parse(script_text("agent"))
+    (found,) = (n.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "WARM" for t in n.targets))
+    return tuple(ast.literal_eval(found))
 
 
 def test_what_an_in_agent_call_prints_stays_in_its_answer(

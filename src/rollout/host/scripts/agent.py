@@ -63,11 +63,13 @@ from rollout.host.scripts.codecache import load_code, store_code  # inlined on h
 # again as all of these): the agents of a whole fleet start at once while the run takes its
 # locks, and only the proof (once per host) uses it.
 
-WARM = ("http.client", "urllib.parse", "socket", "shutil", "platform", "secrets")
+WARM = ("urllib.parse", "socket", "shutil", "platform", "secrets")
 """Imported by the agent once its first request (the lock's take) is answered, before the
-second: every later call forks with them loaded. The host calls that read /status (work,
-the cordon's look, ready, validate's probe and proof), the facts, the guard and the lock
-import them, about 40 ms of a host's CPU each time in a fresh fork (http.client 20 ms)."""
+second: every later call forks with them loaded. The facts, the guard, the lock and the
+calls that read /status import them, about 10 ms of a host's CPU each time in a fresh
+fork. The costly one, http.client (about 30 ms), only the calls that read /status use
+(work, the cordon's look, ready, validate's probe and proof): each declares it (its
+module's warms()), and the agent imports it before it forks the first of them."""
 
 MAX_OUTPUT = 16 << 20  # bytes of a command's stdout or stderr: past it, the answer is refused
 ANSWER_CAP = 16 << 20  # bytes of one answer line, as the controller caps it
@@ -251,6 +253,8 @@ def run_call(code: types.CodeType, call: str, kwargs: dict[str, Any],
     module, loaded = _module(code, module_name)
     if loaded and _here(module, function, kwargs):
         return run_here(module, function, kwargs)
+    if loaded:
+        _warm_for(module, function, kwargs)
     return _forked(lambda out_w, err_w: _call_child(code, call, kwargs, out_w, err_w), timeout)
 
 
@@ -262,6 +266,20 @@ def _here(module: types.ModuleType, function: str, kwargs: dict[str, Any]) -> bo
         return callable(ask) and ask(function, kwargs) is True
     except Exception:  # noqa: BLE001 - forked, as any call
         return False
+
+
+def _warm_for(module: types.ModuleType, function: str, kwargs: dict[str, Any]) -> None:
+    """Import the modules the call's module says it needs (its warms(): ops declares them
+    per action), here, before its fork: once per agent, for every later fork too."""
+    ask = getattr(module, "warms", None)
+    try:
+        names = ask(function, kwargs) if callable(ask) else []
+    except Exception:  # noqa: BLE001 - its fork imports what it needs
+        return
+    for name in names if isinstance(names, list) else []:
+        if isinstance(name, str) and name not in sys.modules:
+            with contextlib.suppress(Exception):
+                __import__(name)
 
 
 def run_here(module: types.ModuleType, function: str,

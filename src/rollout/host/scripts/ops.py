@@ -25,7 +25,7 @@ from typing import Any
 
 # ruff: noqa: E501, F401
 # isort: off
-from rollout.host.scripts.actions.spec import DECLARED, IN_AGENT, action, misfit, spec_of  # inlined on hosts
+from rollout.host.scripts.actions.spec import DECLARED, IN_AGENT, WARMS, action, misfit, spec_of  # inlined on hosts
 from rollout.host.scripts.actions.base import POLL, STOPPED, _release_id_ok, _report  # inlined on hosts
 from rollout.host.scripts.actions.hold import drain, drain_figures, hold, release_hold, serving, stop  # inlined on hosts
 from rollout.host.scripts.actions.current import current_release, point_current, pointed, restore_config  # inlined on hosts
@@ -84,6 +84,16 @@ def in_agent(action: str, kwargs: Any) -> bool:
     return isinstance(calls, list) and all(
         isinstance(c, dict) and isinstance(c.get("call"), str) and c["call"] in IN_AGENT
         for c in calls)
+
+
+def warms(action: str, kwargs: Any) -> list[str]:
+    """The modules the agent imports before it forks this call (spec.WARMS; a batch's: its
+    calls')."""
+    if action != "batch":
+        return list(WARMS.get(action, ()))
+    calls = kwargs.get("calls") if isinstance(kwargs, dict) else None
+    names = [c.get("call") for c in calls or [] if isinstance(c, dict)]
+    return sorted({m for n in names if isinstance(n, str) for m in WARMS.get(n, ())})
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def _holders(held: dict[str, list[dict[str, Any]]], ports: list[int]) -> str:
     "status_url:str seconds:float grpc_url:str watch:int pidfile:str ports:[int]? pid:int? "
     "require_owner:bool proc:str",
     "pid:int owners:obj answer:str",
-    "died timeout stranger ready"
+    "died timeout stranger ready", warms="http.client"
 )
 def wait_ready(status_url: str, seconds: float, grpc_url: str = "", watch: int = 0,
                pidfile: str = "", ports: list[int] | None = None, pid: int | None = None,

@@ -145,7 +145,7 @@ def _adopt(root: str, proc: str, pid: int, starttime: int | None, sig: str, grac
     "pid:int starttime:int? exe:str adopted:bool parent:int? parent_cmdline:str cmdline:str "
     "signal:str signalled_at:float escalated:bool killed_at:float state:str died_at:float "
     "respawned:[int] held:bool named_pid:int note:str work:obj cordoned:bool",
-    "kept stopped still-running respawned already-dead none untrusted busy"
+    "kept stopped still-running respawned already-dead none untrusted busy", warms="http.client"
 )
 def stop(root: str, signal: str = "SIGTERM", grace: float = 10.0, set_hold: bool = True,
          adopt_pid: int = 0, adopt_starttime: int | None = None, respawn_window: float = 3.0,

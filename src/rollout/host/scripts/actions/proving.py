@@ -40,7 +40,7 @@ def executable_problem(command: str, release: str = "") -> str | None:
     "status_url:str release:str require_executable:bool watch:obj?",
     "exit:int elapsed:float stdout:str stderr:str status_after:obj? recorded:bool passed:bool "
     "verdict:str budget_wait:obj",
-    "no-command missing ran budget-wait"
+    "no-command missing ran budget-wait", warms="http.client"
 )
 def prove(command: str, timeout: float, kill_after: float, evidence: str = "",
           record: str = "", pattern: str = "", status_url: str = "", release: str = "",

@@ -36,7 +36,7 @@ def input_check(path: str, size: int | None = None) -> dict[str, Any]:
 @action(
     "input_path:str input_size:int? status_url:str ports:[int]? pid:int?",
     "input:obj status:str? owners:obj?",
-    "probed"
+    "probed", warms="http.client"
 )
 def probe(input_path: str, input_size: int | None = None, status_url: str = "",
           ports: list[int] | None = None, pid: int | None = None) -> dict[str, Any]:

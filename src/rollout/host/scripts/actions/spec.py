@@ -56,16 +56,25 @@ forking a child (about 8 ms of a host's CPU per call). Only an action that start
 sends no signal, waits on nothing (no lock, no network, no other process's /proc files) and
 reads or writes a bounded amount: a call in the agent has no timeout that could kill it."""
 
+WARMS: dict[str, tuple[str, ...]] = {}
+"""Per action, the costly modules it imports (http.client: about 30 ms of a host's CPU),
+which the agent imports once, before it forks the action's first call: each later fork
+finds them loaded, and a command that never calls such an action (status, a rerun with
+nothing to do) never imports them. tests/unit/test_host_cpu.py checks it against the code."""
+
 
 def action(args: str, returns: str = "", outcomes: str = "",
-           in_agent: bool = False) -> Callable[[F], F]:
+           in_agent: bool = False, warms: str = "") -> Callable[[F], F]:
     """Declare a host action's arguments, its report's keys and its outcome words (and
-    whether the agent runs it in its own process: IN_AGENT)."""
+    whether the agent runs it in its own process: IN_AGENT; the modules it imports that
+    the agent loads before its first fork: WARMS)."""
 
     def declare(fn: F) -> F:
         DECLARED[fn.__name__] = (fn, args, returns, outcomes)
         if in_agent:
             IN_AGENT.add(fn.__name__)
+        if warms:
+            WARMS[fn.__name__] = tuple(warms.split())
         return fn
 
     return declare

@@ -190,7 +190,7 @@ def looked(doc: Any, grpc: dict[str, Any] | None, daemon_running: bool) -> dict[
 
 @action("status_url:str bench:[str]? proc:str",
         "jobs:[obj] queue_depth:int? working_bytes:int? signals:{str}",
-        "no-answer unknown idle busy")
+        "no-answer unknown idle busy", warms="http.client")
 def work(status_url: str, bench: list[str] | None = None, proc: str = "/proc"
          ) -> dict[str, Any]:
     """What the daemon is working on now, from every signal it gives, in one call (looked):
@@ -276,7 +276,7 @@ def cordoned(root: str) -> dict[str, Any]:
 @action(
     "root:str run_id:str command:str timeout:float status_url:str bench:[str]? proc:str",
     "exit:int output:str work:obj",
-    "cordoned no-command timeout failed"
+    "cordoned no-command timeout failed", warms="http.client"
 )
 def cordon(root: str, run_id: str, command: str, timeout: float = 60.0,
            status_url: str = "", bench: list[str] | None = None, proc: str = "/proc"
