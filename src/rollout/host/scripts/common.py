@@ -603,10 +603,64 @@ class Collector:
             return None
 
 
+TCP_LISTEN = 10  # the kernel's TCP state number (include/net/tcp_states.h)
+DIAG_CAP = 8 << 20  # bytes of sock_diag answers read at most
+
+
+def diag_listeners(family: int) -> list[tuple[int, int]] | None:
+    """(port, socket inode) of every TCP socket listening in this network namespace for
+    one address family, asked of the kernel's sock_diag (netlink, as `ss -ltn` does): it
+    walks the listening sockets alone, where reading /proc/net/tcp walks every bucket of
+    the connection table (4 ms a file on a 24 GiB machine, more on a GPU host's). None
+    where it cannot answer (no netlink, no inet_diag): read /proc/net then."""
+    import socket
+    import struct
+
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN)
+    request += bytes(48)  # struct inet_diag_sockid: any address, any port
+    header = struct.pack("=IHHII", 16 + len(request), 20, 0x301, 1, 0)  # SOCK_DIAG_BY_FAMILY,
+    found: list[tuple[int, int]] = []                                   # REQUEST|DUMP
+    read = 0
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as sock:  # NETLINK_SOCK_DIAG
+            sock.settimeout(2.0)
+            sock.sendto(header + request, (0, 0))
+            while read < DIAG_CAP:
+                data = sock.recv(1 << 16)
+                read += len(data)
+                at = 0
+                while at + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, at)
+                    if length < 16 or at + length > len(data) or kind == 2:  # NLMSG_ERROR
+                        return None
+                    if kind == 3:  # NLMSG_DONE
+                        return found
+                    if kind == 20 and length >= 16 + 72:  # struct inet_diag_msg
+                        port = struct.unpack_from(">H", data, at + 20)[0]
+                        inode = struct.unpack_from("=I", data, at + 16 + 68)[0]
+                        found.append((port, inode))
+                    at += (length + 3) & ~3
+                if not data:
+                    return None
+    except (OSError, ValueError, AttributeError, struct.error):
+        return None
+    return None
+
+
 def listening_inodes(proc: str, ports: Iterable[int]) -> dict[int, set[int]]:
-    """Socket inodes listening on each TCP port (any address, IPv4 or IPv6), from
-    /proc/net/tcp and tcp6 of this network namespace, each read once for all the ports."""
+    """Socket inodes listening on each TCP port (any address, IPv4 or IPv6) in this network
+    namespace: from sock_diag (diag_listeners), else from /proc/net/tcp and tcp6, each read
+    once for all the ports. A `proc` other than /proc (a test's) is read as files."""
+    import socket
+
     found: dict[int, set[int]] = {p: set() for p in ports}
+    both = [diag_listeners(socket.AF_INET), diag_listeners(socket.AF_INET6)] \
+        if proc == "/proc" else [None]
+    if all(answer is not None for answer in both):
+        for port, inode in (pair for answer in both for pair in answer or ()):
+            if port in found and inode:
+                found[port].add(inode)
+        return found
     for name in ("tcp", "tcp6"):
         for line in (read_text(f"{proc}/net/{name}") or "").splitlines()[1:]:
             parts = line.split()
