@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_rollback_work import Host, late_stop, stopping
 from test_work import RUNNING, Clock, scripted_context, status
 
 from rollout.config.playbook import LAB_PLAYBOOK
@@ -17,6 +18,7 @@ from rollout.config.work import WorkSpec
 from rollout.host.reports import Job, WorkReport
 from rollout.output.events import Status, StepResult
 from rollout.steps.kinds import load_playbook
+from rollout.steps.kinds.stop import apply
 from rollout.steps.work import (
     Verdict,
     WorkHow,
@@ -66,12 +68,34 @@ def test_an_idle_host_waits_the_window_at_most_and_the_stop_says_so() -> None:
     done, clock, events, host = wait([], **CORDON)
     assert done.verdict == "go" and clock.now == pytest.approx(30)
     looks = sum(1 for call, _ in host.calls if call == "ops.work")
-    assert looks == 7  # idle: one every IDLE_POLL (5 s), the last at the window's end
+    assert looks == 6  # idle: one every IDLE_POLL (5 s); at its end, the stop's own look
     said = "cordon in effect: waited 30.0s (work.cordon_takes 30s), no new job since"
     assert events[-1]["reason"] == said
     result = stop_result(done)
     assert result.reason == f"stopped daemon 4242; {said}"
     assert result.data["cordon"] == {"takes": 30, "new_since": []}
+
+
+def test_at_the_windows_end_the_stops_own_look_is_the_last_one() -> None:
+    """An idle host: the wait looks every IDLE_POLL and ends at the window's end without a
+    look; the stop's look right before its signal is the one there. A job it finds there
+    signals nothing: the wait goes on until the job ends, then the stop (issue 27's rule)."""
+    late = {**RUNNING, "job_id": "j-late"}
+    quiet = Host([], [])
+    ctx, _, action = stopping(quiet, **CORDON)
+    clock = Clock()
+    result = apply(ctx, action, clock, clock.sleep)
+    assert [name for name, _ in quiet.calls].count("work") == 6 and clock.now == 30
+    [stop] = [kw for name, kw in quiet.calls if name == "stop"]
+    assert stop["on_work"] == "wait" and stop["status_url"]
+    assert "cordon in effect: waited 30.0s (work.cordon_takes 30s)" in result.reason
+
+    busy = Host([status()] * 6 + [status([late])] * 10, [late_stop(status([late]))])
+    ctx, _, action = stopping(busy, **CORDON)
+    clock = Clock()
+    result = apply(ctx, action, clock, clock.sleep)
+    assert [name for name, _ in busy.calls].count("stop") == 2 and clock.now >= 40
+    assert "cordon in effect: waited" in result.reason and "j-late" in result.reason
 
 
 def test_a_job_claimed_in_the_window_is_waited_for_not_killed() -> None:

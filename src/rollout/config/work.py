@@ -86,8 +86,9 @@ class WorkSpec(Section):
         "effect: the scheduler's poll interval (curio reads its node's `unschedulable` flag "
         "on its database poll, every 30 s). The stop waits this long, and for any job that "
         "appeared meanwhile, as for any job in flight (never killed); a host with no work in "
-        "flight waits this long at most, its daemon looked at every 5 s and at the window's "
-        "end (a job that starts and ends between two looks is not named). Counted on the "
+        "flight waits this long at most, its daemon looked at every 5 s and, at the window's "
+        "end, by the stop right before its signal (a job that starts and ends between two "
+        "looks is not named). Counted on the "
         "controller's clock from the cordon's report. Only with `cordon`. A task curio "
         "claimed before its poll may still prepare its input (a PoRep's vanilla proof) "
         "before it reaches cuzk: raise this to cover it.",

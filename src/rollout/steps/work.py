@@ -33,8 +33,9 @@ from rollout.steps.decision import Call, Phase, Target
 from rollout.units import format_size
 
 POLL = 1.0  # seconds between two looks at /status while waiting (at most work.interval)
-# seconds between two looks at a daemon idle in the cordon's window (and one at its end):
-# each look costs the prover host a cuzk-bench run, and work.cordon_takes is 30 s by default
+# seconds between two looks at a daemon idle in the cordon's window; at its end the stop's
+# own look (before its signal) is the last: each look costs the prover host a cuzk-bench
+# run, and work.cordon_takes is 30 s by default
 IDLE_POLL = 5.0
 LOOK = ("status_url", "bench", "on_work", "known")  # ops.stop's look before its signal
 LOOK_SECONDS = BENCH_TIMEOUT + 5  # what that look may add to the stop call's time
@@ -314,8 +315,10 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
     `first`: the first look, where the cordon's call took it; `cordoned_at`: when the
     cordon's report came back (on `clock`; None: no cordon ran), the start of its window
     (cordon_holds); `stuck_before`: jobs an earlier wait found stuck, still not waited for.
-    The wait's time does not count against the stop step's own timeout (work.deadline
-    bounds it)."""
+    An idle daemon is looked at every IDLE_POLL in that window and not at its end: the
+    stop's look before its signal is that look (wait_again where it finds work). The
+    wait's time does not count against the stop step's own timeout (work.deadline bounds
+    it)."""
     start, reported = clock(), None
     step_deadline = ctx.deadline
     seen: dict[str, Job] = {}
@@ -366,7 +369,10 @@ def wait_for_work(ctx: HostContext, how: WorkHow,
             return done
         pause = min(POLL, how.interval)
         if report.idle and since is not None:  # idle in the cordon's window
-            pause = max(0.05, min(IDLE_POLL, how.cordon_takes - since))
+            left = how.cordon_takes - since
+            pause = max(0.05, min(IDLE_POLL, left))
+            if left <= IDLE_POLL:  # its end: the stop's own look, right before its signal
+                first = report    # (ops.stop, by the same rule), is the look there
         sleep(pause)
 
 
