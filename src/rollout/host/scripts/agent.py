@@ -39,7 +39,6 @@ Standard library only; python3 >= 3.9.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl  # noqa: F401 - for the forked scripts (lock, guard): each finds it loaded
 import hashlib
@@ -51,7 +50,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 import types
 from typing import Any
 
@@ -231,6 +229,8 @@ def _as_child(body: Any, out_w: int, err_w: int) -> None:
     except SystemExit as e:
         status = e.code
     except BaseException:  # noqa: BLE001 - reported as python3 would, exit 1
+        import traceback  # here: only a call that raised needs it
+
         traceback.print_exc()
         status = 1
     if status is None:
@@ -298,6 +298,8 @@ def run_here(module: types.ModuleType, function: str,
             except SystemExit as e:
                 status = e.code
             except Exception:  # noqa: BLE001 - reported as its child would, exit 1
+                import traceback  # here: only a call that raised needs it
+
                 traceback.print_exc()
                 status = 1
     finally:
@@ -377,6 +379,8 @@ class Agent:
             if timeout is not None:
                 timeout = max(0.001, timeout - (time.monotonic() - started))
         args = [str(a) for a in req.get("args") or []]
+        import argparse  # noqa: F401 - each host script parses its arguments with it: loaded
+        # once here, before the first script's fork (a call never needs it)
         done = run_script(code, args, timeout)
         if "oversized" not in done:
             done["stdout"] = first["stdout"] + done["stdout"]
@@ -439,8 +443,12 @@ def serve(stdin: Any, stdout: Any) -> int:
 
 
 def main(argv: list[str]) -> int:
-    argparse.ArgumentParser(description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    if argv:  # --help; the controller starts the agent with no argument (argparse: 2 ms)
+        import argparse
+
+        argparse.ArgumentParser(
+            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        ).parse_args(argv)
     return serve(sys.stdin.buffer, sys.stdout)
 
 

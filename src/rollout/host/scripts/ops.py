@@ -18,7 +18,6 @@ do not fit), and its report's keys and outcome words: ops.SPECS (actions/spec.py
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
@@ -111,6 +110,8 @@ def call(action: str, kwargs: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    import argparse  # here: the agent never runs main(), and each fork would pay for it
+
     p = argparse.ArgumentParser(description="run one host action (rollout's host API)")
     p.add_argument("--call", required=True, choices=sorted(ACTIONS))
     p.add_argument("--kwargs", default=None, help="its keyword arguments, a JSON object")
