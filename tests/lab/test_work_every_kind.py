@@ -38,6 +38,9 @@ KNOBS = ("{{pool_mib: 32, load_secs: {load}, drain_mib_per_sec: 256, prove_secs:
 COMMON = ("--set", "ready_timeout=15", "--set", "stop_grace=3", "--set", "work_interval=1")
 BENCH = "/data/current/cuzk-bench -a http://127.0.0.1:9820"
 SRS_HOLD = "/run/lab-srs-hold"  # the stand-in's drill: an SRS load that does not end
+# the daemon serves: /status answers and the gRPC port accepts (curl's 7: refused)
+SERVING = ("curl -fsS -o /dev/null http://127.0.0.1:9821/status && "
+           "{ curl -s -o /dev/null http://127.0.0.1:9820/; [ $? -ne 7 ]; }")
 
 
 def knobs(load: float = 0.3, more: str = "") -> tuple[str, str]:
@@ -118,11 +121,17 @@ def test_a_porep_during_a_fresh_daemons_srs_load_is_waited_for(
     host = fleet.hosts[0].name
     old = daemon_pid(host)
     sh(host, f"touch {SRS_HOLD}; kill -KILL {old}")  # the supervisor starts a fresh daemon
+    # both ports: cuzk binds its gRPC port (the bench's) after the status port (the stand-in
+    # 0.3 s later); a proof sent between the two is refused (ci21 failed so, once)
     wait_until(lambda: daemon_pid(host) not in (None, old)
-               and lab.exec_on(host, "curl -fsS http://127.0.0.1:9821/status")[0] == 0)
+               and lab.exec_on(host, SERVING)[0] == 0)
     sh(host, f"nohup {BENCH} single -t porep --c1 /data/32gbench/c1.json > /tmp/porep.out "
              "2>&1 < /dev/null &")
-    wait_until(lambda: status_json(host)["memory"]["used_bytes"] > 0)
+    try:
+        wait_until(lambda: status_json(host)["memory"]["used_bytes"] > 0)
+    except AssertionError as e:
+        raise AssertionError(f"the porep never reached the daemon: "
+                             f"{sh(host, 'cat /tmp/porep.out; true')[-2000:]}") from e
     shown = status_json(host)  # loading its SRS (held by the drill): not in /status yet
     assert not shown["pipelines"] and not shown["counters"]["queue_depth"], shown
     run = start_cli(tmp_path, *rollout_args(fleet.fleet_path, "every-load"), "--playbook",
