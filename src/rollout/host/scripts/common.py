@@ -654,13 +654,13 @@ def listening_inodes(proc: str, ports: Iterable[int]) -> dict[int, set[int]]:
     import socket
 
     found: dict[int, set[int]] = {p: set() for p in ports}
-    both = [diag_listeners(socket.AF_INET), diag_listeners(socket.AF_INET6)] \
-        if proc == "/proc" else [None]
-    if all(answer is not None for answer in both):
-        for port, inode in (pair for answer in both for pair in answer or ()):
-            if port in found and inode:
-                found[port].add(inode)
-        return found
+    if proc == "/proc":
+        v4, v6 = diag_listeners(socket.AF_INET), diag_listeners(socket.AF_INET6)
+        if v4 is not None and v6 is not None:
+            for port, inode in v4 + v6:
+                if port in found and inode:
+                    found[port].add(inode)
+            return found
     for name in ("tcp", "tcp6"):
         for line in (read_text(f"{proc}/net/{name}") or "").splitlines()[1:]:
             parts = line.split()

@@ -50,8 +50,8 @@ def batch(calls: list[Any]) -> dict[str, Any]:
     whose action raised (the controller then makes that call on its own)."""
     reports: list[Any] = []
     for entry in calls if isinstance(calls, list) else []:
-        name = entry.get("call") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or name == "batch":
+        name = entry_name(entry)
+        if name is None or name == "batch":
             reports.append(None)
             continue
         try:
@@ -59,6 +59,19 @@ def batch(calls: list[Any]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - that call alone, made again on its own
             reports.append(None)
     return _report("batch", f"{len(reports)} call(s)", reports=reports)
+
+
+def entry_name(entry: Any) -> str | None:
+    """A batch entry's action name; None where the entry is not a call."""
+    name = entry.get("call") if isinstance(entry, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def batch_names(kwargs: Any) -> list[str | None] | None:
+    """Each entry's action name (entry_name) in a batch call's keyword arguments; None
+    where they hold no list of calls."""
+    calls = kwargs.get("calls") if isinstance(kwargs, dict) else None
+    return [entry_name(c) for c in calls] if isinstance(calls, list) else None
 
 
 ACTIONS = {name: declared[0] for name, declared in DECLARED.items()}
@@ -79,10 +92,8 @@ def in_agent(action: str, kwargs: Any) -> bool:
     action declared in_agent (spec.IN_AGENT), or a batch of those alone."""
     if action != "batch":
         return action in IN_AGENT
-    calls = kwargs.get("calls") if isinstance(kwargs, dict) else None
-    return isinstance(calls, list) and all(
-        isinstance(c, dict) and isinstance(c.get("call"), str) and c["call"] in IN_AGENT
-        for c in calls)
+    names = batch_names(kwargs)
+    return names is not None and all(n is not None and n in IN_AGENT for n in names)
 
 
 def warms(action: str, kwargs: Any) -> list[str]:
@@ -90,9 +101,7 @@ def warms(action: str, kwargs: Any) -> list[str]:
     calls')."""
     if action != "batch":
         return list(WARMS.get(action, ()))
-    calls = kwargs.get("calls") if isinstance(kwargs, dict) else None
-    names = [c.get("call") for c in calls or [] if isinstance(c, dict)]
-    return sorted({m for n in names if isinstance(n, str) for m in WARMS.get(n, ())})
+    return sorted({m for n in batch_names(kwargs) or [] if n for m in WARMS.get(n, ())})
 
 
 def call(action: str, kwargs: Any) -> dict[str, Any]:
